@@ -1,0 +1,203 @@
+"""Code that runs on the workers: shards, device choice, threads, the kernel call.
+
+Nothing here talks to the scheduler; every function is a plain task body.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+ALIGN = 64
+_setup_lock = threading.Lock()
+_setup_done = {"threads": None}
+
+
+def aligned_copy(a: np.ndarray, align: int = ALIGN) -> np.ndarray:
+    """Copy ``a`` into a fresh C-contiguous buffer whose address is ``align``-byte aligned.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> b = aligned_copy(np.arange(6.0).reshape(2, 3)[:, ::2])
+    >>> b.ctypes.data % 64, b.flags.c_contiguous
+    (0, True)
+    """
+    a = np.asarray(a)
+    nbytes = a.size * a.itemsize
+    buf = np.empty(nbytes + align, dtype=np.uint8)
+    offset = (-buf.ctypes.data) % align
+    out = buf[offset : offset + nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def is_aligned(a, align: int = ALIGN) -> bool:
+    """True when ``a`` (NumPy array or torch tensor) is C-contiguous and ``align``-byte aligned."""
+    if hasattr(a, "data_ptr"):
+        return bool(a.is_contiguous()) and a.data_ptr() % align == 0
+    return bool(a.flags.c_contiguous) and a.ctypes.data % align == 0
+
+
+def n_threads() -> int:
+    """Dask threads of the worker running this task (1 outside a worker)."""
+    try:
+        from distributed import get_worker
+
+        return int(get_worker().state.nthreads)
+    except (ValueError, AttributeError):
+        return int(os.environ.get("DASK_ESTIMATORS_THREADS", "1"))
+
+
+def setup_threads() -> int:
+    """Pin BLAS and torch threads to the worker's Dask threads, once per process."""
+    n = n_threads()
+    if _setup_done["threads"] == n:
+        return n
+    with _setup_lock:
+        import torch
+        from threadpoolctl import threadpool_limits
+
+        torch.set_num_threads(n)
+        threadpool_limits(n)
+        _setup_done["threads"] = n
+    return n
+
+
+def choose_device(device: str = "auto") -> str:
+    """The torch device for this worker: ``"cuda"`` when asked or available, else ``"cpu"``."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device={device!r} was asked for but this worker has no CUDA device.")
+    return device
+
+
+class Shard:
+    """One worker's rows: named arrays, aligned, on the worker's device, kept for the whole fit.
+
+    ``data`` maps names (``"X"``, ``"y"``, ``"sample_weight"``...) to torch
+    tensors on ``device`` (numeric arrays) or NumPy arrays (object arrays such
+    as string labels, until they are encoded).  ``cache`` holds per-worker state
+    between evaluations, such as the curvature of the last gradient, so a
+    Hessian-vector product only needs the direction.
+    """
+
+    def __init__(self, arrays: dict, device: str = "auto", info: dict | None = None):
+        self.device = choose_device(device)
+        self.data: dict = {}
+        self.cache: dict = {}
+        self.info: dict = dict(info or {})
+        self.n_rows = None
+        for name, a in arrays.items():
+            self.put(name, a)
+
+    def put(self, name: str, a) -> None:
+        """Store array ``a`` under ``name`` as an aligned tensor on the device."""
+        import torch
+
+        if a is None:
+            self.data.pop(name, None)
+            return
+        if isinstance(a, torch.Tensor):
+            t = a.to(self.device)
+        else:
+            a = np.asarray(a)
+            if a.dtype.kind not in "biuf":
+                self.data[name] = a
+                self._set_rows(name, a)
+                return
+            if a.dtype.kind in "biu":
+                a = a.astype(np.int64, copy=False)
+            host = a if is_aligned(a) and a.flags.writeable else aligned_copy(a)
+            t = torch.from_numpy(host)
+            if self.device != "cpu":
+                t = t.to(self.device)
+        self.data[name] = t
+        self._set_rows(name, t)
+
+    def _set_rows(self, name, a) -> None:
+        n = int(a.shape[0])
+        if self.n_rows is None:
+            self.n_rows = n
+        elif n != self.n_rows:
+            raise ValueError(
+                f"Inconsistent numbers of samples in a shard: {name!r} has {n} rows, other arrays have {self.n_rows}."
+            )
+
+    def get(self, name: str, default=None):
+        return self.data.get(name, default)
+
+    def __sizeof__(self) -> int:  # dask uses sizeof for memory accounting
+        total = 0
+        for a in self.data.values():
+            total += a.element_size() * a.nelement() if hasattr(a, "element_size") else a.nbytes
+        return total + 200
+
+    def __repr__(self) -> str:
+        shapes = {k: tuple(v.shape) for k, v in self.data.items()}
+        return f"Shard(n_rows={self.n_rows}, device={self.device!r}, arrays={shapes})"
+
+
+def to_host(out):
+    """Results to NumPy float64 (tensors) or float (scalars), recursively over tuples/lists/dicts."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        out = out.detach()
+        if out.ndim == 0:
+            return float(out.item())
+        return out.to("cpu", torch.float64).numpy()
+    if isinstance(out, tuple):
+        return tuple(to_host(o) for o in out)
+    if isinstance(out, list):
+        return [to_host(o) for o in out]
+    if isinstance(out, dict):
+        return {k: to_host(v) for k, v in out.items()}
+    if isinstance(out, np.ndarray) and out.dtype.kind in "biuf":
+        return out.astype(np.float64, copy=False)
+    return out
+
+
+def to_device(shard: Shard, a):
+    """A float64 NumPy argument to a tensor on the shard's device; other values unchanged."""
+    import torch
+
+    if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+        return torch.as_tensor(a, device=shard.device)
+    if isinstance(a, tuple):
+        return tuple(to_device(shard, x) for x in a)
+    return a
+
+
+def run_kernel(fn, shard: Shard, *args):
+    """Task body of one evaluation: ``fn(shard, *args)`` with its results as NumPy float64."""
+    setup_threads()
+    return to_host(fn(shard, *(to_device(shard, a) for a in args)))
+
+
+def add(*parts):
+    """Elementwise sum of result trees (tuples, lists, dicts of arrays and floats)."""
+    first = parts[0]
+    if isinstance(first, tuple):
+        return tuple(add(*items) for items in zip(*parts))
+    if isinstance(first, list):
+        return [add(*items) for items in zip(*parts)]
+    if isinstance(first, dict):
+        return {k: add(*(p[k] for p in parts)) for k in first}
+    if first is None:
+        return None
+    total = first
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
+def apply(fn, shard: Shard, *args):
+    """Task body of a per-shard map: ``fn(shard, *args)`` with results on the host."""
+    setup_threads()
+    return to_host(fn(shard, *args))

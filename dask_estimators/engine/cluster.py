@@ -1,0 +1,171 @@
+"""Which Dask client a fit uses.
+
+Resolution order, at fit time:
+
+1. ``client=`` given: a :class:`distributed.Client`, or a scheduler address
+   string (one client per address is opened and reused).
+2. The active client: the default client of this process or, inside a Dask
+   task, the worker's client (the task secedes from the worker's thread pool
+   while it waits, so a fit inside a task cannot starve its own cluster).
+3. Otherwise an embedded :class:`distributed.LocalCluster`: worker processes,
+   one thread each, bound to 127.0.0.1, no dashboard.  It is started once per
+   process on first use, reused by every later fit, and closed at exit.
+
+Estimators never keep the client: it is resolved for each call and dropped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+
+import distributed
+
+__all__ = ["resolve_client", "client_context", "get_embedded_client", "close_embedded_cluster"]
+
+_lock = threading.RLock()
+_embedded: dict = {}
+_by_address: dict[str, distributed.Client] = {}
+
+
+def _default_n_workers() -> int:
+    env = os.environ.get("DASK_ESTIMATORS_N_WORKERS")
+    if env:
+        return int(env)
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -> distributed.Client:
+    """Return the embedded LocalCluster's client, starting it on first use.
+
+    Parameters
+    ----------
+    n_workers : int, optional
+        Worker processes for a cluster started by this call.  Defaults to the
+        ``DASK_ESTIMATORS_N_WORKERS`` environment variable, else the number of
+        cores (at most 8).  Ignored when the cluster already runs.
+    dashboard : bool, default False
+        Serve the dashboard on 127.0.0.1 (a free port) when True.
+
+    Returns
+    -------
+    distributed.Client
+
+    Examples
+    --------
+    >>> from dask_estimators.engine import get_embedded_client
+    >>> client = get_embedded_client(n_workers=2)  # doctest: +SKIP
+    >>> get_embedded_client() is client  # doctest: +SKIP
+    True
+    """
+    with _lock:
+        client = _embedded.get("client")
+        if client is not None and client.status == "running":
+            return client
+        cluster = distributed.LocalCluster(
+            n_workers=n_workers or _default_n_workers(),
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0" if dashboard else None,
+        )
+        client = distributed.Client(cluster, set_as_default=False)
+        _embedded.update(cluster=cluster, client=client)
+        return client
+
+
+def close_embedded_cluster() -> None:
+    """Close the embedded cluster and every client opened from an address."""
+    with _lock:
+        client = _embedded.pop("client", None)
+        cluster = _embedded.pop("cluster", None)
+        for c in [client, *_by_address.values()]:
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    c.close()
+        _by_address.clear()
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close()
+
+
+atexit.register(close_embedded_cluster)
+
+
+def _check_running(client: distributed.Client) -> distributed.Client:
+    if client.status not in ("running", "connecting", "newly-created"):
+        raise RuntimeError(
+            f"The Dask client is {client.status!r}; pass a running client or "
+            "client=None to use the active or embedded cluster."
+        )
+    return client
+
+
+def resolve_client(client=None) -> distributed.Client:
+    """Return the client a fit should use (see the module docstring).
+
+    Parameters
+    ----------
+    client : distributed.Client, str or None
+        A client, a scheduler address such as ``"tcp://127.0.0.1:8786"``, or
+        None for the active client or else the embedded cluster.
+
+    Returns
+    -------
+    distributed.Client
+
+    Examples
+    --------
+    >>> from dask_estimators.engine import resolve_client
+    >>> client = resolve_client()  # doctest: +SKIP
+    """
+    if client is not None:
+        if isinstance(client, str):
+            with _lock:
+                c = _by_address.get(client)
+                if c is None or c.status != "running":
+                    c = distributed.Client(client, set_as_default=False)
+                    _by_address[client] = c
+                return c
+        if isinstance(client, distributed.Client):
+            return _check_running(client)
+        raise TypeError(
+            f"client must be a distributed.Client, a scheduler address or None, got {type(client).__name__}."
+        )
+    try:
+        active = distributed.get_client()
+    except ValueError:
+        return get_embedded_client()
+    if active.status == "running":
+        return active
+    return get_embedded_client()
+
+
+def _in_task() -> bool:
+    try:
+        distributed.get_worker()
+    except ValueError:
+        return False
+    from distributed.threadpoolexecutor import thread_state
+
+    return getattr(thread_state, "key", None) is not None
+
+
+@contextlib.contextmanager
+def client_context(client=None):
+    """Resolve the client for the duration of one fit.
+
+    Inside a Dask task the task secedes from the worker's thread pool while
+    the fit runs, and rejoins afterwards, like :func:`distributed.worker_client`.
+    """
+    c = resolve_client(client)
+    if not _in_task():
+        yield c
+        return
+    distributed.secede()
+    try:
+        yield c
+    finally:
+        distributed.rejoin()

@@ -1,0 +1,5 @@
+"""Thin scikit-learn classes: validate, call a driver, set fitted attributes."""
+
+from .linear import LinearRegression, LinearSVC, LinearSVR, LogisticRegression
+
+__all__ = ["LinearRegression", "LinearSVC", "LinearSVR", "LogisticRegression"]

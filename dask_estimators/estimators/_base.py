@@ -1,0 +1,316 @@
+"""Shared machinery of the linear estimators: validation, placement, solve, fitted attributes.
+
+An estimator subclass says which loss it uses, how its hyperparameters map
+to the penalties of the normalised objective (see
+:mod:`dask_estimators.objectives.linear`), and how its targets are encoded.
+Everything else (which cluster, placing the data, the solver registry,
+warm starts, prediction on NumPy or dask input) lives here once.
+"""
+
+from __future__ import annotations
+
+import functools
+from numbers import Integral, Real
+
+import distributed
+import numpy as np
+from sklearn.base import BaseEstimator, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_array,
+    check_is_fitted,
+    validate_data,
+)
+
+from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
+from ..objectives import LinearObjective, LinearSpec
+from ..objectives import targets as T
+from ..optim import SOLVERS, minimize
+
+__all__ = ["DistributedLinearModel"]
+
+
+def _check_block(arrays, *, y_numeric, multi_output):
+    """Validate one row block of dask input on its worker, with scikit-learn's own checks."""
+    out = dict(arrays)
+    out["X"] = check_array(arrays["X"], dtype=np.float64, ensure_min_samples=0, input_name="X")
+    if "y" in arrays:
+        y = np.asarray(arrays["y"])
+        if y.ndim == 2 and y.shape[1] == 1 and not multi_output:
+            y = y[:, 0]
+        if y_numeric:
+            y = check_array(y, dtype=np.float64, ensure_2d=False, ensure_min_samples=0, input_name="y")
+            if y.ndim > 1 and not multi_output:
+                raise ValueError(f"y should be a 1d array, got an array of shape {y.shape} instead.")
+        else:
+            if y.ndim != 1:
+                raise ValueError(f"y should be a 1d array, got an array of shape {y.shape} instead.")
+            if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
+                raise ValueError("Input y contains NaN or infinity.")
+            if y.dtype.kind == "O" and any(v is None or (isinstance(v, float) and v != v) for v in y):
+                raise ValueError("Input y contains missing values (None or NaN).")
+        out["y"] = y
+    if "sample_weight" in arrays:
+        sw = check_array(
+            arrays["sample_weight"], dtype=np.float64, ensure_2d=False, ensure_min_samples=0,
+            input_name="sample_weight",
+        )
+        if sw.ndim != 1:
+            raise ValueError("Sample weights must be 1D array or scalar")
+        if np.any(sw < 0):
+            raise ValueError("Negative values in data passed to sample_weight")
+        out["sample_weight"] = sw
+    return out
+
+
+class DistributedLinearModel(BaseEstimator):
+    """Base class: a linear model fitted by the distributed optimizer.
+
+    Subclasses set ``_loss`` (or override :meth:`_loss_name`), implement
+    :meth:`_penalties` and declare their parameters.
+    """
+
+    _is_classifier = False
+    _multi_output = False
+
+    _parameter_constraints: dict = {
+        "fit_intercept": ["boolean"],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "solver": [StrOptions(set(SOLVERS) | {"auto"})],
+        "warm_start": ["boolean"],
+        "client": [None, str, distributed.Client],
+        "reduction": [StrOptions(set(REDUCTIONS))],
+        "device": [StrOptions({"auto", "cpu", "cuda"})],
+    }
+
+    # ------------------------------------------------------------------ hooks
+    def _loss_name(self, n_classes: int | None) -> str:
+        return self._loss
+
+    def _n_outputs(self, n_classes: int | None, y_shape) -> int:
+        return 1
+
+    def _penalties(self, sw_sum: float) -> tuple[float, float]:
+        """(l2, l1) strengths of the normalised objective."""
+        raise NotImplementedError
+
+    def _resolved_solver(self, n_params: int, l1: float) -> str:
+        if self.solver != "auto":
+            return self.solver
+        if l1 == 0 and n_params <= SOLVERS["newton-cholesky"].max_params:
+            return "newton-cholesky"
+        return "lbfgs"
+
+    # --------------------------------------------------------------- fitting
+    def _validate_input(self, X, y, sample_weight):
+        if is_dask_collection(X):
+            validate_data(self, X, reset=True, skip_check_array=True)
+            if getattr(X, "ndim", 2) != 2:
+                raise ValueError(f"Expected a 2D dask array for X, got {X.ndim} dimensions.")
+            y = _as_dask_like(y, X, "y")
+            if sample_weight is not None:
+                sample_weight = _as_dask_like(sample_weight, X, "sample_weight")
+            return X, y, sample_weight, True
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            dtype=np.float64,
+            y_numeric=not self._is_classifier,
+            multi_output=self._multi_output,
+            reset=True,
+        )
+        if self._is_classifier:
+            from sklearn.utils.multiclass import check_classification_targets
+
+            check_classification_targets(y)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        return X, y, sample_weight, False
+
+    def _classes(self, y, placement, dask_input):
+        """Find classes_, put integer codes on the workers, return them."""
+        if dask_input:
+            uniques = placement.map(T.unique_labels)
+            classes = self._check_classes(np.unique(np.concatenate(uniques)))
+            placement.map(T.encode_labels, classes)
+            return classes
+        return np.unique(y)
+
+    @staticmethod
+    def _check_classes(classes):
+        if len(classes) < 2:
+            raise ValueError(
+                "This solver needs samples of at least 2 classes in the data, but the data contains only one "
+                f"class: {classes[0]!r}"
+            )
+        return classes
+
+    def _class_weight_vector(self, placement, n_classes):
+        cw = getattr(self, "class_weight", None)
+        if cw is None:
+            return None
+        if isinstance(cw, str):  # "balanced"
+            counts = np.sum(placement.map(T.class_counts, n_classes), axis=0)
+            if np.any(counts == 0):
+                raise ValueError("class_weight='balanced' needs every class in classes_ to have positive weight.")
+            return counts.sum() / (n_classes * counts)
+        vec = np.ones(n_classes)
+        for label, weight in cw.items():
+            idx = np.flatnonzero(self.classes_ == label)
+            if idx.size == 0:
+                raise ValueError(f"The classes, {list(cw)}, are not in class, {list(self.classes_)}.")
+            vec[idx[0]] = weight
+        return vec
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the model on the Dask cluster.
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+            Training data.  Dask input is validated and placed on the workers
+            without passing through the client.
+        y : array-like or dask collection of shape (n_samples,)
+            Target values, partitioned like X when X is a dask collection.
+        sample_weight : array-like or dask collection of shape (n_samples,), default=None
+            Non-negative weights of the samples.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        X, y, sample_weight, dask_input = self._validate_input(X, y, sample_weight)
+        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
+        y_placed = y
+        if self._is_classifier and not dask_input:
+            classes = self._check_classes(np.unique(y))
+            y_placed = np.searchsorted(classes, y)
+        with client_context(self.client) as client:
+            placement = place(
+                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device
+            )
+            try:
+                res, stats = self._fit_placed(placement, y, dask_input)
+            finally:
+                placement.release()
+        self.fit_stats_ = stats
+        return self
+
+    def _fit_placed(self, placement, y, dask_input):
+        n_classes = None
+        class_weight = None
+        if self._is_classifier:
+            self.classes_ = self._classes(y, placement, dask_input)
+            n_classes = len(self.classes_)
+            class_weight = self._class_weight_vector(placement, n_classes)
+        y_shape = None if dask_input else np.shape(y)
+        if dask_input and not self._is_classifier:
+            y_shape = (None,) if placement.map(_y_ndim)[0] == 1 else (None, placement.map(_y_ncols)[0])
+        n_outputs = self._n_outputs(n_classes, y_shape)
+        loss = self._loss_name(n_classes)
+        placement.map(T.prepare_targets, loss, n_outputs, class_weight)
+        spec = LinearSpec(
+            loss, self.n_features_in_, n_outputs, self.fit_intercept, float(getattr(self, "epsilon", 0.0))
+        )
+        evaluator = DistributedEvaluator(placement, reduction=self.reduction)
+        objective = LinearObjective(evaluator, spec)
+        objective.l2, objective.l1 = self._penalties(objective.sw_sum)
+        solver = self._resolved_solver(spec.n_params, objective.l1)
+        res = minimize(objective, self._initial_params(spec), solver=solver, tol=self.tol, max_iter=self.max_iter)
+        self._set_params_from(res.x, spec, y_shape)
+        self.n_iter_ = self._format_n_iter(int(res.nit))
+        self.solver_ = solver
+        stats = evaluator.stats.as_dict()
+        stats.update(n_shards=len(placement.shards), rows_per_shard=list(placement.n_rows), objective=float(res.fun))
+        return res, stats
+
+    def _format_n_iter(self, nit):
+        return nit
+
+    def _initial_params(self, spec: LinearSpec) -> np.ndarray:
+        w0 = np.zeros(spec.n_params)
+        if self.warm_start and hasattr(self, "coef_"):
+            coef = np.asarray(self.coef_, dtype=np.float64).reshape(-1)
+            K, d = spec.n_outputs, spec.n_features
+            if coef.size == K * d:
+                w0[: K * d] = coef
+                if spec.fit_intercept:
+                    w0[K * d :] = np.asarray(self.intercept_, dtype=np.float64).reshape(-1)[:K]
+        return w0
+
+    def _set_params_from(self, w, spec: LinearSpec, y_shape):
+        K, d = spec.n_outputs, spec.n_features
+        coef = w[: K * d].reshape(K, d)
+        intercept = w[K * d :] if spec.fit_intercept else np.zeros(K)
+        if spec.loss == "multinomial" and spec.fit_intercept:
+            # softmax is unchanged by a shift common to all intercepts: report the centred ones
+            intercept = intercept - intercept.mean()
+        self.coef_ = coef
+        self.intercept_ = intercept
+
+    # ------------------------------------------------------------ prediction
+    def _decision(self, X):
+        """Raw linear predictions ``X @ coef_.T + intercept_`` as (n, K), on NumPy."""
+        Xa = np.asarray(X, dtype=np.float64)
+        coef = np.atleast_2d(self.coef_)
+        return Xa @ coef.T + np.reshape(self.intercept_, (1, -1))
+
+    def _map_rows(self, X, fn, n_cols):
+        """Apply ``fn`` (NumPy rows -> NumPy) to NumPy input now, or to dask input lazily, block by block."""
+        check_is_fitted(self)
+        if is_dask_collection(X):
+            validate_data(self, X, reset=False, skip_check_array=True)
+            arr = X.to_dask_array() if not hasattr(X, "rechunk") else X
+            if arr.ndim == 2 and arr.numblocks[1] > 1:
+                arr = arr.rechunk({1: -1})
+
+            def block(b):
+                return fn(check_array(b, dtype=np.float64, ensure_min_samples=0))
+
+            if n_cols is None:
+                return arr.map_blocks(block, drop_axis=1, dtype=self._output_dtype(fn))
+            return arr.map_blocks(block, chunks=(arr.chunks[0], (n_cols,)), dtype=np.float64)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return fn(X)
+
+    def _output_dtype(self, fn):
+        return np.float64
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+def _y_ndim(shard):
+    return int(shard.get("y").ndim)
+
+
+def _y_ncols(shard):
+    y = shard.get("y")
+    return int(y.shape[1]) if y.ndim == 2 else 1
+
+
+def _as_dask_like(a, X, name):
+    """Make ``a`` (y or sample_weight) a dask collection partitioned like the dask collection X."""
+    if a is None or is_dask_collection(a):
+        return a
+    import dask.array as da
+
+    a = np.asarray(a)
+    chunks = getattr(X, "chunks", None)
+    if chunks is None or any(np.isnan(c) for c in chunks[0]):
+        raise ValueError(
+            f"X is a dask collection with unknown partition sizes and {name} is in memory; "
+            f"pass {name} as a dask collection partitioned like X."
+        )
+    if a.shape[0] != X.shape[0]:
+        raise ValueError(
+            f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {a.shape[0]}]"
+        )
+    return da.from_array(a, chunks=(chunks[0],) + a.shape[1:])

@@ -1,0 +1,525 @@
+"""Linear estimators: LinearRegression, LogisticRegression, LinearSVC, LinearSVR."""
+
+from __future__ import annotations
+
+from numbers import Real
+
+import numpy as np
+from scipy.special import expit, log_softmax, softmax
+from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from ._base import DistributedLinearModel
+
+__all__ = ["LinearRegression", "LogisticRegression", "LinearSVC", "LinearSVR"]
+
+_COMMON_DOC = """
+    solver : {{"lbfgs", "newton-cg", "newton-cholesky"{auto}}}, default={default!r}
+        ``"lbfgs"``: L-BFGS-B, one distributed round per evaluation (L1 and
+        elastic-net through the split-variable form ``w = u - v``).
+        ``"newton-cg"``: trust-region Newton-CG, distributed Hessian-vector
+        products.  ``"newton-cholesky"``: trust-region Newton on the dense
+        Hessian, tree-summed on the workers (up to 5000 parameters).{auto_doc}
+    tol : float, default={tol}
+        Stop when the largest entry of the (projected) gradient of the
+        normalised objective is below ``tol``.
+    max_iter : int, default={max_iter}
+        Maximum solver iterations; a ``ConvergenceWarning`` is raised on reaching it.
+    warm_start : bool, default=False
+        Start from the previous ``coef_`` and ``intercept_`` when their shapes fit.
+    client : distributed.Client, str or None, default=None
+        The cluster to fit on: a client, a scheduler address, or None for the
+        active client, else the embedded LocalCluster.  Never stored in the
+        fitted model.
+    reduction : {{"tree", "gather", "single"}}, default="tree"
+        How the workers' partial sums are combined ("gather" and "single" are
+        kept for comparison).
+    device : {{"auto", "cpu", "cuda"}}, default="auto"
+        Where each worker keeps its shard; "auto" uses its GPU when it has one.
+"""
+
+_FITTED_DOC = """
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of the features, when X has string column names.
+    n_iter_ : {n_iter}
+        Solver iterations.
+    solver_ : str
+        The solver used (resolves ``"auto"``).
+    fit_stats_ : dict
+        Distributed rounds, seconds, bytes moved, shards and rows per shard.
+"""
+
+
+class _LinearClassifierMixin(ClassifierMixin):
+    _is_classifier = True
+
+    def decision_function(self, X):
+        """Signed distance to the decision boundary, shape (n_samples,) for two classes else (n_samples, n_classes).
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array
+        """
+        if len(self.classes_) == 2:
+            return self._map_rows(X, lambda A: self._decision(A)[:, 0], None)
+        return self._map_rows(X, self._decision, len(self.classes_))
+
+    def predict(self, X):
+        """Predicted class labels (lazy dask array for dask input).
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples,)
+        """
+        classes = self.classes_
+
+        def labels(A):
+            z = self._decision(A)
+            idx = (z[:, 0] > 0).astype(int) if z.shape[1] == 1 else z.argmax(1)
+            return classes[idx]
+
+        return self._map_rows(X, labels, None)
+
+    def _output_dtype(self, fn):
+        return self.classes_.dtype if fn.__name__ == "labels" else np.float64
+
+
+class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
+    """Logistic regression (binary and multinomial) fitted on a Dask cluster.
+
+    Minimises scikit-learn's objective (``LogisticRegression``, version 1.8 and later)::
+
+        C * sum_i s_i * loss_i + (1 - l1_ratio) / 2 * ||W||_2^2 + l1_ratio * ||W||_1
+
+    with the binomial log-loss for two classes and the multinomial log-loss
+    (softmax over all K classes) otherwise.  ``s`` is ``sample_weight`` times
+    the class weights.  Internally the objective is divided by ``C * sum(s)``,
+    which changes nothing but the scale of ``tol``, as in scikit-learn.  The
+    intercept is never penalised.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Inverse of the regularisation strength; ``np.inf`` for none.
+    l1_ratio : float in [0, 1], default=0.0
+        0 is the L2 penalty, 1 the L1 (lasso) penalty, in between elastic-net.
+        Needs ``solver="lbfgs"`` when positive.
+    fit_intercept : bool, default=True
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into the sample weights.  "balanced"
+        uses ``n_samples / (n_classes * bincount(y))`` (weighted counts).
+    {common}
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+    {fitted}
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from dask_estimators import LogisticRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> X = StandardScaler().fit_transform(X)
+    >>> clf = LogisticRegression(C=1.0).fit(X, y)  # doctest: +SKIP
+    >>> clf.score(X, y) > 0.95  # doctest: +SKIP
+    True
+    """
+
+    _parameter_constraints = {
+        **DistributedLinearModel._parameter_constraints,
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "l1_ratio": [Interval(Real, 0, 1, closed="both")],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+    }
+
+    def __init__(
+        self,
+        C=1.0,
+        *,
+        l1_ratio=0.0,
+        fit_intercept=True,
+        class_weight=None,
+        solver="lbfgs",
+        tol=1e-4,
+        max_iter=100,
+        warm_start=False,
+        client=None,
+        reduction="tree",
+        device="auto",
+    ):
+        self.C = C
+        self.l1_ratio = l1_ratio
+        self.fit_intercept = fit_intercept
+        self.class_weight = class_weight
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.warm_start = warm_start
+        self.client = client
+        self.reduction = reduction
+        self.device = device
+
+    def _loss_name(self, n_classes):
+        return "binomial" if n_classes == 2 else "multinomial"
+
+    def _n_outputs(self, n_classes, y_shape):
+        return 1 if n_classes == 2 else n_classes
+
+    def _penalties(self, sw_sum):
+        if np.isinf(self.C):
+            return 0.0, 0.0
+        scale = 1.0 / (self.C * sw_sum)
+        return (1.0 - self.l1_ratio) * scale, self.l1_ratio * scale
+
+    def _format_n_iter(self, nit):
+        return np.array([nit], dtype=np.int32)
+
+    def predict_proba(self, X):
+        """Class probabilities, shape (n_samples, n_classes), columns in ``classes_`` order.
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array
+        """
+
+        def proba(A):
+            z = self._decision(A)
+            if z.shape[1] == 1:
+                p = expit(z[:, 0])
+                return np.column_stack([1.0 - p, p])
+            return softmax(z, axis=1)
+
+        return self._map_rows(X, proba, len(self.classes_))
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`, computed stably.
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array
+        """
+
+        def log_proba(A):
+            z = self._decision(A)
+            if z.shape[1] == 1:
+                z = np.column_stack([np.zeros(len(z)), z[:, 0]])
+            return log_softmax(z, axis=1)
+
+        return self._map_rows(X, log_proba, len(self.classes_))
+
+
+class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
+    """Linear support vector classifier (squared hinge loss) fitted on a Dask cluster.
+
+    Minimises, for each class k against the rest (one problem for two classes)::
+
+        penalty(W_k) + C * sum_i s_ik * max(0, 1 - t_ik * (x_i . W_k + b_k))^2
+
+    with ``t_ik = +1`` when sample i is of class k and -1 otherwise, and
+    ``penalty = 1/2 ||.||_2^2`` (``penalty="l2"``) or ``||.||_1`` (``"l1"``).
+    Class weights follow LIBLINEAR: for two classes each sample's weight is
+    multiplied by its class's weight; one-vs-rest multiplies only the "k"
+    side of problem k.  All one-vs-rest problems are solved together, so one
+    distributed round serves every class.
+
+    Unlike LIBLINEAR (scikit-learn's ``LinearSVC``) the intercept is not
+    penalised, so there is no ``intercept_scaling``; with
+    ``fit_intercept=False`` the objectives are identical.
+
+    Parameters
+    ----------
+    penalty : {{"l2", "l1"}}, default="l2"
+    C : float, default=1.0
+        Weight of the data term.
+    fit_intercept : bool, default=True
+    class_weight : dict, "balanced" or None, default=None
+    {common}
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+    {fitted}
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from dask_estimators import LinearSVC
+    >>> X, y = load_iris(return_X_y=True)
+    >>> LinearSVC(C=0.5).fit(X, y).score(X, y) > 0.9  # doctest: +SKIP
+    True
+    """
+
+    _loss = "squared_hinge"
+    _parameter_constraints = {
+        **DistributedLinearModel._parameter_constraints,
+        "penalty": [StrOptions({"l1", "l2"})],
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+    }
+
+    def __init__(
+        self,
+        penalty="l2",
+        *,
+        C=1.0,
+        fit_intercept=True,
+        class_weight=None,
+        solver="lbfgs",
+        tol=1e-4,
+        max_iter=1000,
+        warm_start=False,
+        client=None,
+        reduction="tree",
+        device="auto",
+    ):
+        self.penalty = penalty
+        self.C = C
+        self.fit_intercept = fit_intercept
+        self.class_weight = class_weight
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.warm_start = warm_start
+        self.client = client
+        self.reduction = reduction
+        self.device = device
+
+    def _n_outputs(self, n_classes, y_shape):
+        return 1 if n_classes == 2 else n_classes
+
+    def _penalties(self, sw_sum):
+        scale = 1.0 / (self.C * sw_sum)
+        return (scale, 0.0) if self.penalty == "l2" else (0.0, scale)
+
+
+class LinearRegression(RegressorMixin, DistributedLinearModel):
+    """Least squares with optional ridge, lasso or elastic-net penalty, fitted on a Dask cluster.
+
+    Minimises scikit-learn's ``ElasticNet`` objective::
+
+        1 / (2 * S) * sum_i s_i * (y_i - x_i . w - b)^2
+            + alpha * l1_ratio * ||w||_1 + alpha * (1 - l1_ratio) / 2 * ||w||_2^2
+
+    with ``S = sum(s)`` (``n_samples`` without weights).  So ``alpha=0`` is
+    ordinary least squares; ``l1_ratio=1`` is ``Lasso(alpha)``; ``l1_ratio=0``
+    is ``Ridge(alpha=alpha * S)``, because ``Ridge`` does not divide its data
+    term by ``S``.  A 2-D ``y`` fits one model per column.
+
+    Parameters
+    ----------
+    alpha : float, default=0.0
+        Penalty strength.
+    l1_ratio : float in [0, 1], default=0.0
+        Share of the L1 term.  Needs ``solver="lbfgs"`` (or "auto") when positive.
+    fit_intercept : bool, default=True
+    {common}
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
+    intercept_ : float or ndarray of shape (n_targets,)
+    {fitted}
+    Examples
+    --------
+    >>> from sklearn.datasets import load_diabetes
+    >>> from dask_estimators import LinearRegression
+    >>> X, y = load_diabetes(return_X_y=True)
+    >>> LinearRegression().fit(X, y).score(X, y) > 0.5  # doctest: +SKIP
+    True
+    """
+
+    _multi_output = True
+    _loss = "squared"
+    _parameter_constraints = {
+        **DistributedLinearModel._parameter_constraints,
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "l1_ratio": [Interval(Real, 0, 1, closed="both")],
+    }
+
+    def __init__(
+        self,
+        alpha=0.0,
+        *,
+        l1_ratio=0.0,
+        fit_intercept=True,
+        solver="auto",
+        tol=1e-6,
+        max_iter=1000,
+        warm_start=False,
+        client=None,
+        reduction="tree",
+        device="auto",
+    ):
+        self.alpha = alpha
+        self.l1_ratio = l1_ratio
+        self.fit_intercept = fit_intercept
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.warm_start = warm_start
+        self.client = client
+        self.reduction = reduction
+        self.device = device
+
+    def _n_outputs(self, n_classes, y_shape):
+        return 1 if len(y_shape) == 1 else int(y_shape[1])
+
+    def _penalties(self, sw_sum):
+        return self.alpha * (1.0 - self.l1_ratio), self.alpha * self.l1_ratio
+
+    def _set_params_from(self, w, spec, y_shape):
+        super()._set_params_from(w, spec, y_shape)
+        if len(y_shape) == 1:
+            self.coef_ = self.coef_[0]
+            self.intercept_ = float(self.intercept_[0])
+
+    def predict(self, X):
+        """Predicted targets (lazy dask array for dask input).
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples,) or (n_samples, n_targets)
+        """
+        if np.ndim(self.coef_) == 1:
+            return self._map_rows(X, lambda A: self._decision(A)[:, 0], None)
+        return self._map_rows(X, self._decision, self.coef_.shape[0])
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
+
+class LinearSVR(RegressorMixin, DistributedLinearModel):
+    """Linear support vector regression (squared epsilon-insensitive loss) fitted on a Dask cluster.
+
+    Minimises scikit-learn's ``LinearSVR(loss="squared_epsilon_insensitive")`` objective::
+
+        1/2 * ||w||_2^2 + C * sum_i s_i * max(0, |y_i - x_i . w - b| - epsilon)^2
+
+    The intercept is not penalised (LIBLINEAR penalises it through
+    ``intercept_scaling``; with ``fit_intercept=False`` the two agree).
+
+    Parameters
+    ----------
+    epsilon : float, default=0.0
+        Half-width of the insensitive tube.
+    C : float, default=1.0
+        Weight of the data term.
+    fit_intercept : bool, default=True
+    {common}
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,)
+    intercept_ : ndarray of shape (1,)
+    {fitted}
+    Examples
+    --------
+    >>> from sklearn.datasets import load_diabetes
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from dask_estimators import LinearSVR
+    >>> X, y = load_diabetes(return_X_y=True)
+    >>> LinearSVR(C=10.0).fit(StandardScaler().fit_transform(X), y)  # doctest: +SKIP
+    LinearSVR(C=10.0)
+    """
+
+    _loss = "squared_epsilon_insensitive"
+    _parameter_constraints = {
+        **DistributedLinearModel._parameter_constraints,
+        "epsilon": [Interval(Real, 0, None, closed="left")],
+        "C": [Interval(Real, 0, None, closed="neither")],
+    }
+
+    def __init__(
+        self,
+        epsilon=0.0,
+        *,
+        C=1.0,
+        fit_intercept=True,
+        solver="lbfgs",
+        tol=1e-4,
+        max_iter=1000,
+        warm_start=False,
+        client=None,
+        reduction="tree",
+        device="auto",
+    ):
+        self.epsilon = epsilon
+        self.C = C
+        self.fit_intercept = fit_intercept
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.warm_start = warm_start
+        self.client = client
+        self.reduction = reduction
+        self.device = device
+
+    def _penalties(self, sw_sum):
+        return 1.0 / (self.C * sw_sum), 0.0
+
+    def _set_params_from(self, w, spec, y_shape):
+        super()._set_params_from(w, spec, y_shape)
+        self.coef_ = self.coef_[0]
+
+    def predict(self, X):
+        """Predicted targets (lazy dask array for dask input).
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples,)
+        """
+        return self._map_rows(X, lambda A: self._decision(A)[:, 0], None)
+
+
+def _fill_docs():
+    for cls, default, tol, max_iter, n_iter in [
+        (LogisticRegression, "lbfgs", "1e-4", 100, "ndarray of shape (1,)"),
+        (LinearSVC, "lbfgs", "1e-4", 1000, "int"),
+        (LinearRegression, "auto", "1e-6", 1000, "int"),
+        (LinearSVR, "lbfgs", "1e-4", 1000, "int"),
+    ]:
+        auto = default == "auto"
+        common = _COMMON_DOC.format(
+            auto=', "auto"' if auto else "",
+            default=default,
+            auto_doc=(
+                '  ``"auto"``: "newton-cholesky" without L1 and with at most\n'
+                '        5000 parameters, else "lbfgs".'
+            )
+            if auto
+            else "",
+            tol=tol,
+            max_iter=max_iter,
+        ).strip("\n")
+        cls.__doc__ = cls.__doc__.format(common="    " + common.lstrip(), fitted=_FITTED_DOC.format(n_iter=n_iter).strip("\n").lstrip() + "\n")
+
+
+_fill_docs()

@@ -1,0 +1,192 @@
+"""Linear models: per-shard kernels (raw sums) and the client-side objective.
+
+Parameters are one flat float64 vector ``w = [W.ravel(), b]`` with ``W`` of
+shape (K, d) (row-major) and ``b`` of shape (K,) (absent without intercept).
+The raw prediction is ``z = X @ W.T + b``.
+
+The objective minimised, with sample weights ``s`` and ``S = sum(s)``::
+
+    F(w) = (1/S) * sum_i s_i * loss(y_i, z_i)
+           + l2 / 2 * ||W||_2^2 + l1 * ||W||_1
+
+The intercept is never penalised.  Kernels (``value_grad``, ``hessp``,
+``hess``, ``weight_sum``) run on a worker's shard and return raw sums; the
+division by ``S`` and the penalties are applied once, on the client, by
+:class:`LinearObjective`.  The L1 term is not part of ``fun_and_grad``: the
+driver handles it (see :mod:`dask_estimators.optim.scipy_driver`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ._pointwise import get_loss
+
+__all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum"]
+
+
+@dataclass(frozen=True)
+class LinearSpec:
+    """What a kernel needs to know about the model: loss, shapes, intercept."""
+
+    loss: str
+    n_features: int
+    n_outputs: int = 1
+    fit_intercept: bool = True
+    epsilon: float = 0.0
+
+    @property
+    def n_params(self) -> int:
+        return self.n_outputs * (self.n_features + int(self.fit_intercept))
+
+    def unpack(self, w):
+        K, d = self.n_outputs, self.n_features
+        W = w[: K * d].reshape(K, d)
+        b = w[K * d :] if self.fit_intercept else None
+        return W, b
+
+    def pack(self, gW, gb):
+        flat = gW.reshape(-1)
+        return torch.cat([flat, gb]) if self.fit_intercept else flat
+
+    def get_loss(self):
+        return get_loss(self.loss, epsilon=self.epsilon)
+
+
+def _z(X, W, b):
+    z = X @ W.T
+    return z + b if b is not None else z
+
+
+def _weights(shard):
+    """Sample weights as (n, 1), or per sample and output (n, K), or None."""
+    s = shard.get("sample_weight")
+    return s[:, None] if s is not None and s.ndim == 1 else s
+
+
+def value_grad(shard, w, spec: LinearSpec):
+    """Kernel: ``(sum_i s_i loss_i, d/dw of that sum)``; keeps the curvature on the worker for ``hessp``/``hess``."""
+    X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
+    W, b = spec.unpack(w)
+    loss, g, curv = spec.get_loss().value_grad(_z(X, W, b), y)
+    if s is not None:
+        loss = loss * s
+        g = g * s
+    shard.cache["linear_curv"] = curv
+    return loss.sum(), spec.pack(g.T @ X, g.sum(0))
+
+
+def hessp(shard, p, spec: LinearSpec):
+    """Kernel: Hessian of the raw loss sum times ``p``, at the point of the last ``value_grad``."""
+    X, s = shard.get("X"), _weights(shard)
+    curv = shard.cache["linear_curv"]
+    P, pb = spec.unpack(p)
+    q = spec.get_loss().hvp(curv, _z(X, P, pb))
+    if s is not None:
+        q = q * s
+    return spec.pack(q.T @ X, q.sum(0))
+
+
+def _param_index(spec: LinearSpec, k: int) -> np.ndarray:
+    """Positions in ``w`` of output k's coefficients followed by its intercept."""
+    d, K = spec.n_features, spec.n_outputs
+    idx = list(range(k * d, (k + 1) * d))
+    if spec.fit_intercept:
+        idx.append(K * d + k)
+    return np.asarray(idx)
+
+
+def hess(shard, spec: LinearSpec):
+    """Kernel: the dense Hessian of the raw loss sum, at the point of the last ``value_grad``."""
+    X, s = shard.get("X"), _weights(shard)
+    curv = shard.cache["linear_curv"]
+    if spec.fit_intercept:
+        X = torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype, device=X.device)], dim=1)
+    K = spec.n_outputs
+    H = torch.zeros(spec.n_params, spec.n_params, dtype=X.dtype, device=X.device)
+    idx = [torch.as_tensor(_param_index(spec, k), device=X.device) for k in range(K)]
+    coupled = spec.get_loss().coupled
+    for k in range(K):
+        for m in range(k, K) if coupled else (k,):
+            if coupled:
+                D = curv[:, k] * ((1.0 if k == m else 0.0) - curv[:, m])
+            else:
+                D = curv[:, k]
+            if s is not None:
+                D = D * s[:, k if s.shape[1] > 1 else 0]
+            block = X.T @ (X * D[:, None])
+            H[idx[k][:, None], idx[m][None, :]] = block
+            if m != k:
+                H[idx[m][:, None], idx[k][None, :]] = block.T
+    return H
+
+
+def weight_sum(shard):
+    """Kernel: ``(S, number of rows)``; S sums the sample weights (averaged over outputs when per output)."""
+    s = _weights(shard)
+    n = float(shard.n_rows)
+    return (float(s.sum()) / s.shape[1] if s is not None else n), n
+
+
+class LinearObjective:
+    """The penalised, normalised objective of a linear model, evaluated through ``evaluate``.
+
+    Parameters
+    ----------
+    evaluate : callable
+        ``evaluate(kernel, *args)`` runs ``kernel(shard, *args)`` on every
+        shard and returns the sum (a :class:`~dask_estimators.engine.DistributedEvaluator`
+        or :class:`~dask_estimators.engine.LocalEvaluator`).
+    spec : LinearSpec
+    l2, l1 : float
+        Penalty strengths in the normalised objective (see module docstring).
+
+    Examples
+    --------
+    >>> obj = LinearObjective(evaluator, LinearSpec("binomial", 3), l2=0.1)  # doctest: +SKIP
+    >>> f, g = obj.fun_and_grad(np.zeros(obj.n_params))  # doctest: +SKIP
+    """
+
+    def __init__(self, evaluate, spec: LinearSpec, *, l2: float = 0.0, l1: float = 0.0):
+        self.evaluate = evaluate
+        self.spec = spec
+        self.l2 = float(l2)
+        self.l1 = float(l1)
+        self.sw_sum, self.n_samples = evaluate(weight_sum)
+        if not self.sw_sum > 0:
+            raise ValueError("The sum of sample weights must be positive.")
+        self.n_params = spec.n_params
+        self.penalized = np.zeros(self.n_params, dtype=bool)
+        self.penalized[: spec.n_outputs * spec.n_features] = True
+        self._state_at = None
+
+    def fun_and_grad(self, w):
+        """Smooth part of ``F`` (loss and L2) and its gradient at ``w``."""
+        w = np.asarray(w, dtype=np.float64)
+        loss, grad = self.evaluate(value_grad, w, self.spec)
+        self._state_at = w.copy()
+        wp = w * self.penalized
+        f = loss / self.sw_sum + 0.5 * self.l2 * float(wp @ wp)
+        g = grad / self.sw_sum + self.l2 * wp
+        return f, g
+
+    def _ensure_state(self, w):
+        w = np.asarray(w, dtype=np.float64)
+        if self._state_at is None or not np.array_equal(self._state_at, w):
+            self.fun_and_grad(w)
+
+    def hessp(self, w, p):
+        """Hessian of the smooth part at ``w`` times ``p``; only ``p`` travels when ``w`` was the last point."""
+        self._ensure_state(w)
+        p = np.asarray(p, dtype=np.float64)
+        return self.evaluate(hessp, p, self.spec) / self.sw_sum + self.l2 * (p * self.penalized)
+
+    def hess(self, w):
+        """Dense Hessian of the smooth part at ``w`` (tree-summed over the shards)."""
+        self._ensure_state(w)
+        H = self.evaluate(hess, self.spec) / self.sw_sum
+        H[np.diag_indices_from(H)] += self.l2 * self.penalized
+        return H

@@ -1,0 +1,81 @@
+"""Per-shard target preparation: label discovery, encoding, class weights.
+
+These run on the workers through ``Placement.map`` and work on a shard in
+place, so labels never travel back to the client; only the small results
+(unique labels, class counts) do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["unique_labels", "encode_labels", "class_counts", "prepare_targets"]
+
+
+def _host(a):
+    return a.cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+
+
+def unique_labels(shard):
+    """The distinct labels of the shard's ``y`` (their own dtype, strings included)."""
+    y = _host(shard.get("y"))
+    return np.unique(y)
+
+
+def encode_labels(shard, classes):
+    """Replace ``y`` by its integer codes in ``classes`` (sorted)."""
+    y = _host(shard.get("y"))
+    codes = np.searchsorted(classes, y)
+    codes = np.clip(codes, 0, len(classes) - 1)
+    if not np.all(classes[codes] == y):
+        raise ValueError("y contains labels that are not in classes_.")
+    shard.put("y", codes.astype(np.int64))
+
+
+def class_counts(shard, n_classes: int):
+    """Weighted count of each class code in the shard (weights: sample_weight, else 1)."""
+    y = shard.get("y")
+    s = shard.get("sample_weight")
+    w = s if s is not None else torch.ones(y.shape[0], dtype=torch.float64, device=y.device)
+    return torch.bincount(y, weights=w.to(torch.float64), minlength=n_classes).cpu().numpy()
+
+
+def prepare_targets(shard, loss: str, n_outputs: int, class_weight=None):
+    """Turn class codes (or regression targets) into the loss's encoding; apply class weights.
+
+    ``binomial``: y in {0, 1}, shape (n, 1).  ``multinomial``: codes (n,).
+    ``squared_hinge``: y in {-1, 1}, (n, 1) for two classes, one-vs-rest (n, K)
+    otherwise; there a sample's weight for output k is multiplied by
+    ``class_weight[k]`` when it belongs to class k and left as is otherwise
+    (LIBLINEAR's one-vs-rest weighting).  Regression losses: float (n, K).
+    """
+    y = shard.get("y")
+    s = shard.get("sample_weight")
+    dev, f64 = y.device, torch.float64
+    if loss in ("squared", "squared_epsilon_insensitive"):
+        y = y.to(f64)
+        shard.put("y", y.reshape(y.shape[0], -1))
+        return
+    codes = y
+    if loss == "binomial":
+        shard.put("y", (codes == 1).to(f64).reshape(-1, 1))
+    elif loss == "multinomial":
+        shard.put("y", codes)
+    elif loss == "squared_hinge":
+        if n_outputs == 1:
+            shard.put("y", torch.where(codes == 1, 1.0, -1.0).to(f64).reshape(-1, 1))
+        else:
+            onehot = torch.nn.functional.one_hot(codes, n_outputs).to(torch.bool)
+            shard.put("y", torch.where(onehot, 1.0, -1.0).to(f64))
+            if class_weight is not None:
+                cw = torch.as_tensor(np.asarray(class_weight, dtype=np.float64), device=dev)
+                per_output = torch.where(onehot, cw[None, :], torch.ones((), dtype=f64, device=dev))
+                base = s.reshape(-1, 1) if s is not None else 1.0
+                shard.put("sample_weight", per_output * base)
+            return
+    else:
+        raise ValueError(f"Unknown loss {loss!r}.")
+    if class_weight is not None:
+        cw = torch.as_tensor(np.asarray(class_weight, dtype=np.float64), device=dev)[codes]
+        shard.put("sample_weight", cw * s if s is not None else cw)
