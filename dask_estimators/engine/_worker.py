@@ -107,11 +107,11 @@ class Shard:
             t = a.to(self.device)
         else:
             a = np.asarray(a)
-            if a.dtype.kind not in "biuf":
+            if a.dtype.kind not in "iuf":  # labels such as strings or booleans stay NumPy
                 self.data[name] = a
                 self._set_rows(name, a)
                 return
-            if a.dtype.kind in "biu":
+            if a.dtype.kind in "iu":
                 a = a.astype(np.int64, copy=False)
             host = a if is_aligned(a) and a.flags.writeable else aligned_copy(a)
             t = torch.from_numpy(host)
@@ -197,7 +197,18 @@ def add(*parts):
     return total
 
 
+def _host_exact(out):
+    """Torch tensors to NumPy with their own dtype; everything else unchanged."""
+    if hasattr(out, "detach") and hasattr(out, "cpu"):
+        return out.detach().cpu().numpy()
+    if isinstance(out, (tuple, list)):
+        return type(out)(_host_exact(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _host_exact(v) for k, v in out.items()}
+    return out
+
+
 def apply(fn, shard: Shard, *args):
-    """Task body of a per-shard map: ``fn(shard, *args)`` with results on the host."""
+    """Task body of a per-shard map: ``fn(shard, *args)``, results kept in their own dtype (labels)."""
     setup_threads()
-    return to_host(fn(shard, *args))
+    return _host_exact(fn(shard, *args))

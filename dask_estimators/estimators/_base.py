@@ -96,12 +96,17 @@ class DistributedLinearModel(BaseEstimator):
         """(l2, l1) strengths of the normalised objective."""
         raise NotImplementedError
 
+    #: What solver="auto" picks without L1: a dense-Hessian Newton where it is affordable.
+    _auto_solver = "newton-cholesky"
+
     def _resolved_solver(self, n_params: int, l1: float) -> str:
         if self.solver != "auto":
             return self.solver
-        if l1 == 0 and n_params <= SOLVERS["newton-cholesky"].max_params:
-            return "newton-cholesky"
-        return "lbfgs"
+        if l1 > 0:
+            return "lbfgs"
+        if self._auto_solver == "newton-cholesky" and n_params > SOLVERS["newton-cholesky"].max_params:
+            return "newton-cg"
+        return self._auto_solver
 
     # --------------------------------------------------------------- fitting
     def _validate_input(self, X, y, sample_weight):

@@ -8,6 +8,7 @@ import numpy as np
 from scipy.special import expit, log_softmax, softmax
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
 
 from ._base import DistributedLinearModel
 
@@ -18,7 +19,7 @@ _COMMON_DOC = """
         ``"lbfgs"``: L-BFGS-B, one distributed round per evaluation (L1 and
         elastic-net through the split-variable form ``w = u - v``).
         ``"newton-cg"``: trust-region Newton-CG, distributed Hessian-vector
-        products.  ``"newton-cholesky"``: trust-region Newton on the dense
+        products.  ``"newton-cholesky"``: Newton with line search on the dense
         Hessian, tree-summed on the workers (up to 5000 parameters).{auto_doc}
     tol : float, default={tol}
         Stop when the largest entry of the (projected) gradient of the
@@ -66,6 +67,7 @@ class _LinearClassifierMixin(ClassifierMixin):
         -------
         ndarray or dask array
         """
+        check_is_fitted(self)
         if len(self.classes_) == 2:
             return self._map_rows(X, lambda A: self._decision(A)[:, 0], None)
         return self._map_rows(X, self._decision, len(self.classes_))
@@ -81,6 +83,7 @@ class _LinearClassifierMixin(ClassifierMixin):
         -------
         ndarray or dask array of shape (n_samples,)
         """
+        check_is_fitted(self)
         classes = self.classes_
 
         def labels(A):
@@ -197,6 +200,7 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
         -------
         ndarray or dask array
         """
+        check_is_fitted(self)
 
         def proba(A):
             z = self._decision(A)
@@ -218,6 +222,7 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
         -------
         ndarray or dask array
         """
+        check_is_fitted(self)
 
         def log_proba(A):
             z = self._decision(A)
@@ -270,6 +275,7 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
     """
 
     _loss = "squared_hinge"
+    _auto_solver = "newton-cg"  # trust-region Newton-CG: LIBLINEAR's TRON for this loss
     _parameter_constraints = {
         **DistributedLinearModel._parameter_constraints,
         "penalty": [StrOptions({"l1", "l2"})],
@@ -284,7 +290,7 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         C=1.0,
         fit_intercept=True,
         class_weight=None,
-        solver="lbfgs",
+        solver="auto",
         tol=1e-4,
         max_iter=1000,
         warm_start=False,
@@ -403,6 +409,7 @@ class LinearRegression(RegressorMixin, DistributedLinearModel):
         -------
         ndarray or dask array of shape (n_samples,) or (n_samples, n_targets)
         """
+        check_is_fitted(self)
         if np.ndim(self.coef_) == 1:
             return self._map_rows(X, lambda A: self._decision(A)[:, 0], None)
         return self._map_rows(X, self._decision, self.coef_.shape[0])
@@ -499,27 +506,35 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
         return self._map_rows(X, lambda A: self._decision(A)[:, 0], None)
 
 
+_AUTO_DOC = {
+    "LinearRegression": (
+        '\n        ``"auto"``: "newton-cholesky" without L1 and with at most 5000\n'
+        '        parameters, "newton-cg" above that, "lbfgs" with L1.'
+    ),
+    "LinearSVC": (
+        '\n        ``"auto"``: "newton-cg" (LIBLINEAR\'s TRON method for this loss)\n'
+        '        with ``penalty="l2"``, "lbfgs" with ``penalty="l1"``.'
+    ),
+}
+
+
 def _fill_docs():
     for cls, default, tol, max_iter, n_iter in [
         (LogisticRegression, "lbfgs", "1e-4", 100, "ndarray of shape (1,)"),
-        (LinearSVC, "lbfgs", "1e-4", 1000, "int"),
+        (LinearSVC, "auto", "1e-4", 1000, "int"),
         (LinearRegression, "auto", "1e-6", 1000, "int"),
         (LinearSVR, "lbfgs", "1e-4", 1000, "int"),
     ]:
-        auto = default == "auto"
+        auto = default.startswith("auto")
+        default = "auto" if auto else default
         common = _COMMON_DOC.format(
             auto=', "auto"' if auto else "",
             default=default,
-            auto_doc=(
-                '  ``"auto"``: "newton-cholesky" without L1 and with at most\n'
-                '        5000 parameters, else "lbfgs".'
-            )
-            if auto
-            else "",
+            auto_doc=_AUTO_DOC[cls.__name__] if auto else "",
             tol=tol,
             max_iter=max_iter,
         ).strip("\n")
-        cls.__doc__ = cls.__doc__.format(common="    " + common.lstrip(), fitted=_FITTED_DOC.format(n_iter=n_iter).strip("\n").lstrip() + "\n")
+        cls.__doc__ = cls.__doc__.format(common=common.lstrip() + "\n", fitted=_FITTED_DOC.format(n_iter=n_iter).strip("\n").lstrip() + "\n")
 
 
 _fill_docs()

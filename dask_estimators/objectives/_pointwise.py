@@ -4,7 +4,7 @@ Every loss sees raw predictions ``z`` of shape (n, K) and targets ``y`` in the
 loss's own encoding, and returns the losses per sample and output (n, K), or
 (n, 1) for ``multinomial``, their derivative with respect to ``z`` (n, K), and
 the curvature state a Hessian-vector product needs.
-The formulas are numerically stable: ``softplus``/``logsumexp`` never form
+The formulas are numerically stable: ``log1p(exp(-|z|))``/``logsumexp`` never form
 ``exp`` of a large number, so a margin of -800 gives a loss of 800, not inf.
 
 ========================== ===================================== ===================
@@ -27,7 +27,6 @@ piecewise-linear gradient).  For ``multinomial`` ``curv`` is the softmax
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 
 class Loss:
@@ -60,7 +59,8 @@ class Binomial(Loss):
 
     def value_grad(self, z, y):
         p = torch.sigmoid(z)
-        loss = F.softplus(z) - y * z
+        # log(1 + exp(z)) - y z, written so neither tail cancels or overflows
+        loss = torch.clamp_min(z, 0.0) - y * z + torch.log1p(torch.exp(-z.abs()))
         return loss, p - y, p * (1.0 - p)
 
 
@@ -70,7 +70,7 @@ class Multinomial(Loss):
 
     def value_grad(self, z, y):
         lse = torch.logsumexp(z, dim=1, keepdim=True)
-        p = torch.exp(z - lse)
+        p = torch.softmax(z, dim=1)
         loss = lse - z.gather(1, y.view(-1, 1))
         g = p.clone()
         g[torch.arange(z.shape[0], device=z.device), y] -= 1.0

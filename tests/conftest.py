@@ -1,0 +1,51 @@
+"""Shared fixtures: one real process-based LocalCluster for the whole session.
+
+The cluster's client is the default client, so estimators that are given no
+``client=`` use it, as they would a user's active client.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session", autouse=True)
+def client(cluster):
+    from distributed import Client
+
+    with Client(cluster, set_as_default=True) as client:
+        client.wait_for_workers(2, timeout=60)
+        yield client
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,304 @@
+"""LinearObjective: value against the documented formula, derivatives by finite differences, shard sums.
+
+F(w) = (1/S) sum_i s_i loss(y_i, z_i) + l2/2 ||W||^2   (intercept not penalised, l1 not in fun_and_grad)
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from dask_estimators.engine import DistributedEvaluator, LocalEvaluator, place
+from dask_estimators.engine._worker import Shard
+from dask_estimators.objectives import LinearObjective, LinearSpec
+from dask_estimators.objectives.targets import prepare_targets
+
+N, D = 30, 4
+L2 = 0.3
+H = 1e-6
+KINK_GAP = 1e-3
+
+
+@dataclass(frozen=True)
+class Config:
+    id: str
+    loss: str
+    n_outputs: int
+    n_classes: int | None = None  # None: regression
+    class_weight: tuple | None = None
+    epsilon: float = 0.0
+
+
+CONFIGS = [
+    Config("squared", "squared", 1),
+    Config("squared-2out", "squared", 2),
+    Config("eps-insensitive", "squared_epsilon_insensitive", 1, epsilon=0.2),
+    Config("binomial", "binomial", 1, n_classes=2),
+    Config("binomial-cw", "binomial", 1, n_classes=2, class_weight=(0.7, 1.6)),
+    Config("multinomial", "multinomial", 3, n_classes=3),
+    Config("multinomial-cw", "multinomial", 3, n_classes=3, class_weight=(1.0, 2.0, 0.5)),
+    Config("hinge-binary-cw", "squared_hinge", 1, n_classes=2, class_weight=(1.5, 0.5)),
+    Config("hinge-ovr", "squared_hinge", 3, n_classes=3),
+    Config("hinge-ovr-cw", "squared_hinge", 3, n_classes=3, class_weight=(1.0, 2.5, 0.4)),
+]
+CONFIG_IDS = [c.id for c in CONFIGS]
+
+
+# ------------------------------------------------------------------ helpers
+def make_data(cfg, rng, weighted=True, n=N):
+    X = rng.normal(size=(n, D))
+    if cfg.n_classes is None:
+        beta = rng.normal(size=(D, cfg.n_outputs))
+        y = X @ beta + 0.5 * rng.normal(size=(n, cfg.n_outputs))
+        y = y[:, 0] if cfg.n_outputs == 1 else y
+    else:
+        y = np.arange(n) % cfg.n_classes  # every class present
+        rng.shuffle(y)
+    s = rng.uniform(0.2, 2.0, size=n) if weighted else None
+    return X, y, s
+
+
+def make_shard(cfg, X, y, s):
+    arrays = {"X": X, "y": y}
+    if s is not None:
+        arrays["sample_weight"] = s
+    shard = Shard(arrays, device="cpu")
+    cw = None if cfg.class_weight is None else np.asarray(cfg.class_weight)
+    prepare_targets(shard, cfg.loss, cfg.n_outputs, cw)
+    return shard
+
+
+def make_spec(cfg, fit_intercept):
+    return LinearSpec(cfg.loss, D, cfg.n_outputs, fit_intercept, cfg.epsilon)
+
+
+def unpack(cfg, w, fit_intercept):
+    K = cfg.n_outputs
+    W = w[: K * D].reshape(K, D)
+    b = w[K * D :] if fit_intercept else np.zeros(K)
+    return W, b
+
+
+def reference(cfg, X, y, s, w, fit_intercept, l2):
+    """The documented objective, computed directly in NumPy from the raw targets.
+
+    Returns (F, S) with per-sample(-and-output) weights built independently of prepare_targets.
+    """
+    W, b = unpack(cfg, w, fit_intercept)
+    Z = X @ W.T + b
+    n, K = Z.shape
+    s = np.ones(n) if s is None else s
+    cw = None if cfg.class_weight is None else np.asarray(cfg.class_weight)
+    if cfg.loss == "squared":
+        L = 0.5 * (Z - y.reshape(n, K)) ** 2
+    elif cfg.loss == "squared_epsilon_insensitive":
+        L = np.maximum(0.0, np.abs(Z - y.reshape(n, 1)) - cfg.epsilon) ** 2
+    elif cfg.loss == "binomial":
+        t = (y == 1).astype(float)[:, None]
+        L = np.logaddexp(0.0, Z) - t * Z
+    elif cfg.loss == "multinomial":
+        m = Z.max(1, keepdims=True)
+        L = (m[:, 0] + np.log(np.exp(Z - m).sum(1)) - Z[np.arange(n), y])[:, None]
+    elif cfg.loss == "squared_hinge":
+        T = np.where(y == 1, 1.0, -1.0)[:, None] if K == 1 else np.where(np.eye(K)[y] == 1, 1.0, -1.0)
+        L = np.maximum(0.0, 1.0 - T * Z) ** 2
+    else:  # pragma: no cover
+        raise AssertionError(cfg.loss)
+
+    if cw is None:
+        sw = s[:, None]
+    elif cfg.loss == "squared_hinge" and K > 1:  # one-vs-rest: class k's weight on output k for class-k rows
+        sw = s[:, None] * np.where(np.eye(K)[y] == 1, cw[None, :], 1.0)
+    else:
+        sw = (s * cw[y])[:, None]
+    S = sw.sum() / sw.shape[1]  # per-output weights: averaged over the outputs
+    F = float((sw * L).sum() / S + 0.5 * l2 * np.sum(W * W))
+    return F, S
+
+
+def margins_ok(cfg, X, y, w, fit_intercept):
+    """True when no sample sits within KINK_GAP of a kink (so FD sees the generalized Hessian)."""
+    W, b = unpack(cfg, w, fit_intercept)
+    Z = X @ W.T + b
+    K = Z.shape[1]
+    if cfg.loss == "squared_hinge":
+        T = np.where(y == 1, 1.0, -1.0)[:, None] if K == 1 else np.where(np.eye(K)[y] == 1, 1.0, -1.0)
+        return bool(np.all(np.abs(1.0 - T * Z) > KINK_GAP))
+    if cfg.loss == "squared_epsilon_insensitive":
+        return bool(np.all(np.abs(np.abs(Z - y[:, None]) - cfg.epsilon) > KINK_GAP))
+    return True
+
+
+def draw_point(cfg, X, y, n_params, fit_intercept, rng):
+    for _ in range(200):
+        w = 0.5 * rng.normal(size=n_params)
+        if margins_ok(cfg, X, y, w, fit_intercept):
+            return w
+    raise AssertionError("no point away from the kinks")  # pragma: no cover
+
+
+def fd_grad(f, w):
+    g = np.empty_like(w)
+    for j in range(w.size):
+        e = np.zeros_like(w)
+        e[j] = H
+        g[j] = (f(w + e) - f(w - e)) / (2 * H)
+    return g
+
+
+def setup(cfg, rng, fit_intercept=True, weighted=True, l2=L2):
+    X, y, s = make_data(cfg, rng, weighted)
+    obj = LinearObjective(LocalEvaluator([make_shard(cfg, X, y, s)]), make_spec(cfg, fit_intercept), l2=l2)
+    w = draw_point(cfg, X, y, obj.n_params, fit_intercept, rng)
+    return obj, w, (X, y, s)
+
+
+both = pytest.mark.parametrize("fit_intercept", [True, False], ids=["intercept", "no-intercept"])
+weighted = pytest.mark.parametrize("weighted", [True, False], ids=["sw", "no-sw"])
+configs = pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
+
+
+# ------------------------------------------------------------------ value
+@configs
+@both
+@weighted
+def test_value_matches_documented_objective(cfg, fit_intercept, weighted, rng):
+    obj, w, (X, y, s) = setup(cfg, rng, fit_intercept, weighted)
+    F, S = reference(cfg, X, y, s, w, fit_intercept, L2)
+    assert obj.n_params == cfg.n_outputs * (D + int(fit_intercept))
+    assert obj.n_samples == N
+    np.testing.assert_allclose(obj.sw_sum, S, rtol=1e-13)
+    f, g = obj.fun_and_grad(w)
+    assert isinstance(f, float)
+    assert g.dtype == np.float64 and g.shape == (obj.n_params,)
+    np.testing.assert_allclose(f, F, rtol=1e-12)
+
+
+@configs
+def test_intercept_not_penalised_and_l1_not_in_smooth_part(cfg, rng):
+    X, y, s = make_data(cfg, rng)
+    spec = make_spec(cfg, True)
+    objs = [
+        LinearObjective(LocalEvaluator([make_shard(cfg, X, y, s)]), spec, l2=l2, l1=l1)
+        for l2, l1 in [(0.0, 0.0), (L2, 0.0), (L2, 0.7)]
+    ]
+    w = draw_point(cfg, X, y, spec.n_params, True, rng)
+    (f0, g0), (f1, g1), (f2, g2) = (o.fun_and_grad(w) for o in objs)
+    K = cfg.n_outputs
+    np.testing.assert_allclose(f1 - f0, 0.5 * L2 * np.sum(w[: K * D] ** 2), rtol=1e-10)
+    np.testing.assert_allclose(g1[: K * D] - g0[: K * D], L2 * w[: K * D], rtol=1e-10, atol=1e-14)
+    np.testing.assert_array_equal(g1[K * D :], g0[K * D :])  # intercept: no penalty
+    assert (f2, list(g2)) == (f1, list(g1))  # l1 is left to the driver
+    p = rng.normal(size=spec.n_params)
+    np.testing.assert_allclose(objs[1].hessp(w, p) - objs[0].hessp(w, p), L2 * p * objs[0].penalized, atol=1e-14)
+
+
+def test_zero_weight_sum_rejected():
+    cfg = CONFIGS[0]
+    X = np.ones((3, D))
+    shard = make_shard(cfg, X, np.ones(3), np.zeros(3))
+    with pytest.raises(ValueError, match="positive"):
+        LinearObjective(LocalEvaluator([shard]), make_spec(cfg, True))
+
+
+# ------------------------------------------------------------------ derivatives
+@configs
+@both
+@weighted
+def test_gradient_finite_differences(cfg, fit_intercept, weighted, rng):
+    obj, w, _ = setup(cfg, rng, fit_intercept, weighted)
+    _, g = obj.fun_and_grad(w)
+    fd = fd_grad(lambda v: obj.fun_and_grad(v)[0], w)
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+
+
+@configs
+@both
+@weighted
+def test_hessp_and_hess_finite_differences(cfg, fit_intercept, weighted, rng):
+    obj, w, _ = setup(cfg, rng, fit_intercept, weighted)
+    P = obj.n_params
+    H_ = obj.hess(w)
+    assert H_.shape == (P, P) and H_.dtype == np.float64
+    np.testing.assert_allclose(H_, H_.T, rtol=1e-13, atol=1e-15)
+    assert np.linalg.eigvalsh(H_).min() >= -1e-10  # convex
+
+    # Hessian columns by central differences of the gradient
+    H_fd = np.empty((P, P))
+    for j in range(P):
+        e = np.zeros(P)
+        e[j] = H
+        H_fd[:, j] = (obj.fun_and_grad(w + e)[1] - obj.fun_and_grad(w - e)[1]) / (2 * H)
+    np.testing.assert_allclose(H_, H_fd, rtol=1e-6, atol=1e-7)
+
+    for _ in range(2):
+        p = rng.normal(size=P)
+        obj.fun_and_grad(w)
+        hp = obj.hessp(w, p)
+        np.testing.assert_allclose(hp, H_ @ p, rtol=1e-12, atol=1e-13)
+        fd = (obj.fun_and_grad(w + H * p)[1] - obj.fun_and_grad(w - H * p)[1]) / (2 * H)
+        # the objective was last evaluated elsewhere: hessp must refresh its curvature state at w
+        np.testing.assert_allclose(obj.hessp(w, p), hp, rtol=1e-14, atol=1e-15)
+        np.testing.assert_allclose(hp, fd, rtol=1e-6, atol=1e-7)
+
+
+@configs
+def test_hessp_follows_the_last_point(cfg, rng):
+    """hessp/hess at w after the state was left at another point equal those of a fresh objective at w."""
+    obj, w, (X, y, s) = setup(cfg, rng)
+    fresh = LinearObjective(LocalEvaluator([make_shard(cfg, X, y, s)]), make_spec(cfg, True), l2=L2)
+    w2 = draw_point(cfg, X, y, obj.n_params, True, rng)
+    p = rng.normal(size=obj.n_params)
+    obj.fun_and_grad(w2)
+    w_copy = w.copy()
+    np.testing.assert_array_equal(obj.hessp(w, p), fresh.hessp(w, p))
+    obj.fun_and_grad(w2)
+    np.testing.assert_array_equal(obj.hess(w), fresh.hess(w))
+    np.testing.assert_array_equal(w, w_copy)
+
+
+# ------------------------------------------------------------------ shards
+def _split_shards(cfg, X, y, s, bounds):
+    return [
+        make_shard(cfg, X[a:b], y[a:b], None if s is None else s[a:b]) for a, b in zip(bounds[:-1], bounds[1:])
+    ]
+
+
+def _results(obj, w, p):
+    f, g = obj.fun_and_grad(w)
+    return {"sw_sum": obj.sw_sum, "n": obj.n_samples, "f": f, "g": g, "hessp": obj.hessp(w, p), "hess": obj.hess(w)}
+
+
+def _assert_same(got, want):
+    for k, v in want.items():
+        scale = np.max(np.abs(v)) if np.ndim(v) else abs(v)
+        np.testing.assert_allclose(got[k], v, rtol=1e-12, atol=1e-12 * scale, err_msg=k)
+
+
+@configs
+def test_sum_over_local_shards_equals_whole(cfg, rng):
+    X, y, s = make_data(cfg, rng)
+    spec = make_spec(cfg, True)
+    whole = LinearObjective(LocalEvaluator([make_shard(cfg, X, y, s)]), spec, l2=L2)
+    split = LinearObjective(LocalEvaluator(_split_shards(cfg, X, y, s, [0, 7, 19, N])), spec, l2=L2)
+    w = draw_point(cfg, X, y, spec.n_params, True, rng)
+    p = rng.normal(size=spec.n_params)
+    _assert_same(_results(split, w, p), _results(whole, w, p))
+
+
+@pytest.mark.parametrize("transport", ["actors", "tasks"])
+@configs
+def test_sum_over_cluster_shards_equals_whole(cfg, transport, client, rng):
+    X, y, s = make_data(cfg, rng, n=41)
+    spec = make_spec(cfg, True)
+    whole = LinearObjective(LocalEvaluator([make_shard(cfg, X, y, s)]), spec, l2=L2)
+    w = draw_point(cfg, X, y, spec.n_params, True, rng)
+    p = rng.normal(size=spec.n_params)
+    want = _results(whole, w, p)
+    cw = None if cfg.class_weight is None else np.asarray(cfg.class_weight)
+    with place(client, {"X": X, "y": y, "sample_weight": s}, transport=transport) as placement:
+        assert len(placement.shards) == 2 and placement.n_samples == 41
+        placement.map(prepare_targets, cfg.loss, cfg.n_outputs, cw)
+        for reduction in ("tree", "gather", "single"):
+            dist = LinearObjective(DistributedEvaluator(placement, reduction=reduction), spec, l2=L2)
+            _assert_same(_results(dist, w, p), want)
