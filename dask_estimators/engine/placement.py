@@ -1,7 +1,9 @@
 """Placement: named row-aligned arrays -> one aligned shard per worker.
 
 * NumPy input (pandas is converted by the estimator's validation) is split by
-  rows on the client and each part is scattered straight to its worker.
+  rows on the client and each part goes straight to its worker: through a
+  file in /dev/shm that the worker maps when it runs on the client's host
+  (one memcpy, no pickling), else by ``scatter``.
 * Dask arrays and dataframes are persisted block by block; ``who_has`` tells
   where each block lives, and one pinned task per worker concatenates the
   blocks it already holds.  The data never passes through the client, and
@@ -21,7 +23,7 @@ from collections import defaultdict
 import numpy as np
 from distributed import wait
 
-from . import _worker
+from . import _shm, _worker
 from ._actor import ShardActor
 
 #: How a round reaches the shards: long-lived actors (direct worker-to-worker
@@ -231,7 +233,8 @@ def place(
     if any(is_dask_collection(a) for a in arrays.values()):
         shards, used = _place_dask(client, arrays, check, device, ws)
     else:
-        shards, used = _place_numpy(client, arrays, device, ws)
+        shm = dask.config.get("dask-estimators.shared-memory", True)
+        shards, used = _place_numpy(client, arrays, device, ws, shared_memory=shm)
     placement = Placement(client, shards, used, transport)
     if placement.n_samples == 0:
         placement.release()
@@ -239,7 +242,7 @@ def place(
     return placement
 
 
-def _place_numpy(client, arrays, device, ws):
+def _place_numpy(client, arrays, device, ws, shared_memory=True):
     n = {k: np.shape(v)[0] for k, v in arrays.items()}
     if len(set(n.values())) != 1:
         raise ValueError(f"Found input variables with inconsistent numbers of samples: {n}")
@@ -248,18 +251,59 @@ def _place_numpy(client, arrays, device, ws):
         raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
     n_parts = min(len(ws), n_rows)
     bounds = np.linspace(0, n_rows, n_parts + 1).astype(int)
-    shards, used = [], []
-    for i in range(n_parts):
-        part = {k: np.asarray(v[bounds[i] : bounds[i + 1]]) for k, v in arrays.items()}
-        w = ws[i]
-        [data] = client.scatter([part], workers=[w], hash=False, direct=True)
-        shards.append(
-            client.submit(_build_shard, device, data, workers=[w], allow_other_workers=False, pure=False)
-        )
-        used.append(w)
-        del data
+    parts = [{k: np.asarray(v[bounds[i] : bounds[i + 1]]) for k, v in arrays.items()} for i in range(n_parts)]
+    used = ws[:n_parts]
+    shards = _place_shared(client, parts, used, device) if shared_memory else [None] * n_parts
+    for i, (part, w) in enumerate(zip(parts, used)):
+        if shards[i] is None:  # not on this host (or no /dev/shm): send the bytes
+            [data] = client.scatter([part], workers=[w], hash=False, direct=True)
+            shards[i] = client.submit(
+                _build_shard, device, data, workers=[w], allow_other_workers=False, pure=False
+            )
+            del data
     wait(shards)
     return shards, used
+
+
+def _place_shared(client, parts, workers, device):
+    """Hand each part to its worker through a file in /dev/shm when the worker can open it.
+
+    A worker on the client's host maps the file (page-aligned, so already
+    aligned for BLAS) and keeps the mapping as its shard: the bytes are copied
+    once, by the client, instead of pickled through a socket.  The files are
+    unlinked as soon as the shards are built; the workers' mappings live on
+    until the shards are released.  Parts whose worker cannot open the file
+    (another host or container) come back as None and are scattered instead.
+    """
+    handles = []
+    try:
+        for part in parts:
+            h = _shm.write_parts(part)
+            if h is None:
+                return [None] * len(parts)
+            handles.append(h)
+        futs = [
+            client.submit(_build_shard_shared, device, h, workers=[w], allow_other_workers=False, pure=False)
+            for h, w in zip(handles, workers)
+        ]
+        wait(futs)
+        out = []
+        for f in futs:
+            if f.status == "error" and isinstance(f.exception(), _shm.NotShared):
+                f.release()
+                out.append(None)
+            else:
+                out.append(f)
+        return out
+    finally:
+        for h in handles:
+            _shm.unlink(h)
+
+
+def _build_shard_shared(device, handles):
+    """Task body: map the client's /dev/shm files and build the shard on them."""
+    _worker.setup_threads()
+    return _worker.Shard(_shm.read_parts(handles), device=device)
 
 
 def _place_dask(client, arrays, check, device, ws):

@@ -291,6 +291,13 @@ class DistributedLinearModel(BaseEstimator):
         tags.input_tags.allow_nan = False
         return tags
 
+    def __getstate__(self):
+        """Pickle without the cluster: a ``client=`` (object or address) is not part of a model."""
+        state = super().__getstate__()
+        if state.get("client") is not None:
+            state = dict(state, client=None)
+        return state
+
 
 def _y_ndim(shard):
     return int(shard.get("y").ndim)

@@ -67,16 +67,50 @@ def _weights(shard):
     return s[:, None] if s is not None and s.ndim == 1 else s
 
 
+#: On the CPU a kernel walks its shard in row blocks of about this many bytes,
+#: so the second pass over a block (``g.T @ X_b`` after ``X_b @ w``) reads it
+#: from the cache instead of from memory: one trip to DRAM per evaluation
+#: instead of two (benchmarks/bench_kernels.py measures it).  On a GPU the
+#: shard is one block.
+BLOCK_BYTES = 8 << 20
+
+
+def _row_blocks(X):
+    n = X.shape[0]
+    if X.device.type != "cpu":
+        return [slice(0, n)]
+    rows = max(256, BLOCK_BYTES // max(1, X.shape[1] * X.element_size()))
+    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
+
+
+def _weight_block(s, sl):
+    return None if s is None else s[sl]
+
+
 def value_grad(shard, w, spec: LinearSpec):
     """Kernel: ``(sum_i s_i loss_i, d/dw of that sum)``; keeps the curvature on the worker for ``hessp``/``hess``."""
     X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
     W, b = spec.unpack(w)
-    loss, g, curv = spec.get_loss().value_grad(_z(X, W, b), y)
-    if s is not None:
-        loss = loss * s
-        g = g * s
+    loss_fn = spec.get_loss()
+    K = spec.n_outputs
+    gW = torch.zeros(K, X.shape[1], dtype=X.dtype, device=X.device)
+    gb = torch.zeros(K, dtype=X.dtype, device=X.device)
+    total = torch.zeros((), dtype=X.dtype, device=X.device)
+    curv = None
+    for sl in _row_blocks(X):
+        Xb, sb = X[sl], _weight_block(s, sl)
+        loss, g, c = loss_fn.value_grad(_z(Xb, W, b), y[sl])
+        if sb is not None:
+            loss = loss * sb
+            g = g * sb
+        total += loss.sum()
+        gW.addmm_(g.T, Xb)
+        gb += g.sum(0)
+        if curv is None:
+            curv = torch.empty((X.shape[0], c.shape[1]), dtype=c.dtype, device=c.device)
+        curv[sl] = c
     shard.cache["linear_curv"] = curv
-    return loss.sum(), spec.pack(g.T @ X, g.sum(0))
+    return total, spec.pack(gW, gb)
 
 
 def hessp(shard, p, spec: LinearSpec):
@@ -84,10 +118,17 @@ def hessp(shard, p, spec: LinearSpec):
     X, s = shard.get("X"), _weights(shard)
     curv = shard.cache["linear_curv"]
     P, pb = spec.unpack(p)
-    q = spec.get_loss().hvp(curv, _z(X, P, pb))
-    if s is not None:
-        q = q * s
-    return spec.pack(q.T @ X, q.sum(0))
+    loss_fn = spec.get_loss()
+    hW = torch.zeros(spec.n_outputs, X.shape[1], dtype=X.dtype, device=X.device)
+    hb = torch.zeros(spec.n_outputs, dtype=X.dtype, device=X.device)
+    for sl in _row_blocks(X):
+        Xb, sb = X[sl], _weight_block(s, sl)
+        q = loss_fn.hvp(curv[sl], _z(Xb, P, pb))
+        if sb is not None:
+            q = q * sb
+        hW.addmm_(q.T, Xb)
+        hb += q.sum(0)
+    return spec.pack(hW, hb)
 
 
 def _param_index(spec: LinearSpec, k: int) -> np.ndarray:
