@@ -70,6 +70,8 @@ def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -
             processes=True,
             host="127.0.0.1",
             dashboard_address="127.0.0.1:0" if dashboard else None,
+            # the scheduler's small HTTP server (health, metrics) stays on loopback, on a free port
+            scheduler_kwargs={} if dashboard else {"dashboard": False, "dashboard_address": "127.0.0.1:0"},
         )
         client = distributed.Client(cluster, set_as_default=False)
         _embedded.update(cluster=cluster, client=client)
@@ -162,10 +164,12 @@ def client_context(client=None):
     """
     c = resolve_client(client)
     if not _in_task():
-        yield c
+        with c.as_current():
+            yield c
         return
     distributed.secede()
     try:
-        yield c
+        with c.as_current():
+            yield c
     finally:
         distributed.rejoin()

@@ -21,7 +21,7 @@ import uuid
 from collections import defaultdict
 
 import numpy as np
-from distributed import wait
+from distributed import wait as _dask_wait
 
 from . import _shm, _worker
 from ._actor import ShardActor
@@ -36,6 +36,16 @@ __all__ = ["TRANSPORTS", "Placement", "place", "is_dask_collection"]
 def is_dask_collection(a) -> bool:
     """True for dask arrays, dataframes and series."""
     return hasattr(a, "__dask_graph__") and hasattr(a, "to_delayed")
+
+
+def wait(futs, client=None):
+    """``distributed.wait`` on the futures' own client (which need not be the default one)."""
+    futs = list(futs)
+    if not futs:
+        return
+    client = client or futs[0].client
+    with client.as_current():
+        _dask_wait(futs)
 
 
 def _block_to_numpy(b):
