@@ -129,20 +129,37 @@ class Placement:
         self.token = uuid.uuid4().hex[:8]
         self._actor_futures: list = []
         self.actors: list = []
-        self.n_rows = self.map(_rows)
-        keep = [i for i, n in enumerate(self.n_rows) if n > 0] or [0]
-        if len(keep) < len(self.shards):  # empty partitions make empty shards: drop them
-            for i in set(range(len(self.shards))) - set(keep):
-                self.shards[i].release()
-            self.shards = [self.shards[i] for i in keep]
-            self.workers = [self.workers[i] for i in keep]
-            self.n_rows = [self.n_rows[i] for i in keep]
         if transport == "actors":
             self._actor_futures = [
                 client.submit(ShardActor, s, workers=[w], allow_other_workers=False, actor=True, pure=False)
                 for s, w in zip(self.shards, self.workers)
             ]
             self.actors = [f.result() for f in self._actor_futures]
+        self.n_rows = self.map(_rows)
+        keep = [i for i, n in enumerate(self.n_rows) if n > 0] or [0]
+        if len(keep) < len(self.shards):  # empty partitions make empty shards: drop them
+            drop = sorted(set(range(len(self.shards))) - set(keep))
+            self._close_actors([self.actors[i] for i in drop] if self.actors else [])
+            for i in drop:
+                self.shards[i].release()
+                if self._actor_futures:
+                    self._actor_futures[i].release()
+            self.shards = [self.shards[i] for i in keep]
+            self.workers = [self.workers[i] for i in keep]
+            self.n_rows = [self.n_rows[i] for i in keep]
+            if self.actors:
+                self.actors = [self.actors[i] for i in keep]
+                self._actor_futures = [self._actor_futures[i] for i in keep]
+
+    @staticmethod
+    def _close_actors(actors, timeout=10):
+        pending = []
+        for a in actors:
+            with contextlib.suppress(Exception):
+                pending.append(a.close())
+        for f in pending:
+            with contextlib.suppress(Exception):
+                f.result(timeout)
 
     @property
     def n_samples(self) -> int:
@@ -162,9 +179,7 @@ class Placement:
     def release(self) -> None:
         """Drop the shards (and their actors) from the workers."""
         actors, self.actors = self.actors, []
-        for a in actors:
-            with contextlib.suppress(Exception):
-                a.close().result(5)
+        self._close_actors(actors)
         futs = self._actor_futures + self.shards
         self._actor_futures, self.shards = [], []
         for f in futs:

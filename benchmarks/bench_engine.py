@@ -1,0 +1,167 @@
+"""Engine benchmarks: per-evaluation overhead, and the reduction strategies by parameter count.
+
+    python benchmarks/bench_engine.py            # full: 1e5, 1e6, 1e7 parameters
+    python benchmarks/bench_engine.py --quick    # 1e5 and 1e6 only, fewer repeats
+
+Writes ``benchmarks/results/engine.json`` and prints Markdown tables.  Every
+figure is the median of repeated runs, taken in this one run next to its
+anchor (one scheduler round trip; in-process evaluation; client gather).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _median_seconds(fn, repeat, warmup=2):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _noop(x=None):
+    return x
+
+
+def _tiny_kernel(shard, w):
+    X = shard.get("X")
+    return (X @ w).sum(), X.T @ (X @ w)
+
+
+def bench_overhead(client, repeat):
+    """Seconds per evaluation of a tiny problem (n=1000, d=10) against one scheduler round trip."""
+    from dask_estimators.engine import DistributedEvaluator, LocalEvaluator, Shard, place
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1000, 10))
+    w = rng.normal(size=10)
+    rows = []
+    rt = _median_seconds(lambda: client.submit(_noop, 1, pure=False).result(), repeat)
+    local = LocalEvaluator([Shard({"X": X}, device="cpu")])
+    t_local = _median_seconds(lambda: local(_tiny_kernel, w), repeat)
+    for transport in ("actors", "tasks"):
+        with place(client, {"X": X}, transport=transport) as p:
+            for reduction in ("tree", "gather", "single"):
+                ev = DistributedEvaluator(p, reduction=reduction)
+                t = _median_seconds(lambda: ev(_tiny_kernel, w), repeat)
+                rows.append(
+                    dict(transport=transport, reduction=reduction, ms_per_eval=1e3 * t,
+                         round_trip_ms=1e3 * rt, in_process_ms=1e3 * t_local,
+                         excess_over_round_trip_ms=1e3 * (t - rt))
+                )
+    return rows
+
+
+def _part(size, seed):
+    return np.random.default_rng(seed).random(size)
+
+
+def _sum_all(*parts):
+    total = parts[0].copy()
+    for p in parts[1:]:
+        total += p
+    return total
+
+
+def bench_reductions(client, sizes, parts_per_worker, repeat):
+    """Time to sum 2 partial results per worker held on the workers, by strategy and size."""
+    from distributed import as_completed
+
+    from dask_estimators.engine.reduce import tree_sum
+
+    workers = sorted(client.scheduler_info()["workers"])
+    rows = []
+    for size in sizes:
+        placed = [(w, client.submit(_part, size, i * 1000 + j, workers=[w], pure=False))
+                  for i, w in enumerate(workers) for j in range(parts_per_worker)]
+        futs = [f for _, f in placed]
+        where = [w for w, _ in placed]
+        client.gather(client.submit(_noop, None, pure=False))  # settle
+        from distributed import wait
+
+        wait(futs)
+        expected = None
+
+        def tree():
+            return tree_sum(client, futs, where, fan_in=2).result()
+
+        def gather():
+            return _sum_all(*client.gather(futs))
+
+        def completed():
+            total = None
+            for f in as_completed(futs):
+                r = f.result()
+                total = r.copy() if total is None else total + r
+            return total
+
+        def single():
+            return client.submit(_sum_all, *futs, workers=[where[0]], pure=False).result()
+
+        for name, fn in [("tree", tree), ("gather", gather), ("as_completed", completed), ("single", single)]:
+            out = fn()
+            expected = out if expected is None else expected
+            np.testing.assert_allclose(out, expected, rtol=1e-10)
+            t = _median_seconds(fn, repeat, warmup=1)
+            rows.append(dict(parameters=size, parts=len(futs), workers=len(workers), strategy=name, seconds=t))
+        del futs, placed
+    for size in sizes:
+        base = next(r["seconds"] for r in rows if r["parameters"] == size and r["strategy"] == "gather")
+        for r in rows:
+            if r["parameters"] == size:
+                r["speedup_vs_gather"] = base / r["seconds"]
+    return rows
+
+
+def _table(rows, cols):
+    head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
+    body = ""
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r[c]
+            cells.append(f"{v:.3g}" if isinstance(v, float) else str(v))
+        body += "| " + " | ".join(cells) + " |\n"
+    return head + body
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--workers", type=int, default=8, help="workers for the reduction benchmark")
+    args = ap.parse_args(argv)
+    from distributed import Client, LocalCluster
+
+    repeat = 5 if args.quick else 20
+    sizes = [10**5, 10**6] if args.quick else [10**5, 10**6, 10**7]
+    out = {}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        out["overhead"] = bench_overhead(client, repeat * 5)
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      memory_limit=None) as cluster, Client(cluster) as client:
+        out["reductions"] = bench_reductions(client, sizes, 2, max(3, repeat // 4))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "engine.json").write_text(json.dumps(out, indent=2))
+    print("## Per-evaluation overhead (n=1000, d=10, 2 workers)\n")
+    print(_table(out["overhead"], ["transport", "reduction", "ms_per_eval", "round_trip_ms", "in_process_ms"]))
+    print(f"## Reductions ({args.workers} workers, 2 parts each)\n")
+    print(_table(out["reductions"], ["parameters", "parts", "strategy", "seconds", "speedup_vs_gather"]))
+    return out
+
+
+if __name__ == "__main__":
+    main()
