@@ -117,7 +117,6 @@ def bench_reductions(client, sizes, parts_per_worker, repeat):
             np.testing.assert_allclose(out, expected, rtol=1e-10)
             t = _median_seconds(fn, repeat, warmup=1)
             rows.append(dict(parameters=size, parts=len(futs), workers=len(workers), strategy=name, seconds=t))
-        del futs, placed
     for size in sizes:
         base = next(r["seconds"] for r in rows if r["parameters"] == size and r["strategy"] == "gather")
         for r in rows:

@@ -64,6 +64,11 @@ def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -
         client = _embedded.get("client")
         if client is not None and client.status == "running":
             return client
+        old = _embedded.get("cluster")
+        if old is not None and old.status.name == "running":
+            client = distributed.Client(old, set_as_default=False)
+            _embedded["client"] = client
+            return client
         cluster = distributed.LocalCluster(
             n_workers=n_workers or _default_n_workers(),
             threads_per_worker=1,
@@ -150,7 +155,7 @@ def _in_task() -> bool:
         distributed.get_worker()
     except ValueError:
         return False
-    from distributed.threadpoolexecutor import thread_state
+    from distributed.utils import thread_state
 
     return getattr(thread_state, "key", None) is not None
 

@@ -91,6 +91,8 @@ class DistributedEvaluator:
     def __init__(self, placement, *, reduction="tree", fan_in=2, inline_bytes=None, timeout=None):
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}.")
+        if int(fan_in) != fan_in or fan_in < 2:
+            raise ValueError(f"fan_in must be an integer >= 2, got {fan_in!r}.")
         self.placement = placement
         self.client = placement.client
         self.reduction = reduction

@@ -134,7 +134,8 @@ class Placement:
                 client.submit(ShardActor, s, workers=[w], allow_other_workers=False, actor=True, pure=False)
                 for s, w in zip(self.shards, self.workers)
             ]
-            self.actors = [f.result() for f in self._actor_futures]
+            with client.as_current():
+                self.actors = [f.result() for f in self._actor_futures]
         self.n_rows = self.map(_rows)
         keep = [i for i, n in enumerate(self.n_rows) if n > 0] or [0]
         if len(keep) < len(self.shards):  # empty partitions make empty shards: drop them
@@ -182,8 +183,8 @@ class Placement:
         self._close_actors(actors)
         futs = self._actor_futures + self.shards
         self._actor_futures, self.shards = [], []
-        for f in futs:
-            f.release()
+        if futs:
+            self.client.cancel(futs)
 
     def __enter__(self):
         return self
@@ -355,9 +356,12 @@ def _place_dask(client, arrays, check, device, ws):
     ]
     futs = client.compute(packed)
     wait(futs)
-    for f in futs:
-        if f.status == "error":
-            f.result()  # raises the worker's exception here
+    failed = [f for f in futs if f.status == "error"]
+    if failed:
+        exc, tb = failed[0].exception(), failed[0].traceback()
+        client.cancel(futs)
+        del futs, failed
+        raise exc.with_traceback(tb)
     who = client.who_has(futs)
     by_worker: dict[str, list] = defaultdict(list)
     for f in futs:

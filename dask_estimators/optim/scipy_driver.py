@@ -57,7 +57,9 @@ def register(name: str, *, supports_l1: bool = False, max_params: int | None = N
 
 @register("lbfgs", supports_l1=True)
 def _lbfgs(objective, x0, *, tol, max_iter):
-    options = {"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 64 * np.finfo(float).eps}
+    # ftol=0: stop on the gradient (``tol``), not on a tiny relative decrease of the objective,
+    # which L-BFGS-B otherwise reaches first and stops silently short of ``tol``.
+    options = {"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 0.0}
     if objective.l1 == 0.0:
         return optimize.minimize(objective.fun_and_grad, x0, method="L-BFGS-B", jac=True, options=options)
     pen = objective.penalized
@@ -123,10 +125,15 @@ def _newton_cholesky(objective, x0, *, tol, max_iter):
         if not slope < 0:  # not a descent direction: use the gradient
             step, slope = -g, -float(g @ g)
         t = 1.0
+        g_l1 = np.abs(g).sum()
         for _ in range(40):
             f_new, g_new = objective.fun_and_grad(x + t * step)
             nfev += 1
             if f_new <= f + 1e-4 * t * slope:
+                break
+            # At the rounding floor of f the Armijo test cannot pass; accept a step
+            # that keeps f within rounding and shrinks the gradient (as scikit-learn does).
+            if abs(f_new - f) <= 1e2 * np.finfo(float).eps * abs(f) and np.abs(g_new).sum() < g_l1:
                 break
             t *= 0.5
         else:

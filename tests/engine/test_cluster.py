@@ -1,0 +1,337 @@
+"""Which cluster a fit uses: client=, an address, the active client, a Dask task, the embedded cluster."""
+
+import importlib
+import json
+import operator
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import dask.array as da
+import distributed
+import numpy as np
+import psutil
+import pytest
+from distributed import Client
+
+from dask_estimators.engine import DistributedEvaluator, client_context, place, resolve_client
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_workers(client):
+    """Import the engine on every worker at once (it pulls in torch and scikit-learn)."""
+    client.run(importlib.import_module, "dask_estimators.engine._worker")
+
+
+# ----------------------------------------------------------------- worker functions
+def _xty(shard):
+    return shard.get("X").T @ shard.get("y"), shard.n_rows
+
+
+def _fit_in_task(X, y, transport):
+    """A whole 'fit' run inside a Dask task: resolve the client, place, evaluate, release."""
+    with client_context() as c:
+        worker_client = c is distributed.get_client()
+        with place(c, {"X": X, "y": y}, transport=transport) as p:
+            out = DistributedEvaluator(p)(_xty)
+            n_shards = len(p.shards)
+    return out, n_shards, worker_client, c.scheduler.address
+
+
+# ------------------------------------------------------------------ resolve_client
+def test_given_client_is_returned(client):
+    assert resolve_client(client) is client
+
+
+def test_active_default_client_is_used(client):
+    assert resolve_client() is client
+    assert resolve_client(None) is client
+    with client_context() as c:
+        assert c is client
+
+
+def test_client_context_with_given_client_outside_a_task(client):
+    with client_context(client) as c:
+        assert c is client
+        assert c.submit(operator.add, 1, 2, pure=False).result(timeout=60) == 3
+
+
+def test_scheduler_address_gives_a_working_client(client, cluster):
+    addr = cluster.scheduler_address
+    c = resolve_client(addr)
+    try:
+        assert isinstance(c, Client) and c is not client
+        assert c.status == "running"
+        assert c.scheduler.address == addr
+        assert set(c.scheduler_info()["workers"]) == set(client.scheduler_info()["workers"])
+        assert c.submit(operator.mul, 6, 7, pure=False).result(timeout=60) == 42
+        assert resolve_client(addr) is c  # one client per address, reused
+        # opening it changed neither the default client nor what resolve_client() returns
+        assert distributed.get_client() is client
+        assert resolve_client() is client
+        X, y = np.arange(12.0).reshape(6, 2), np.ones(6)
+        with place(c, {"X": X, "y": y}) as p:
+            assert p.client is c
+            xty, n = DistributedEvaluator(p)(_xty)
+        np.testing.assert_allclose(xty, X.T @ y)
+        assert n == 6
+    finally:
+        c.close()
+    c2 = resolve_client(addr)  # a closed address client is replaced by a new one
+    try:
+        assert c2 is not c and c2.status == "running"
+    finally:
+        c2.close()
+
+
+def test_closed_client_raises_clear_error(cluster):
+    c = Client(cluster.scheduler_address, set_as_default=False)
+    c.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        resolve_client(c)
+
+
+@pytest.mark.parametrize("bad", [42, 3.5, ["tcp://127.0.0.1:8786"], "cluster"])
+def test_wrong_type_raises_type_error(cluster, bad):
+    bad = cluster if bad == "cluster" else bad
+    with pytest.raises(TypeError, match="client must be"):
+        resolve_client(bad)
+
+
+# ------------------------------------------------------------- a fit inside a task
+def _context_inside_task():
+    """In a task: which client client_context gives, and has the thread left the worker's pool?"""
+    import distributed.threadpoolexecutor as tpe
+
+    from dask_estimators.engine.cluster import _in_task
+
+    with client_context() as c:
+        worker_client = c is distributed.get_client()
+        seceded = getattr(tpe.thread_state, "proceed", True) is False
+    return {
+        "worker_client": worker_client,
+        "resolve": resolve_client() is distributed.get_client(),
+        "address": c.scheduler.address,
+        "in_task": _in_task(),
+        "seceded": seceded,
+        "rejoined": getattr(tpe.thread_state, "proceed", True) is True,
+    }
+
+
+def test_resolve_client_inside_a_task_is_the_worker_client(client):
+    out = client.submit(_context_inside_task, pure=False).result(timeout=120)
+    assert out["worker_client"] and out["resolve"]
+    assert out["address"] == client.scheduler.address
+    assert out["rejoined"]
+
+
+def _require_secession(client):
+    """Fail fast (instead of deadlocking the session's workers) when client_context does not secede."""
+    out = client.submit(_context_inside_task, pure=False).result(timeout=120)
+    if not (out["in_task"] and out["seceded"]):
+        pytest.fail(f"client_context() did not secede inside a task: {out}")
+
+
+def test_client_context_secedes_inside_a_task(client):
+    out = client.submit(_context_inside_task, pure=False).result(timeout=120)
+    assert out["in_task"]
+    assert out["seceded"]
+    assert out["rejoined"]
+
+
+@pytest.mark.parametrize("transport", ["actors", "tasks"])
+def test_fit_inside_tasks_on_every_worker_does_not_deadlock(client, transport):
+    """Both 1-thread workers run a fit task at once; each fit needs both workers, so it must secede."""
+    _require_secession(client)
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((80, 3)), rng.standard_normal(80)
+    ws = sorted(client.scheduler_info()["workers"])
+    assert set(client.nthreads().values()) == {1}
+    futs = [
+        client.submit(_fit_in_task, X, y, transport, workers=[w], allow_other_workers=False, pure=False)
+        for w in ws
+    ]
+    for f in futs:
+        (xty, n), n_shards, worker_client, address = f.result(timeout=300)
+        np.testing.assert_allclose(xty, X.T @ y, rtol=1e-12)
+        assert n == 80 and n_shards == 2
+        assert worker_client  # inside a task the worker's client is the active one
+        assert address == client.scheduler.address
+
+
+def _dask_fit_in_task(transport):
+    rng = np.random.default_rng(1)
+    X, y = rng.standard_normal((90, 3)), rng.standard_normal(90)
+    dX, dy = da.from_array(X, chunks=(13, 3)), da.from_array(y, chunks=13)
+    (xty, n), n_shards, _, _ = _fit_in_task(dX, dy, transport)
+    return bool(np.allclose(xty, X.T @ y)), n, n_shards
+
+
+def test_fit_inside_a_task_with_dask_input(client):
+    _require_secession(client)
+    ok, n, n_shards = client.submit(_dask_fit_in_task, "tasks", pure=False).result(timeout=300)
+    assert ok and n == 90 and 1 <= n_shards <= 2
+
+
+# --------------------------------------------------------- the embedded cluster
+EMBEDDED_SCRIPT = textwrap.dedent(
+    """
+    import atexit, json, os
+    state = {}
+
+    def _report_at_exit():
+        # registered before dask_estimators is imported, so it runs after its close handler
+        report = {k: str(v.status) for k, v in state.items()}
+        report["embedded_left"] = len(cm._embedded)
+        print("EXIT " + json.dumps(report), flush=True)
+
+    atexit.register(_report_at_exit)
+
+    import urllib.error, urllib.parse, urllib.request
+    import distributed, numpy as np, psutil
+    from dask_estimators.engine import DistributedEvaluator, client_context, get_embedded_client, place, resolve_client
+    from dask_estimators.engine import cluster as cm
+
+    out = {}
+    try:
+        distributed.get_client()
+        out["had_active_client"] = True
+    except ValueError:
+        out["had_active_client"] = False
+
+    c1 = get_embedded_client()
+    cl = cm._embedded["cluster"]
+    state["first"] = cl
+    out["same_client"] = get_embedded_client() is c1
+    out["same_cluster"] = cm._embedded["cluster"] is cl
+    out["resolve"] = resolve_client() is c1
+    with client_context() as c:
+        out["context"] = c is c1
+    info = c1.scheduler_info()
+    out["n_workers"] = len(info["workers"])
+    out["worker_hosts"] = sorted({urllib.parse.urlparse(a).hostname for a in info["workers"]})
+    out["scheduler_host"] = urllib.parse.urlparse(c1.scheduler.address).hostname
+    out["nthreads"] = sorted(c1.nthreads().values())
+    out["worker_types"] = sorted(type(w).__name__ for w in cl.workers.values())
+    out["my_pid"] = os.getpid()
+    out["worker_pids"] = sorted(c1.run(os.getpid).values())
+    me = psutil.Process()
+    out["listen_ips"] = sorted({
+        conn.laddr.ip
+        for proc in [me] + me.children(recursive=True)
+        for conn in proc.net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN
+    })
+    out["dashboard_link"] = cl.dashboard_link
+    out["dashboard_status"] = None
+    if cl.dashboard_link:
+        try:
+            out["dashboard_status"] = urllib.request.urlopen(cl.dashboard_link, timeout=30).status
+        except urllib.error.HTTPError as e:
+            out["dashboard_status"] = e.code
+
+    X, y = np.arange(20.0).reshape(10, 2), np.linspace(0, 1, 10)
+
+    def fit(c, transport):
+        try:
+            with place(c, {"X": X, "y": y}, transport=transport) as p:
+                got = DistributedEvaluator(p)(lambda s: s.get("X").T @ s.get("y"))
+                return bool(np.allclose(got, X.T @ y)) and len(p.shards) == 2
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+
+    for transport in ["actors", "tasks"]:
+        with client_context() as c:  # as the estimators do
+            out[f"fit_{transport}"] = fit(c, transport)
+        # the embedded client passed straight to place(), outside client_context
+        out[f"bare_fit_{transport}"] = fit(get_embedded_client(), transport)
+    out["still_same"] = get_embedded_client() is c1
+
+    # the user closes the embedded client: the next fit must still work, without a second live cluster
+    c1.close()
+    c3 = get_embedded_client(n_workers=1)
+    state["current"] = cm._embedded["cluster"]
+    out["after_close_running"] = c3.status == "running"
+    out["after_close_fit"] = c3.submit(sum, [1, 2, 3], pure=False).result(timeout=60) == 6
+    out["after_close_reused_cluster"] = cm._embedded["cluster"] is cl
+    out["after_close_first_cluster_status"] = str(cl.status)
+    print("OUT " + json.dumps(out), flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def embedded_run():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    env["DASK_ESTIMATORS_N_WORKERS"] = "2"
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-c", EMBEDDED_SCRIPT], capture_output=True, text=True, timeout=300, env=env, cwd="/"
+    )
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in proc.stdout.splitlines() if " " in line}
+    assert "OUT" in lines, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-5000:]}"
+    return proc, json.loads(lines["OUT"]), json.loads(lines.get("EXIT", "null"))
+
+
+def test_embedded_cluster_started_once_and_reused(embedded_run):
+    proc, out, _ = embedded_run
+    assert not out["had_active_client"]
+    assert out["same_client"] and out["same_cluster"] and out["still_same"]
+    assert out["resolve"], "resolve_client() with no active client must return the embedded client"
+    assert out["context"]
+    assert out["fit_actors"] is True, out["fit_actors"]
+    assert out["fit_tasks"] is True, out["fit_tasks"]
+    assert out["bare_fit_tasks"] is True, out["bare_fit_tasks"]
+
+
+def test_embedded_client_passed_to_place_with_actors(embedded_run):
+    _, out, _ = embedded_run
+    assert out["bare_fit_actors"] is True, out["bare_fit_actors"]
+
+
+def test_embedded_cluster_is_local_processes_one_thread(embedded_run):
+    _, out, _ = embedded_run
+    assert out["n_workers"] == 2
+    assert out["worker_types"] == ["Nanny", "Nanny"]
+    assert out["nthreads"] == [1, 1]
+    assert len(set(out["worker_pids"])) == 2 and out["my_pid"] not in out["worker_pids"]
+    assert out["worker_hosts"] == ["127.0.0.1"] and out["scheduler_host"] == "127.0.0.1"
+    assert out["listen_ips"] == ["127.0.0.1"], "every listening socket must be bound to 127.0.0.1"
+
+
+def test_embedded_cluster_has_no_dashboard(embedded_run):
+    _, out, _ = embedded_run
+    # the scheduler keeps a small HTTP server (health, metrics); the dashboard page is not served
+    assert out["dashboard_status"] in (None, 404), out
+
+
+def test_embedded_cluster_closed_at_exit(embedded_run):
+    proc, out, at_exit = embedded_run
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert at_exit is not None, proc.stdout
+    assert at_exit["current"] == "Status.closed"
+    assert at_exit["embedded_left"] == 0
+
+    def alive(pid):
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in out["worker_pids"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in out["worker_pids"])
+
+
+def test_embedded_client_closed_by_user_is_replaced(embedded_run):
+    _, out, _ = embedded_run
+    assert out["after_close_running"] and out["after_close_fit"]
+
+
+def test_embedded_cluster_not_duplicated_after_client_close(embedded_run):
+    _, out, at_exit = embedded_run
+    assert out["after_close_reused_cluster"] or out["after_close_first_cluster_status"] == "Status.closed"
+    assert at_exit["first"] == "Status.closed"
