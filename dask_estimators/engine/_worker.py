@@ -90,6 +90,7 @@ class Shard:
     def __init__(self, arrays: dict, device: str = "auto", info: dict | None = None):
         self.device = choose_device(device)
         self.data: dict = {}
+        self.dtypes: dict = {}  # each array's dtype as placed (labels keep theirs)
         self.cache: dict = {}
         self.info: dict = dict(info or {})
         self.n_rows = None
@@ -107,6 +108,7 @@ class Shard:
             t = a.to(self.device)
         else:
             a = np.asarray(a)
+            self.dtypes[name] = a.dtype
             if a.dtype.kind not in "iuf":  # labels such as strings or booleans stay NumPy
                 self.data[name] = a
                 self._set_rows(name, a)

@@ -10,6 +10,7 @@ warm starts, prediction on NumPy or dask input) lives here once.
 from __future__ import annotations
 
 import functools
+import warnings
 from numbers import Integral, Real
 
 import distributed
@@ -111,7 +112,7 @@ class DistributedLinearModel(BaseEstimator):
     # --------------------------------------------------------------- fitting
     def _validate_input(self, X, y, sample_weight):
         if is_dask_collection(X):
-            validate_data(self, X, reset=True, skip_check_array=True)
+            self._check_dask_features(X, reset=True)
             if getattr(X, "ndim", 2) != 2:
                 raise ValueError(f"Expected a 2D dask array for X, got {X.ndim} dimensions.")
             y = _as_dask_like(y, X, "y")
@@ -134,6 +135,57 @@ class DistributedLinearModel(BaseEstimator):
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
         return X, y, sample_weight, False
+
+    def _check_dask_features(self, X, reset):
+        """``n_features_in_`` and ``feature_names_in_`` for a dask array or dataframe, as validate_data does."""
+        if getattr(X, "ndim", 2) != 2:
+            raise ValueError(f"Expected 2D input, got a dask collection with {X.ndim} dimension(s).")
+        n_features = int(X.shape[1])
+        columns = getattr(X, "columns", None)
+        names = None
+        if columns is not None and len(columns) and all(isinstance(c, str) for c in columns):
+            names = np.asarray(list(columns), dtype=object)
+        if reset:
+            self.n_features_in_ = n_features
+            if names is not None:
+                self.feature_names_in_ = names
+            elif hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return
+        if n_features != self.n_features_in_:
+            raise ValueError(
+                f"X has {n_features} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        fitted = getattr(self, "feature_names_in_", None)
+        if fitted is not None and names is not None and not np.array_equal(fitted, names):
+            raise ValueError(
+                "The feature names should match those that were passed during fit.\n"
+                f"Fitted with: {list(fitted)}\nGot: {list(names)}"
+            )
+        if fitted is not None and names is None:
+            warnings.warn(
+                f"X does not have valid feature names, but {type(self).__name__} was fitted with feature names",
+                UserWarning,
+            )
+        elif fitted is None and names is not None:
+            warnings.warn(
+                f"X has feature names, but {type(self).__name__} was fitted without feature names",
+                UserWarning,
+            )
+
+    def __sklearn_clone__(self):
+        """Clone as scikit-learn does, passing a ``client=`` object through by reference (it cannot be copied)."""
+        client = self.client
+        if not isinstance(client, distributed.Client):
+            return super().__sklearn_clone__()
+        try:
+            self.client = None
+            new = super().__sklearn_clone__()
+        finally:
+            self.client = client
+        new.client = client
+        return new
 
     def _classes(self, y, placement, dask_input):
         """Find classes_, put integer codes on the workers, return them."""
@@ -269,7 +321,7 @@ class DistributedLinearModel(BaseEstimator):
         """Apply ``fn`` (NumPy rows -> NumPy) to NumPy input now, or to dask input lazily, block by block."""
         check_is_fitted(self)
         if is_dask_collection(X):
-            validate_data(self, X, reset=False, skip_check_array=True)
+            self._check_dask_features(X, reset=False)
             arr = X.to_dask_array() if not hasattr(X, "rechunk") else X
             if arr.ndim == 2 and arr.numblocks[1] > 1:
                 arr = arr.rechunk({1: -1})
@@ -310,11 +362,21 @@ def _y_ncols(shard):
 
 def _as_dask_like(a, X, name):
     """Make ``a`` (y or sample_weight) a dask collection partitioned like the dask collection X."""
-    if a is None or is_dask_collection(a):
+    if a is None:
+        return a
+    if is_dask_collection(a):
+        n_x, n_a = X.shape[0], a.shape[0]
+        if isinstance(n_a, (int, np.integer)) and isinstance(n_x, (int, np.integer)) and n_x != n_a:
+            if not (np.isnan(n_x) or np.isnan(n_a)):
+                raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n_x}, {n_a}]")
         return a
     import dask.array as da
 
     a = np.asarray(a)
+    if not np.isnan(X.shape[0]) and a.shape[0] != X.shape[0]:
+        raise ValueError(
+            f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {a.shape[0]}]"
+        )
     chunks = getattr(X, "chunks", None)
     if chunks is None or any(np.isnan(c) for c in chunks[0]):
         raise ValueError(

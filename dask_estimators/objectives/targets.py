@@ -20,7 +20,7 @@ def _host(a):
 def unique_labels(shard):
     """The distinct labels of the shard's ``y`` (their own dtype, strings included)."""
     y = _host(shard.get("y"))
-    return np.unique(y)
+    return np.unique(y).astype(shard.dtypes.get("y", y.dtype), copy=False)
 
 
 def encode_labels(shard, classes):
