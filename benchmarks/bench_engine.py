@@ -65,6 +65,28 @@ def bench_overhead(client, repeat):
     return rows
 
 
+def _param_kernel(shard, w):
+    return float(w[:1].sum())
+
+
+def bench_scatter(client, sizes, repeat):
+    """Tasks transport: a round with the parameters inline in the task against scattered first."""
+    from dask_estimators.engine import DistributedEvaluator, place
+
+    X = np.ones((100, 2))
+    rows = []
+    with place(client, {"X": X}, transport="tasks") as p:
+        for size in sizes:
+            w = np.ones(size)
+            t = {}
+            for mode, threshold in (("inline", 1 << 62), ("scatter", 0)):
+                ev = DistributedEvaluator(p, inline_bytes=threshold)
+                t[mode] = _median_seconds(lambda: ev(_param_kernel, w), repeat)
+            rows.append(dict(bytes=8 * size, inline_ms=1e3 * t["inline"], scatter_ms=1e3 * t["scatter"],
+                             inline_over_scatter=t["inline"] / t["scatter"]))
+    return rows
+
+
 def _part(size, seed):
     return np.random.default_rng(seed).random(size)
 
@@ -137,28 +159,47 @@ def _table(rows, cols):
     return head + body
 
 
+TABLES = {
+    "overhead": ("Per-evaluation overhead (n=1000, d=10, 2 workers)",
+                 ["transport", "reduction", "ms_per_eval", "round_trip_ms", "in_process_ms"]),
+    "scatter": ("Parameters inline in the task against scattered first (tasks transport, 2 workers)",
+                ["bytes", "inline_ms", "scatter_ms", "inline_over_scatter"]),
+    "reductions": ("Reductions ({workers} workers, 2 parts each)",
+                   ["parameters", "parts", "strategy", "seconds", "speedup_vs_gather"]),
+}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--workers", type=int, default=8, help="workers for the reduction benchmark")
+    ap.add_argument("--only", choices=sorted(TABLES), help="run one part")
     args = ap.parse_args(argv)
     from distributed import Client, LocalCluster
 
+    wanted = [args.only] if args.only else list(TABLES)
     repeat = 5 if args.quick else 20
     sizes = [10**5, 10**6] if args.quick else [10**5, 10**6, 10**7]
+    param_sizes = [10**2, 10**3, 10**4, 10**5, 10**6] + ([] if args.quick else [10**7])
     out = {}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        out["overhead"] = bench_overhead(client, repeat * 5)
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      memory_limit=None) as cluster, Client(cluster) as client:
-        out["reductions"] = bench_reductions(client, sizes, 2, max(3, repeat // 4))
+    if {"overhead", "scatter"} & set(wanted):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            if "overhead" in wanted:
+                out["overhead"] = bench_overhead(client, repeat * 5)
+            if "scatter" in wanted:
+                out["scatter"] = bench_scatter(client, param_sizes, repeat)
+    if "reductions" in wanted:
+        with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                          memory_limit=None) as cluster, Client(cluster) as client:
+            out["reductions"] = bench_reductions(client, sizes, 2, max(3, repeat // 4))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "engine.json").write_text(json.dumps(out, indent=2))
-    print("## Per-evaluation overhead (n=1000, d=10, 2 workers)\n")
-    print(_table(out["overhead"], ["transport", "reduction", "ms_per_eval", "round_trip_ms", "in_process_ms"]))
-    print(f"## Reductions ({args.workers} workers, 2 parts each)\n")
-    print(_table(out["reductions"], ["parameters", "parts", "strategy", "seconds", "speedup_vs_gather"]))
+    path = RESULTS / ("engine.json" if not args.only else f"engine-{args.only}.json")
+    path.write_text(json.dumps(out, indent=2))
+    for key, rows in out.items():
+        title, cols = TABLES[key]
+        print(f"## {title.format(workers=args.workers)}\n")
+        print(_table(rows, cols))
     return out
 
 

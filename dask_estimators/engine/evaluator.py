@@ -18,9 +18,10 @@ from .reduce import REDUCTIONS, reduce_parts
 __all__ = ["DistributedEvaluator", "LocalEvaluator", "EvalStats", "INLINE_BYTES"]
 
 #: Parameter payloads up to this many bytes travel inside the task message;
-#: larger ones are scattered (broadcast) first.  Measured by
-#: ``benchmarks/bench_engine.py --only scatter`` (see docs/performance.md).
-INLINE_BYTES = 1 << 20
+#: larger ones are scattered (broadcast) first.  The crossover measured on the
+#: 2-core development machine lies between 2.4 and 8 MB (tasks transport); see
+#: ``benchmarks/bench_engine.py --only scatter`` and docs/performance.md.
+INLINE_BYTES = 4 << 20
 
 
 def _nbytes(args) -> int:

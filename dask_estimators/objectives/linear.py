@@ -67,12 +67,14 @@ def _weights(shard):
     return s[:, None] if s is not None and s.ndim == 1 else s
 
 
-#: On the CPU a kernel walks its shard in row blocks of about this many bytes,
-#: so the second pass over a block (``g.T @ X_b`` after ``X_b @ w``) reads it
-#: from the cache instead of from memory: one trip to DRAM per evaluation
-#: instead of two (benchmarks/bench_kernels.py measures it).  On a GPU the
-#: shard is one block.
-BLOCK_BYTES = 8 << 20
+#: On the CPU a kernel walks its shard in row blocks of at most this many
+#: bytes of X, which bounds its temporaries.  Small, cache-sized blocks were
+#: meant to let ``g_b.T @ X_b`` reread a block from cache after ``X_b @ w``,
+#: but measured on the development machine (500k x 100 float64, 1 thread) they
+#: were slower: 125 ms per value_grad with 8 MiB blocks, 137 ms with 2 MiB,
+#: 110 ms with one block (the per-block torch calls cost more than the cache
+#: saves).  So a block is large.  On a GPU the shard is one block.
+BLOCK_BYTES = 1 << 30
 
 
 def _row_blocks(X):
