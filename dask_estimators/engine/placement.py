@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections import defaultdict
 
 import numpy as np
@@ -303,11 +304,10 @@ def _place_shared(client, parts, workers, device):
     """
     handles = []
     try:
-        for part in parts:
-            h = _shm.write_parts(part)
-            if h is None:
-                return [None] * len(parts)
-            handles.append(h)
+        with ThreadPoolExecutor(min(len(parts), 4)) as pool:  # os.write releases the GIL
+            handles = list(pool.map(_shm.write_parts, parts))
+        if any(h is None for h in handles):
+            return [None] * len(parts)
         futs = [
             client.submit(_build_shard_shared, device, h, workers=[w], allow_other_workers=False, pure=False)
             for h, w in zip(handles, workers)
@@ -323,7 +323,8 @@ def _place_shared(client, parts, workers, device):
         return out
     finally:
         for h in handles:
-            _shm.unlink(h)
+            if h is not None:
+                _shm.unlink(h)
 
 
 def _build_shard_shared(device, handles):
