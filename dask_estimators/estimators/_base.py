@@ -252,7 +252,7 @@ class DistributedLinearModel(BaseEstimator):
                 client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device
             )
             try:
-                res, stats = self._fit_placed(placement, y, dask_input)
+                stats = self._fit_placed(placement, y, dask_input)
             finally:
                 placement.release()
         self.fit_stats_ = stats
@@ -267,7 +267,7 @@ class DistributedLinearModel(BaseEstimator):
             class_weight = self._class_weight_vector(placement, n_classes)
         y_shape = None if dask_input else np.shape(y)
         if dask_input and not self._is_classifier:
-            y_shape = (None,) if placement.map(_y_ndim)[0] == 1 else (None, placement.map(_y_ncols)[0])
+            y_shape = (None,) + placement.map(_y_trailing_shape)[0]
         n_outputs = self._n_outputs(n_classes, y_shape)
         loss = self._loss_name(n_classes)
         placement.map(T.prepare_targets, loss, n_outputs, class_weight)
@@ -284,7 +284,7 @@ class DistributedLinearModel(BaseEstimator):
         self.solver_ = solver
         stats = evaluator.stats.as_dict()
         stats.update(n_shards=len(placement.shards), rows_per_shard=list(placement.n_rows), objective=float(res.fun))
-        return res, stats
+        return stats
 
     def _format_n_iter(self, nit):
         return nit
@@ -351,13 +351,9 @@ class DistributedLinearModel(BaseEstimator):
         return state
 
 
-def _y_ndim(shard):
-    return int(shard.get("y").ndim)
-
-
-def _y_ncols(shard):
-    y = shard.get("y")
-    return int(y.shape[1]) if y.ndim == 2 else 1
+def _y_trailing_shape(shard):
+    """``y.shape[1:]`` of a shard: () for one target, (n_targets,) for several."""
+    return tuple(int(k) for k in shard.get("y").shape[1:])
 
 
 def _as_dask_like(a, X, name):

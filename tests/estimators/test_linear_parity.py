@@ -59,27 +59,25 @@ def _quiet_fit(est, *args, **kwargs):
 
 # ---------------------------------------------------------------------- data
 @functools.cache
+def _standardised(loader):
+    X, y = loader(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
 def breast_cancer():
-    X, y = load_breast_cancer(return_X_y=True)
-    return StandardScaler().fit_transform(X), y
+    return _standardised(load_breast_cancer)
 
 
-@functools.cache
 def digits():
-    X, y = load_digits(return_X_y=True)
-    return StandardScaler().fit_transform(X), y
+    return _standardised(load_digits)
 
 
-@functools.cache
 def wine():
-    X, y = load_wine(return_X_y=True)
-    return StandardScaler().fit_transform(X), y
+    return _standardised(load_wine)
 
 
-@functools.cache
 def diabetes():
-    X, y = load_diabetes(return_X_y=True)
-    return StandardScaler().fit_transform(X), y
+    return _standardised(load_diabetes)
 
 
 @functools.cache
