@@ -5,8 +5,23 @@ worker), then drives a well-kept optimizer whose every evaluation is one task
 per worker and a tree-sum among the workers.
 """
 
-from .estimators import LinearRegression, LinearSVC, LinearSVR, LogisticRegression
+from .estimators import (
+    LinearRegression,
+    LinearSVC,
+    LinearSVR,
+    LogisticRegression,
+    MLPClassifier,
+    MLPRegressor,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["LinearRegression", "LinearSVC", "LinearSVR", "LogisticRegression", "__version__"]
+__all__ = [
+    "LinearRegression",
+    "LinearSVC",
+    "LinearSVR",
+    "LogisticRegression",
+    "MLPClassifier",
+    "MLPRegressor",
+    "__version__",
+]

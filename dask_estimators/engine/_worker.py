@@ -77,6 +77,16 @@ def choose_device(device: str = "auto") -> str:
     return device
 
 
+def _current_worker():
+    """The Dask worker running this code, or None outside a worker task."""
+    try:
+        from distributed import get_worker
+
+        return get_worker()
+    except (ImportError, ValueError):
+        return None
+
+
 class Shard:
     """One worker's rows: named arrays, aligned, on the worker's device, kept for the whole fit.
 
@@ -94,8 +104,16 @@ class Shard:
         self.cache: dict = {}
         self.info: dict = dict(info or {})
         self.n_rows = None
+        self.worker = _current_worker()  # for events sent while a long task runs (see collective.py)
         for name, a in arrays.items():
             self.put(name, a)
+
+    def __getstate__(self):  # a shard spilled or moved by Dask travels without its worker
+        return dict(self.__dict__, worker=None)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.worker = _current_worker()
 
     def put(self, name: str, a) -> None:
         """Store array ``a`` under ``name`` as an aligned tensor on the device."""

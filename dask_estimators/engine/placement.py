@@ -178,6 +178,27 @@ class Placement:
         ]
         return self.client.gather(futs, errors="raise") if timeout is None else [f.result(timeout) for f in futs]
 
+    def submit_each(self, fn, per_shard_args) -> list:
+        """Start ``fn(shard, *args_i)`` on every shard at once (``args_i`` from ``per_shard_args``).
+
+        Returns one future-like object per shard (``.result(timeout)``), in
+        shard order.  All calls run concurrently, which a collective (an
+        allreduce among the shards) needs.
+        """
+        per_shard_args = list(per_shard_args)
+        if len(per_shard_args) != len(self.shards):
+            raise ValueError(f"Expected {len(self.shards)} argument tuples, got {len(per_shard_args)}.")
+        if self.actors:
+            return [a.apply(fn, tuple(args)) for a, args in zip(self.actors, per_shard_args)]
+        return [
+            self.client.submit(_worker.apply, fn, s, *args, workers=[w], allow_other_workers=False, pure=False)
+            for s, w, args in zip(self.shards, self.workers, per_shard_args)
+        ]
+
+    def map_each(self, fn, per_shard_args, timeout=None) -> list:
+        """Like :meth:`map`, with its own arguments for each shard (for example its rank)."""
+        return [f.result(timeout) for f in self.submit_each(fn, per_shard_args)]
+
     def release(self) -> None:
         """Drop the shards (and their actors) from the workers."""
         actors, self.actors = self.actors, []

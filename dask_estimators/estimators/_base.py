@@ -29,7 +29,7 @@ from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
 from ..optim import SOLVERS, minimize
 
-__all__ = ["DistributedLinearModel"]
+__all__ = ["DistributedEstimator", "DistributedLinearModel"]
 
 
 def _check_block(arrays, *, y_numeric, multi_output):
@@ -65,51 +65,14 @@ def _check_block(arrays, *, y_numeric, multi_output):
     return out
 
 
-class DistributedLinearModel(BaseEstimator):
-    """Base class: a linear model fitted by the distributed optimizer.
+class DistributedEstimator(BaseEstimator):
+    """Base class of every estimator here: input checks, dask input, clone and pickling without a client."""
 
-    Subclasses set ``_loss`` (or override :meth:`_loss_name`), implement
-    :meth:`_penalties` and declare their parameters.
-    """
-
+    #: dtype(s) validate_data converts X to
+    _fit_dtype = np.float64
     _is_classifier = False
     _multi_output = False
 
-    _parameter_constraints: dict = {
-        "fit_intercept": ["boolean"],
-        "tol": [Interval(Real, 0, None, closed="left")],
-        "max_iter": [Interval(Integral, 0, None, closed="left")],
-        "solver": [StrOptions(set(SOLVERS) | {"auto"})],
-        "warm_start": ["boolean"],
-        "client": [None, str, distributed.Client],
-        "reduction": [StrOptions(set(REDUCTIONS))],
-        "device": [StrOptions({"auto", "cpu", "cuda"})],
-    }
-
-    # ------------------------------------------------------------------ hooks
-    def _loss_name(self, n_classes: int | None) -> str:
-        return self._loss
-
-    def _n_outputs(self, n_classes: int | None, y_shape) -> int:
-        return 1
-
-    def _penalties(self, sw_sum: float) -> tuple[float, float]:
-        """(l2, l1) strengths of the normalised objective."""
-        raise NotImplementedError
-
-    #: What solver="auto" picks without L1: a dense-Hessian Newton where it is affordable.
-    _auto_solver = "newton-cholesky"
-
-    def _resolved_solver(self, n_params: int, l1: float) -> str:
-        if self.solver != "auto":
-            return self.solver
-        if l1 > 0:
-            return "lbfgs"
-        if self._auto_solver == "newton-cholesky" and n_params > SOLVERS["newton-cholesky"].max_params:
-            return "newton-cg"
-        return self._auto_solver
-
-    # --------------------------------------------------------------- fitting
     def _validate_input(self, X, y, sample_weight):
         if is_dask_collection(X):
             self._check_dask_features(X, reset=True)
@@ -123,7 +86,7 @@ class DistributedLinearModel(BaseEstimator):
             self,
             X,
             y,
-            dtype=np.float64,
+            dtype=self._fit_dtype,
             y_numeric=not self._is_classifier,
             multi_output=self._multi_output,
             reset=True,
@@ -174,19 +137,6 @@ class DistributedLinearModel(BaseEstimator):
                 UserWarning,
             )
 
-    def __sklearn_clone__(self):
-        """Clone as scikit-learn does, passing a ``client=`` object through by reference (it cannot be copied)."""
-        client = self.client
-        if not isinstance(client, distributed.Client):
-            return super().__sklearn_clone__()
-        try:
-            self.client = None
-            new = super().__sklearn_clone__()
-        finally:
-            self.client = client
-        new.client = client
-        return new
-
     def _classes(self, y, placement, dask_input):
         """Find classes_, put integer codes on the workers, return them."""
         if dask_input:
@@ -204,6 +154,97 @@ class DistributedLinearModel(BaseEstimator):
                 f"class: {classes[0]!r}"
             )
         return classes
+
+    def _map_rows(self, X, fn, n_cols):
+        """Apply ``fn`` (NumPy rows -> NumPy) to NumPy input now, or to dask input lazily, block by block."""
+        check_is_fitted(self)
+        if is_dask_collection(X):
+            self._check_dask_features(X, reset=False)
+            arr = X.to_dask_array() if not hasattr(X, "rechunk") else X
+            if arr.ndim == 2 and arr.numblocks[1] > 1:
+                arr = arr.rechunk({1: -1})
+
+            def block(b):
+                return fn(check_array(b, dtype=np.float64, ensure_min_samples=0))
+
+            if n_cols is None:
+                return arr.map_blocks(block, drop_axis=1, dtype=self._output_dtype(fn))
+            return arr.map_blocks(block, chunks=(arr.chunks[0], (n_cols,)), dtype=np.float64)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return fn(X)
+
+    def _output_dtype(self, fn):
+        return np.float64
+
+    def __sklearn_clone__(self):
+        """Clone as scikit-learn does, passing a ``client=`` object through by reference (it cannot be copied)."""
+        client = self.client
+        if not isinstance(client, distributed.Client):
+            return super().__sklearn_clone__()
+        try:
+            self.client = None
+            new = super().__sklearn_clone__()
+        finally:
+            self.client = client
+        new.client = client
+        return new
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+    def __getstate__(self):
+        """Pickle without the cluster: a ``client=`` (object or address) is not part of a model."""
+        state = super().__getstate__()
+        if state.get("client") is not None:
+            state = dict(state, client=None)
+        return state
+
+
+class DistributedLinearModel(DistributedEstimator):
+    """Base class: a linear model fitted by the distributed optimizer.
+
+    Subclasses set ``_loss`` (or override :meth:`_loss_name`), implement
+    :meth:`_penalties` and declare their parameters.
+    """
+
+    _parameter_constraints: dict = {
+        "fit_intercept": ["boolean"],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "solver": [StrOptions(set(SOLVERS) | {"auto"})],
+        "warm_start": ["boolean"],
+        "client": [None, str, distributed.Client],
+        "reduction": [StrOptions(set(REDUCTIONS))],
+        "device": [StrOptions({"auto", "cpu", "cuda"})],
+    }
+
+    # ------------------------------------------------------------------ hooks
+    def _loss_name(self, n_classes: int | None) -> str:
+        return self._loss
+
+    def _n_outputs(self, n_classes: int | None, y_shape) -> int:
+        return 1
+
+    def _penalties(self, sw_sum: float) -> tuple[float, float]:
+        """(l2, l1) strengths of the normalised objective."""
+        raise NotImplementedError
+
+    #: What solver="auto" picks without L1: a dense-Hessian Newton where it is affordable.
+    _auto_solver = "newton-cholesky"
+
+    def _resolved_solver(self, n_params: int, l1: float) -> str:
+        if self.solver != "auto":
+            return self.solver
+        if l1 > 0:
+            return "lbfgs"
+        if self._auto_solver == "newton-cholesky" and n_params > SOLVERS["newton-cholesky"].max_params:
+            return "newton-cg"
+        return self._auto_solver
+
+    # --------------------------------------------------------------- fitting
+
 
     def _class_weight_vector(self, placement, n_classes):
         cw = getattr(self, "class_weight", None)
@@ -316,39 +357,6 @@ class DistributedLinearModel(BaseEstimator):
         Xa = np.asarray(X, dtype=np.float64)
         coef = np.atleast_2d(self.coef_)
         return Xa @ coef.T + np.reshape(self.intercept_, (1, -1))
-
-    def _map_rows(self, X, fn, n_cols):
-        """Apply ``fn`` (NumPy rows -> NumPy) to NumPy input now, or to dask input lazily, block by block."""
-        check_is_fitted(self)
-        if is_dask_collection(X):
-            self._check_dask_features(X, reset=False)
-            arr = X.to_dask_array() if not hasattr(X, "rechunk") else X
-            if arr.ndim == 2 and arr.numblocks[1] > 1:
-                arr = arr.rechunk({1: -1})
-
-            def block(b):
-                return fn(check_array(b, dtype=np.float64, ensure_min_samples=0))
-
-            if n_cols is None:
-                return arr.map_blocks(block, drop_axis=1, dtype=self._output_dtype(fn))
-            return arr.map_blocks(block, chunks=(arr.chunks[0], (n_cols,)), dtype=np.float64)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        return fn(X)
-
-    def _output_dtype(self, fn):
-        return np.float64
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
-        return tags
-
-    def __getstate__(self):
-        """Pickle without the cluster: a ``client=`` (object or address) is not part of a model."""
-        state = super().__getstate__()
-        if state.get("client") is not None:
-            state = dict(state, client=None)
-        return state
 
 
 def _y_trailing_shape(shard):

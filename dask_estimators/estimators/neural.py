@@ -1,0 +1,713 @@
+"""Multilayer perceptrons in torch: MLPClassifier and MLPRegressor, trained on a Dask cluster.
+
+scikit-learn's parameters and meaning, plus ``device``, ``strategy`` and
+``client``.  Two strategies share the data placement, the seeded batches and
+the stopping rules (see :mod:`dask_estimators.optim.torch_driver`):
+
+- ``"tree"``: the optimizer on the client, one engine round (gradient
+  tree-summed over the workers) per global batch;
+- ``"ddp"``: one long-running call per worker joins a ``torch.distributed``
+  group and trains with ``DistributedDataParallel``; per-epoch records are
+  streamed to the client as Dask events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import sys
+import warnings
+from numbers import Integral, Real
+
+import distributed
+import numpy as np
+from scipy.special import log_softmax
+from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, Options, StrOptions
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted, column_or_1d
+
+from ..engine import DistributedEvaluator, client_context, place
+from ..engine.collective import run_collective
+from ..objectives import module as M
+from ..objectives import targets as T
+from ..optim.torch_driver import Monitor, TrainConfig, ddp_rank, minimize_lbfgs, train_tree
+from ._base import DistributedEstimator, _check_block
+
+__all__ = ["MLPClassifier", "MLPRegressor"]
+
+STRATEGIES = ("auto", "tree", "ddp")
+
+
+class _Progress:
+    """Per-epoch records as they arrive: kept, and shown when ``verbose`` (a tqdm bar when tqdm is installed)."""
+
+    def __init__(self, verbose, total, desc):
+        self.records = []
+        self.verbose = verbose
+        self.bar = None
+        if verbose:
+            with contextlib.suppress(ImportError):
+                from tqdm.auto import tqdm
+
+                self.bar = tqdm(total=total, desc=desc, unit="epoch", file=sys.stderr, leave=True)
+
+    def __call__(self, rec):
+        self.records.append(rec)
+        if not self.verbose:
+            return
+        line = f"Iteration {rec['epoch']}, loss = {rec['loss']:.8f}"
+        if rec.get("validation_score") is not None:
+            line += f", validation score = {rec['validation_score']:.6f}"
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{rec['loss']:.5f}")
+            self.bar.write(line)
+        else:
+            print(line, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _BaseMLP(DistributedEstimator):
+    """Shared fitting of the two perceptrons."""
+
+    _fit_dtype = (np.float64, np.float32)
+
+    _parameter_constraints: dict = {
+        "hidden_layer_sizes": ["array-like", Interval(Integral, 1, None, closed="left")],
+        "activation": [StrOptions(set(M.ACTIVATIONS))],
+        "solver": [StrOptions({"lbfgs", "sgd", "adam"})],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "batch_size": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [StrOptions({"constant", "invscaling", "adaptive"})],
+        "learning_rate_init": [Interval(Real, 0, None, closed="neither")],
+        "power_t": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "shuffle": ["boolean"],
+        "random_state": ["random_state"],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "verbose": ["verbose"],
+        "warm_start": ["boolean"],
+        "momentum": [Interval(Real, 0, 1, closed="both")],
+        "nesterovs_momentum": ["boolean"],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="left")],
+        "beta_1": [Interval(Real, 0, 1, closed="left")],
+        "beta_2": [Interval(Real, 0, 1, closed="left")],
+        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left"), Options(Real, {np.inf})],
+        "max_fun": [Interval(Integral, 1, None, closed="left")],
+        "device": [StrOptions({"auto", "cpu", "cuda"})],
+        "strategy": [StrOptions(set(STRATEGIES))],
+        "client": [None, str, distributed.Client],
+    }
+
+    def __init__(
+        self,
+        hidden_layer_sizes=(100,),
+        activation="relu",
+        *,
+        solver="adam",
+        alpha=0.0001,
+        batch_size="auto",
+        learning_rate="constant",
+        learning_rate_init=0.001,
+        power_t=0.5,
+        max_iter=200,
+        shuffle=True,
+        random_state=None,
+        tol=1e-4,
+        verbose=False,
+        warm_start=False,
+        momentum=0.9,
+        nesterovs_momentum=True,
+        early_stopping=False,
+        validation_fraction=0.1,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
+        n_iter_no_change=10,
+        max_fun=15000,
+        device="auto",
+        strategy="auto",
+        client=None,
+    ):
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.activation = activation
+        self.solver = solver
+        self.alpha = alpha
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.learning_rate_init = learning_rate_init
+        self.power_t = power_t
+        self.max_iter = max_iter
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.tol = tol
+        self.verbose = verbose
+        self.warm_start = warm_start
+        self.momentum = momentum
+        self.nesterovs_momentum = nesterovs_momentum
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.n_iter_no_change = n_iter_no_change
+        self.max_fun = max_fun
+        self.device = device
+        self.strategy = strategy
+        self.client = client
+
+    # --------------------------------------------------------------- fitting
+    def _hidden(self) -> tuple:
+        sizes = self.hidden_layer_sizes
+        sizes = (sizes,) if np.ndim(sizes) == 0 else tuple(sizes)
+        if any(int(s) != s or s < 1 for s in sizes):
+            raise ValueError(f"hidden_layer_sizes must be > 0, got {sizes}.")
+        return tuple(int(s) for s in sizes)
+
+    def _resolve_strategy(self, client, workers, incremental) -> str:
+        if self.solver == "lbfgs":
+            if self.strategy == "ddp":
+                raise ValueError("strategy='ddp' trains with minibatch steps; solver='lbfgs' needs strategy='tree'.")
+            return "tree"
+        if self.strategy != "auto":
+            return self.strategy
+        return "ddp" if _one_process_per_worker(client, workers) else "tree"
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the network on the Dask cluster.
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+            Training data.  Dask input is validated and placed on the workers
+            without passing through the client.
+        y : array-like or dask collection of shape (n_samples,) or (n_samples, n_outputs)
+            Targets (class labels for the classifier).
+        sample_weight : array-like or dask collection of shape (n_samples,), default=None
+            Non-negative weights of the samples.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        return self._fit(X, y, sample_weight, incremental=False)
+
+    def _fit(self, X, y, sample_weight, incremental, classes=None):
+        hidden = self._hidden()
+        first_call = not hasattr(self, "coefs_")
+        reset = first_call or not (self.warm_start or incremental)
+        if incremental and self.solver == "lbfgs":
+            raise AttributeError("partial_fit is only available for stochastic optimizers; got solver='lbfgs'.")
+        if not reset and getattr(self, "_hidden_fitted", hidden) != hidden:
+            raise ValueError(
+                f"hidden_layer_sizes changed from {self._hidden_fitted} to {hidden}; a warm start or "
+                "partial_fit needs the same architecture."
+            )
+        if not reset:
+            prev_features = self.n_features_in_
+        X, y, sample_weight, dask_input = self._validate_input(X, y, sample_weight)
+        if not reset and self.n_features_in_ != prev_features:
+            raise ValueError(
+                f"X has {self.n_features_in_} features, but {type(self).__name__} is expecting "
+                f"{prev_features} features as input."
+            )
+        dtype = "float32" if getattr(X, "dtype", None) == np.float32 else "float64"
+        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
+        y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset)
+        with client_context(self.client) as client:
+            placement = place(
+                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device
+            )
+            try:
+                if y_placed is None:  # dask labels: found and encoded on the workers
+                    out, n_outputs = self._encode_on_workers(placement, classes, reset)
+                spec = M.MLPSpec(self.n_features_in_, hidden, n_outputs, self.activation, out, dtype)
+                stats = self._fit_placed(client, placement, spec, reset, incremental)
+            finally:
+                placement.release()
+        self._hidden_fitted = hidden
+        self.fit_stats_ = stats
+        return self
+
+    def _encode_targets(self, y, dask_input, classes, reset):
+        """(targets to place or None to encode on the workers, output link, n_outputs or None)."""
+        raise NotImplementedError
+
+    def _fit_placed(self, client, placement, spec, reset, incremental):
+        if spec.n_outputs is None:  # regression on dask input: the targets' width, from a worker
+            spec = M.MLPSpec(spec.n_features, spec.hidden, _n_targets(placement), spec.activation, spec.out,
+                             spec.dtype)
+        if not reset and getattr(self, "n_outputs_", spec.n_outputs) != spec.n_outputs:
+            raise ValueError(f"y has {spec.n_outputs} outputs but the fitted network has {self.n_outputs_}.")
+        rng = check_random_state(self.random_state)
+        w0 = M.glorot_init(spec, rng) if reset else M.flatten(self.coefs_, self.intercepts_)
+        seed = int(rng.randint(np.iinfo(np.int32).max))
+        early_stopping = self.early_stopping and not incremental
+        vf = self.validation_fraction if early_stopping else 0.0
+        counts = placement.map_each(M.prepare, [(spec, vf, seed, r) for r in range(len(placement.shards))])
+        n_train = sum(c["n_train"] for c in counts)
+        if early_stopping and sum(c["n_val"] for c in counts) < 2:
+            raise ValueError(
+                f"The validation part is too small: validation_fraction={self.validation_fraction} of "
+                f"{placement.n_samples} samples leaves fewer than 2 validation samples."
+            )
+        if reset:
+            self.n_iter_, self.t_ = 0, 0
+            self.n_outputs_, self.n_layers_ = spec.n_outputs, len(spec.hidden) + 2
+            self.out_activation_ = spec.out
+            self.history_, self.loss_curve_ = [], []
+            self._monitor_state = None
+            self._optimizer_state = None
+        strategy = self._resolve_strategy(client, placement.workers, incremental)
+        stats = {"strategy": strategy, "n_shards": len(placement.shards), "rows_per_shard": list(placement.n_rows)}
+        if self.solver == "lbfgs":
+            stats.update(self._fit_lbfgs(placement, spec, w0))
+            return stats
+        batch = self._batch_size(n_train)
+        cfg = TrainConfig(
+            solver=self.solver, learning_rate_init=self.learning_rate_init, learning_rate=self.learning_rate,
+            power_t=self.power_t, momentum=self.momentum, nesterovs_momentum=self.nesterovs_momentum,
+            beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon, alpha=self.alpha,
+            max_iter=self.max_iter, tol=self.tol, n_iter_no_change=self.n_iter_no_change,
+            early_stopping=early_stopping, shuffle=self.shuffle, seed=seed,
+            n_steps=math.ceil(n_train / batch), n_train=n_train, epoch0=self.n_iter_, t0=self.t_,
+            incremental=incremental,
+        )
+        monitor = self._monitor(early_stopping, reset)
+        opt_state = self._optimizer_state if incremental else None
+        progress = _Progress(self.verbose, 1 if incremental else self.max_iter, type(self).__name__)
+        try:
+            if strategy == "ddp":
+                outs = run_collective(
+                    placement, ddp_rank, spec, w0, cfg, monitor, opt_state, on_event=progress
+                )
+                res = outs[0]
+            else:
+                evaluator = DistributedEvaluator(placement)
+                res = train_tree(evaluator, spec, w0, cfg, monitor, opt_state, report=progress)
+                stats.update(evaluator.stats.as_dict())
+        finally:
+            progress.close()
+        self._set_result(spec, res, early_stopping, incremental)
+        stats.update(batch_size=batch, steps_per_epoch=cfg.n_steps, seconds=sum(r["seconds"] for r in res["history"]))
+        return stats
+
+    def _batch_size(self, n_train):
+        if self.batch_size == "auto":
+            return min(200, n_train)
+        if self.batch_size > n_train:
+            warnings.warn("Got `batch_size` less than 1 or larger than sample size. It is going to be clipped")
+        return int(np.clip(self.batch_size, 1, n_train))
+
+    def _monitor(self, early_stopping, reset):
+        m = Monitor(self.tol, self.n_iter_no_change, early_stopping)
+        if not reset and self._monitor_state is not None and self._monitor_state["early_stopping"] == early_stopping:
+            m.best_loss = self._monitor_state["best_loss"]
+            m.best_validation_score = self._monitor_state["best_validation_score"]
+            m.no_improvement_count = self._monitor_state["no_improvement_count"]
+        return m
+
+    def _set_result(self, spec, res, early_stopping, incremental):
+        monitor, history = res["monitor"], res["history"]
+        w = monitor.best_params if early_stopping and monitor.best_params is not None else res["w"]
+        self.coefs_, self.intercepts_ = M.unflatten(spec, w)
+        self.n_iter_ += res["n_epochs"]
+        self.t_ = res["t"]
+        self.history_ = list(self.history_) + history
+        self.loss_curve_ = list(self.loss_curve_) + [r["loss"] for r in history]
+        self.loss_ = self.loss_curve_[-1]
+        if early_stopping:
+            self.validation_scores_ = list(monitor.validation_scores)
+            self.best_validation_score_ = monitor.best_validation_score
+            self.best_loss_ = None
+        else:
+            self.validation_scores_ = None
+            self.best_validation_score_ = None
+            self.best_loss_ = monitor.best_loss
+        self._monitor_state = {
+            "early_stopping": early_stopping,
+            "best_loss": monitor.best_loss,
+            "best_validation_score": monitor.best_validation_score,
+            "no_improvement_count": monitor.no_improvement_count,
+        }
+        self._optimizer_state = res["opt_state"]
+        if not incremental and not res["stopped"] and res["n_epochs"] == self.max_iter:
+            warnings.warn(
+                f"Stochastic Optimizer: Maximum iterations ({self.max_iter}) reached and the optimization "
+                "hasn't converged yet.",
+                ConvergenceWarning,
+            )
+
+    def _fit_lbfgs(self, placement, spec, w0):
+        evaluator = DistributedEvaluator(placement)
+        progress = _Progress(self.verbose, self.max_iter, type(self).__name__)
+        try:
+            res, curve = minimize_lbfgs(
+                evaluator, spec, w0, alpha=self.alpha, max_iter=self.max_iter, max_fun=self.max_fun, tol=self.tol,
+                report=progress,
+            )
+        finally:
+            progress.close()
+        self.coefs_, self.intercepts_ = M.unflatten(spec, res.x)
+        self.n_iter_ = int(res.nit)
+        self.loss_ = float(res.fun)
+        self.loss_curve_ = curve
+        self.history_ = progress.records
+        if res.status != 0:
+            warnings.warn(
+                f"lbfgs failed to converge after {res.nit} iteration(s) (status={res.status}):\n{res.message}\n\n"
+                "Increase the number of iterations to improve the convergence (max_iter="
+                f"{self.max_iter}).",
+                ConvergenceWarning,
+            )
+        return evaluator.stats.as_dict()
+
+    # ------------------------------------------------------------ prediction
+    def _spec(self):
+        return M.MLPSpec(self.n_features_in_, self._hidden_fitted, self.n_outputs_, self.activation,
+                         self.out_activation_)
+
+    def _forward(self, A, link=True):
+        return M.forward_numpy(self._spec(), self.coefs_, self.intercepts_, A, link=link)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+def _one_process_per_worker(client, workers) -> bool:
+    from ..engine.collective import _pid
+
+    pids = client.run(_pid, workers=list(workers))
+    return len(set(pids.values())) == len(set(workers))
+
+
+def _n_targets(placement) -> int:
+    shape = placement.map(_y_width)[0]
+    return int(shape)
+
+
+def _y_width(shard):
+    y = shard.get("y")
+    return 1 if y.ndim == 1 else int(y.shape[1])
+
+
+class MLPClassifier(ClassifierMixin, _BaseMLP):
+    """Multilayer perceptron classifier in torch, trained on a Dask cluster.
+
+    scikit-learn's ``MLPClassifier``: the same parameters, objective (log-loss
+    plus ``alpha / 2 * ||W||^2`` per batch weight), initialisation, stopping
+    rules and fitted attributes.  Two classes use one logistic output,
+    several classes a softmax, a label-indicator matrix one logistic output
+    per label.
+
+    Parameters
+    ----------
+    hidden_layer_sizes : array-like of shape (n_layers - 2,), default=(100,)
+        Units of each hidden layer.
+    activation : {"identity", "logistic", "tanh", "relu"}, default="relu"
+        Activation of the hidden layers.
+    solver : {"adam", "sgd", "lbfgs"}, default="adam"
+        ``"adam"`` and ``"sgd"`` step ``torch.optim.Adam``/``SGD`` on minibatches;
+        ``"lbfgs"`` is scipy's full-batch L-BFGS-B (one distributed round per
+        evaluation).
+    alpha : float, default=1e-4
+        Strength of the L2 penalty on the weights (not the biases).
+    batch_size : int or "auto", default="auto"
+        Rows of each global minibatch (``min(200, n_samples)`` for "auto");
+        every worker takes its share from its own shard.
+    learning_rate : {"constant", "invscaling", "adaptive"}, default="constant"
+        SGD's schedule, as in scikit-learn.
+    learning_rate_init : float, default=0.001
+    power_t : float, default=0.5
+    max_iter : int, default=200
+        Epochs (stochastic solvers) or iterations (lbfgs).
+    shuffle : bool, default=True
+        Draw each epoch's batches in a new seeded order.
+    random_state : int, RandomState or None, default=None
+        Seeds the initial weights, the batch order and the validation split.
+    tol : float, default=1e-4
+    verbose : bool, default=False
+        Print each epoch (a tqdm bar when tqdm is installed).
+    warm_start : bool, default=False
+        Start from the fitted weights.
+    momentum : float, default=0.9
+    nesterovs_momentum : bool, default=True
+    early_stopping : bool, default=False
+        Hold out ``validation_fraction`` of each worker's rows; stop when the
+        validation accuracy, scored on the workers, stalls, and keep the best
+        weights.
+    validation_fraction : float, default=0.1
+    beta_1, beta_2, epsilon : float
+        Adam's parameters.
+    n_iter_no_change : int, default=10
+    max_fun : int, default=15000
+        Evaluations allowed to lbfgs.
+    device : {"auto", "cpu", "cuda"}, default="auto"
+        Where each worker computes; "auto" uses its GPU when it has one.
+    strategy : {"auto", "tree", "ddp"}, default="auto"
+        ``"tree"``: one engine round per batch, the optimizer on the client.
+        ``"ddp"``: ``DistributedDataParallel`` inside one long-running call
+        per worker, progress streamed back.  ``"auto"``: "ddp" for the
+        stochastic solvers when every worker is its own process, else "tree".
+    client : distributed.Client, str or None, default=None
+        The cluster to fit on; never stored in the fitted model.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+    coefs_, intercepts_ : list of ndarray
+        Weights (fan_in, fan_out) and biases of each layer.
+    n_iter_ : int
+    t_ : int
+        Training samples seen.
+    loss_, loss_curve_, best_loss_ : float, list, float or None
+    validation_scores_, best_validation_score_ : list or None, float or None
+    history_ : list of dict
+        Per epoch: loss, validation score, seconds, samples per second.
+    n_outputs_, n_layers_, out_activation_ : int, int, str
+    n_features_in_, feature_names_in_
+    fit_stats_ : dict
+        The strategy used, rows per shard, rounds and seconds.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from dask_estimators import MLPClassifier
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = MLPClassifier((20,), max_iter=300, random_state=0).fit(X, y)  # doctest: +SKIP
+    >>> clf.score(X, y) > 0.9  # doctest: +SKIP
+    True
+    """
+
+    _is_classifier = True
+    _multi_output = True  # label-indicator matrices (multilabel)
+
+    def _encode_targets(self, y, dask_input, classes, reset):
+        if dask_input:
+            return None, None, None
+        if np.ndim(y) == 2 and np.shape(y)[1] == 1:
+            y = column_or_1d(y, warn=True)
+        kind = type_of_target(y)
+        if kind == "multilabel-indicator":
+            Y = np.asarray(y)
+            self._set_classes(np.arange(Y.shape[1]), classes, reset, multilabel=True)
+            return Y.astype(np.float64), "logistic", Y.shape[1]
+        if kind not in ("binary", "multiclass"):
+            raise ValueError(f"Unknown label type: {kind!r}.")
+        found = np.unique(y)
+        self._set_classes(found, classes, reset)
+        codes = np.searchsorted(self.classes_, y)
+        if np.any(codes >= len(self.classes_)) or not np.all(self.classes_[np.minimum(codes, len(self.classes_) - 1)] == y):
+            raise ValueError(f"y has labels not in classes_ {list(self.classes_)}.")
+        return codes, *self._out_for_classes()
+
+    def _out_for_classes(self):
+        k = len(self.classes_)
+        return ("logistic", 1) if k == 2 else ("softmax", k)
+
+    def _set_classes(self, found, classes, reset, multilabel=False):
+        self._multilabel = multilabel
+        if not reset:
+            if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+                raise ValueError(
+                    f"`classes={list(classes)}` is not the same as on last call to partial_fit, was: "
+                    f"{list(self.classes_)}"
+                )
+            if not set(found) <= set(self.classes_):
+                raise ValueError(f"y has labels {sorted(set(found) - set(self.classes_))} not in classes_.")
+            return
+        if classes is not None:
+            classes = np.unique(classes)
+            if not set(found) <= set(classes):
+                raise ValueError(f"`y` has classes not in `self.classes_`: {sorted(set(found) - set(classes))}")
+            found = classes
+        if not multilabel:
+            self._check_classes(found)
+        self.classes_ = found
+
+    def _encode_on_workers(self, placement, classes, reset):
+        found = np.unique(np.concatenate(placement.map(T.unique_labels)))
+        self._set_classes(found, classes, reset)
+        placement.map(T.encode_labels, self.classes_)
+        return self._out_for_classes()
+
+    def partial_fit(self, X, y, sample_weight=None, classes=None):
+        """One epoch over the given data, continuing the optimizer's state.
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        y : array-like or dask collection of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+        classes : array of shape (n_classes,), default=None
+            All the classes; required on the first call.
+
+        Returns
+        -------
+        self : object
+        """
+        if not hasattr(self, "coefs_"):
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit.")
+            self._validate_params()
+        return self._fit(X, y, sample_weight, incremental=True, classes=classes)
+
+    def predict_proba(self, X):
+        """Class probabilities, shape (n_samples, n_classes), columns in ``classes_`` order.
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array
+        """
+        check_is_fitted(self)
+
+        def proba(A):
+            p = self._forward(A)
+            if self.out_activation_ == "logistic" and not getattr(self, "_multilabel", False):
+                p = np.hstack([1.0 - p, p])
+            return p
+
+        n = self.n_outputs_ if self.n_outputs_ > 1 or getattr(self, "_multilabel", False) else 2
+        return self._map_rows(X, proba, n)
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`, computed stably from the raw outputs.
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array
+        """
+        check_is_fitted(self)
+
+        def log_proba(A):
+            z = self._forward(A, link=False)
+            if self.out_activation_ == "softmax":
+                return log_softmax(z, axis=1)
+            lp, lq = -np.logaddexp(0, -z), -np.logaddexp(0, z)
+            return lp if getattr(self, "_multilabel", False) else np.hstack([lq, lp])
+
+        n = self.n_outputs_ if self.n_outputs_ > 1 or getattr(self, "_multilabel", False) else 2
+        return self._map_rows(X, log_proba, n)
+
+    def predict(self, X):
+        """Predicted class labels (an indicator matrix for multilabel targets; lazy for dask input).
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array
+        """
+        check_is_fitted(self)
+        classes = self.classes_
+        multilabel = getattr(self, "_multilabel", False)
+
+        def labels(A):
+            z = self._forward(A, link=False)
+            if multilabel:
+                return (z > 0).astype(int)
+            idx = (z[:, 0] > 0).astype(int) if z.shape[1] == 1 else z.argmax(1)
+            return classes[idx]
+
+        if multilabel:
+            return self._map_rows(X, labels, self.n_outputs_)
+        return self._map_rows(X, labels, None)
+
+    def _output_dtype(self, fn):
+        return self.classes_.dtype if fn.__name__ == "labels" else np.float64
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True
+        return tags
+
+
+class MLPRegressor(RegressorMixin, _BaseMLP):
+    """Multilayer perceptron regressor in torch, trained on a Dask cluster.
+
+    scikit-learn's ``MLPRegressor``: half the squared error plus
+    ``alpha / 2 * ||W||^2`` per batch weight, identity output, the same
+    parameters, initialisation, stopping rules (the validation score is R^2)
+    and fitted attributes.  Parameters as :class:`MLPClassifier`.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_diabetes
+    >>> from dask_estimators import MLPRegressor
+    >>> X, y = load_diabetes(return_X_y=True)
+    >>> reg = MLPRegressor((50,), solver="lbfgs", max_iter=500).fit(X, y)  # doctest: +SKIP
+    """
+
+    _multi_output = True
+
+    def partial_fit(self, X, y, sample_weight=None):
+        """One epoch over the given data, continuing the optimizer's state.
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        y : array-like or dask collection of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        if not hasattr(self, "coefs_"):
+            self._validate_params()
+        return self._fit(X, y, sample_weight, incremental=True)
+
+    def predict(self, X):
+        """Predicted targets (lazy dask array for dask input).
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples,) or (n_samples, n_outputs)
+        """
+        check_is_fitted(self)
+        single = self.n_outputs_ == 1 and not getattr(self, "_y_2d", False)
+
+        def values(A):
+            out = self._forward(A)
+            return out[:, 0] if single else out
+
+        return self._map_rows(X, values, None if single else self.n_outputs_)
+
+    def _encode_targets(self, y, dask_input, classes, reset):
+        if dask_input:
+            return y, "identity", None
+        y2 = np.asarray(y, dtype=np.float64)
+        self._y_2d = y2.ndim == 2
+        return y2, "identity", 1 if y2.ndim == 1 else y2.shape[1]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags

@@ -1,0 +1,362 @@
+"""A torch network seen as one flat float vector: per-shard sums of loss and gradient (autograd).
+
+Knows nothing of Dask.  The kernels run on a worker's shard, on its device
+(CUDA when it has one, the same code on CPU), and return raw sums:
+
+``value_grad(shard, w, spec, batch) -> (loss_sum, grad_sum, weight_sum, n_rows)``
+
+``loss_sum`` is the sum over the batch rows of ``sample_weight * loss`` and
+``grad_sum`` its gradient with respect to the flat parameters ``w``.  The
+client divides by the tree-summed ``weight_sum`` and adds the L2 penalty
+once, so the sum over shards is exact.
+
+The objective of a batch B is scikit-learn's (``MLPClassifier``/``MLPRegressor``)::
+
+    sum_{i in B} s_i * loss_i / sum_{i in B} s_i  +  alpha / 2 * ||W||^2 / sum_{i in B} s_i
+
+with ``loss_i`` the log-loss (softmax for several classes, logistic for two
+classes or for multilabel outputs, summed over the outputs) or half the
+squared error summed over the outputs; ``W`` holds the weights of every
+layer, not the biases.
+
+Flat layout: the parameters in ``module.parameters()`` order, that is for
+each layer its weight of shape (fan_out, fan_in) then its bias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.special import expit, softmax
+
+__all__ = [
+    "ACTIVATIONS",
+    "MLPSpec",
+    "build_module",
+    "flatten",
+    "unflatten",
+    "glorot_init",
+    "forward_numpy",
+    "prepare",
+    "value_grad",
+    "validation_stats",
+    "batch_slice",
+]
+
+ACTIVATIONS = ("identity", "logistic", "tanh", "relu")
+OUTPUTS = ("softmax", "logistic", "identity")
+
+
+@dataclass(frozen=True)
+class MLPSpec:
+    """The architecture: sizes, hidden activation, output link and dtype."""
+
+    n_features: int
+    hidden: tuple
+    n_outputs: int
+    activation: str = "relu"
+    out: str = "identity"  # "softmax" (several classes), "logistic" (two classes, multilabel) or "identity"
+    dtype: str = "float64"
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        if self.out not in OUTPUTS:
+            raise ValueError(f"out must be one of {OUTPUTS}, got {self.out!r}.")
+
+    @property
+    def layer_units(self) -> list:
+        return [self.n_features, *self.hidden, self.n_outputs]
+
+    @property
+    def shapes(self) -> list:
+        """(fan_in, fan_out) of each layer."""
+        u = self.layer_units
+        return list(zip(u[:-1], u[1:]))
+
+    @property
+    def n_params(self) -> int:
+        return sum(i * o + o for i, o in self.shapes)
+
+    @property
+    def torch_dtype(self):
+        return getattr(torch, self.dtype)
+
+
+def _activation_module(name):
+    return {
+        "identity": torch.nn.Identity,
+        "logistic": torch.nn.Sigmoid,
+        "tanh": torch.nn.Tanh,
+        "relu": torch.nn.ReLU,
+    }[name]()
+
+
+def build_module(spec: MLPSpec, device="cpu") -> torch.nn.Sequential:
+    """The network as ``nn.Sequential`` (Linear, activation, ..., Linear); the output link is in the loss."""
+    layers = []
+    for k, (fan_in, fan_out) in enumerate(spec.shapes):
+        layers.append(torch.nn.Linear(fan_in, fan_out, dtype=spec.torch_dtype, device=device))
+        if k < len(spec.shapes) - 1:
+            layers.append(_activation_module(spec.activation))
+    return torch.nn.Sequential(*layers)
+
+
+def flatten(coefs, intercepts) -> np.ndarray:
+    """scikit-learn's ``coefs_`` (fan_in, fan_out) and ``intercepts_`` to the flat float64 vector."""
+    parts = []
+    for W, b in zip(coefs, intercepts):
+        parts.append(np.asarray(W, dtype=np.float64).T.ravel())
+        parts.append(np.asarray(b, dtype=np.float64).ravel())
+    return np.concatenate(parts)
+
+
+def unflatten(spec: MLPSpec, w) -> tuple[list, list]:
+    """The flat vector back to scikit-learn's ``coefs_`` and ``intercepts_`` (float64)."""
+    w = np.asarray(w, dtype=np.float64)
+    coefs, intercepts, pos = [], [], 0
+    for fan_in, fan_out in spec.shapes:
+        coefs.append(w[pos : pos + fan_in * fan_out].reshape(fan_out, fan_in).T.copy())
+        pos += fan_in * fan_out
+        intercepts.append(w[pos : pos + fan_out].copy())
+        pos += fan_out
+    return coefs, intercepts
+
+
+def weight_mask(spec: MLPSpec) -> np.ndarray:
+    """True on the flat entries that the L2 penalty covers (weights, not biases)."""
+    mask = np.zeros(spec.n_params, dtype=bool)
+    pos = 0
+    for fan_in, fan_out in spec.shapes:
+        mask[pos : pos + fan_in * fan_out] = True
+        pos += fan_in * fan_out + fan_out
+    return mask
+
+
+def glorot_init(spec: MLPSpec, rng: np.random.RandomState) -> np.ndarray:
+    """scikit-learn's initialisation (Glorot uniform, the same draws in the same order) as a flat vector."""
+    factor = 2.0 if spec.activation == "logistic" else 6.0
+    coefs, intercepts = [], []
+    for fan_in, fan_out in spec.shapes:
+        bound = np.sqrt(factor / (fan_in + fan_out))
+        coefs.append(rng.uniform(-bound, bound, (fan_in, fan_out)))
+        intercepts.append(rng.uniform(-bound, bound, fan_out))
+    return flatten(coefs, intercepts)
+
+
+_NP_ACT = {
+    "identity": lambda a: a,
+    "logistic": expit,
+    "tanh": np.tanh,
+    "relu": lambda a: np.maximum(a, 0),
+}
+
+
+def forward_numpy(spec: MLPSpec, coefs, intercepts, X, *, link=True) -> np.ndarray:
+    """The network on NumPy (no torch, no cluster): outputs after the link when ``link``, else raw."""
+    a = X
+    last = len(coefs) - 1
+    for k, (W, b) in enumerate(zip(coefs, intercepts)):
+        a = a @ W + b
+        if k < last:
+            a = _NP_ACT[spec.activation](a)
+    if not link or spec.out == "identity":
+        return a
+    if spec.out == "softmax":
+        return softmax(a, axis=1)
+    return expit(a)
+
+
+# --------------------------------------------------------------- on a worker
+def loss_sum(spec: MLPSpec, z, y, sw):
+    """Sum of (weighted) per-row losses of raw outputs ``z`` against encoded targets ``y``."""
+    if spec.out == "softmax":
+        per = torch.nn.functional.cross_entropy(z, y, reduction="none")
+    elif spec.out == "logistic":
+        per = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none").sum(1)
+    else:
+        per = 0.5 * ((z - y) ** 2).sum(1)
+    return per.sum() if sw is None else (per * sw).sum()
+
+
+def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: int) -> dict:
+    """Encode the targets for ``spec.out``, cast X, split off this shard's validation rows (seeded).
+
+    Returns the shard's row counts and weight sums, training and validation.
+    """
+    dt = spec.torch_dtype
+    X = shard.get("X")
+    if X.dtype != dt:
+        shard.put("X", X.to(dt))
+    y = shard.get("y")
+    if spec.out == "softmax":
+        y = y.to(torch.int64).reshape(-1)
+    else:
+        y = y.to(dt).reshape(y.shape[0], -1)
+    shard.put("y", y)
+    sw = shard.get("sample_weight")
+    if sw is not None and sw.dtype != dt:
+        shard.put("sample_weight", sw.to(dt))
+    n = shard.n_rows
+    n_val = int(round(validation_fraction * n)) if validation_fraction else 0
+    n_val = min(n_val, n - 1) if n > 1 else 0
+    if n_val:
+        g = torch.Generator().manual_seed(_mix(seed, rank, -1))
+        perm = torch.randperm(n, generator=g)
+        train, val = perm[n_val:].sort().values, perm[:n_val].sort().values
+    else:
+        train, val = None, None
+    dev = shard.device
+    shard.cache["mlp"] = {
+        "train": None if train is None else train.to(dev),
+        "val": None if val is None else val.to(dev),
+        "n_train": n - n_val,
+        "perm": None,
+        "module": None,
+        "rank": int(rank),
+    }
+    sw_all = shard.get("sample_weight")
+
+    def wsum(idx, count):
+        if sw_all is None:
+            return float(count)
+        return float((sw_all if idx is None else sw_all[idx]).sum())
+
+    return {
+        "n_train": n - n_val,
+        "n_val": n_val,
+        "sw_train": wsum(train, n - n_val),
+        "sw_val": wsum(val, n_val) if n_val else 0.0,
+    }
+
+
+def _mix(*ints) -> int:
+    """A seed from several integers (stable across processes, unlike ``hash``)."""
+    h = 1469598103934665603
+    for i in ints:
+        h = ((h ^ (int(i) & 0xFFFFFFFFFFFFFFFF)) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h & 0x7FFFFFFFFFFFFFFF
+
+
+def batch_slice(n_rows: int, step: int, n_steps: int) -> tuple[int, int]:
+    """This shard's share of step ``step`` of an epoch of ``n_steps``: rows [lo, hi) of its permutation."""
+    return step * n_rows // n_steps, (step + 1) * n_rows // n_steps
+
+
+def _epoch_perm(shard, batch):
+    """The training rows of this shard in the (seeded) order of the given epoch."""
+    state = shard.cache["mlp"]
+    seed, epoch, _, _, shuffle = batch
+    rank = state["rank"]
+    key = (seed, epoch, shuffle)
+    if state["perm"] is None or state["perm"][0] != key:
+        n = state["n_train"]
+        if shuffle:
+            g = torch.Generator().manual_seed(_mix(seed, rank, epoch))
+            order = torch.randperm(n, generator=g).to(shard.device)
+        else:
+            order = torch.arange(n, device=shard.device)
+        rows = order if state["train"] is None else state["train"][order]
+        state["perm"] = (key, rows)
+    return state["perm"][1]
+
+
+def batch_rows(shard, batch):
+    """Row indices of ``batch`` = (seed, epoch, step, n_steps, shuffle), or None for all training rows."""
+    state = shard.cache["mlp"]
+    if batch is None:
+        return state["train"]
+    rows = _epoch_perm(shard, batch)
+    lo, hi = batch_slice(state["n_train"], batch[2], batch[3])
+    return rows[lo:hi]
+
+
+def take(shard, idx):
+    """(X, y, sample_weight) of the rows ``idx`` (all rows when None)."""
+    X, y, sw = shard.get("X"), shard.get("y"), shard.get("sample_weight")
+    if idx is None:
+        return X, y, sw
+    return X[idx], y[idx], (None if sw is None else sw[idx])
+
+
+def shard_module(shard, spec: MLPSpec):
+    """The shard's cached module for ``spec`` (built once per fit, on the shard's device)."""
+    state = shard.cache["mlp"]
+    if state["module"] is None or state["module"][0] != spec:
+        state["module"] = (spec, build_module(spec, shard.device))
+    return state["module"][1]
+
+
+def value_grad(shard, w, spec: MLPSpec, batch=None):
+    """Raw sums over a batch of this shard: (loss_sum, grad_sum, weight_sum, n_rows).
+
+    ``batch`` is None (all training rows, for full-batch solvers) or
+    ``(seed, epoch, step, n_steps, shuffle)``: the shard's share of one step
+    of a seeded epoch (the permutation is seeded by the shard's rank too).
+    """
+    module = shard_module(shard, spec)
+    params = list(module.parameters())
+    torch.nn.utils.vector_to_parameters(w.to(spec.torch_dtype), params)
+    X, y, sw = take(shard, batch_rows(shard, batch))
+    n = int(X.shape[0])
+    for p in params:
+        p.grad = None
+    if n == 0:
+        return 0.0, torch.zeros(spec.n_params, dtype=torch.float64), 0.0, 0
+    loss = loss_sum(spec, module(X), y, sw)
+    loss.backward()
+    grad = torch.cat([p.grad.reshape(-1) for p in params])
+    weight = float(n) if sw is None else sw.sum()
+    return loss.detach(), grad, weight, n
+
+
+def validation_stats(shard, w, spec: MLPSpec):
+    """Sums over this shard's validation rows for the validation score.
+
+    Classifiers: ``[weighted correct, weight]`` (accuracy).  Regressors: per
+    output ``[sum s*(y - p)^2, sum s*y, sum s*y^2]`` and the weight (R^2).
+    """
+    state = shard.cache["mlp"]
+    module = shard_module(shard, spec)
+    if w is not None:
+        torch.nn.utils.vector_to_parameters(w.to(spec.torch_dtype), list(module.parameters()))
+    idx = state["val"]
+    if idx is None:
+        return validation_from_rows(spec, None, None, None)
+    X, y, sw = take(shard, idx)
+    with torch.no_grad():
+        z = module(X)
+    return validation_from_rows(spec, z, y, sw)
+
+
+def validation_from_rows(spec: MLPSpec, z, y, sw):
+    """The sums of :func:`validation_stats` for raw outputs ``z`` (None: an empty validation part)."""
+    size = 2 if spec.out != "identity" else 3 * spec.n_outputs + 1
+    if z is None:
+        return torch.zeros(size, dtype=torch.float64)
+    s = torch.ones(z.shape[0], dtype=torch.float64, device=z.device) if sw is None else sw.to(torch.float64)
+    if spec.out == "softmax":
+        correct = (z.argmax(1) == y).to(torch.float64)
+    elif spec.out == "logistic":
+        correct = ((z > 0) == (y > 0.5)).all(1).to(torch.float64)
+    else:
+        y64, r = y.to(torch.float64), (y - z).to(torch.float64)
+        sw2 = s[:, None]
+        return torch.cat([(sw2 * r * r).sum(0), (sw2 * y64).sum(0), (sw2 * y64 * y64).sum(0), s.sum().reshape(1)])
+    return torch.stack([(s * correct).sum(), s.sum()])
+
+
+def validation_score(spec: MLPSpec, stats) -> float:
+    """Accuracy (classifiers) or R^2 averaged over outputs (regressors) from summed :func:`validation_stats`."""
+    stats = np.asarray(stats, dtype=np.float64)
+    if spec.out != "identity":
+        return float(stats[0] / stats[1]) if stats[1] > 0 else float("nan")
+    k = spec.n_outputs
+    sse, sy, syy, sw = stats[:k], stats[k : 2 * k], stats[2 * k : 3 * k], stats[3 * k]
+    if sw <= 0:
+        return float("nan")
+    sst = syy - sy * sy / sw
+    r2 = np.where(sst > 0, 1.0 - sse / np.where(sst > 0, sst, 1.0), np.where(sse > 0, 0.0, 1.0))
+    return float(np.mean(r2))

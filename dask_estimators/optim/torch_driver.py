@@ -1,0 +1,335 @@
+"""Epochs of minibatch gradient steps driving a real ``torch.optim`` optimizer.
+
+One epoch loop, :func:`run_epochs`, serves both strategies:
+
+- **tree** (:func:`train_tree`): the optimizer lives on the client.  Each step
+  is one engine round: every worker returns the raw gradient sum of its share
+  of the global batch, the workers tree-sum them, the client divides, adds the
+  L2 term and steps.
+- **ddp** (:func:`ddp_rank`): the loop runs on every worker at once inside a
+  ``torch.distributed`` group; ``DistributedDataParallel`` allreduces the
+  gradients and every rank steps the same optimizer on the same numbers.
+
+Both take the same seeded batches (each worker its share of each global batch,
+see :func:`~dask_estimators.objectives.module.batch_slice`) and apply
+scikit-learn's rules: the epoch loss, ``tol``/``n_iter_no_change``, the
+validation score of ``early_stopping`` (best parameters restored), and the
+``"invscaling"``/``"adaptive"`` learning rates of SGD.  Optimizer state is
+kept in one layout (per layer, as ``module.parameters()``), so a
+``partial_fit`` or a warm start can change strategy.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..objectives import module as M
+
+__all__ = ["TrainConfig", "Monitor", "make_optimizer", "run_epochs", "train_tree", "ddp_rank", "minimize_lbfgs"]
+
+
+@dataclass
+class TrainConfig:
+    """The stochastic solver's settings, scikit-learn's names and meanings."""
+
+    solver: str = "adam"
+    learning_rate_init: float = 1e-3
+    learning_rate: str = "constant"
+    power_t: float = 0.5
+    momentum: float = 0.9
+    nesterovs_momentum: bool = True
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-8
+    alpha: float = 1e-4
+    max_iter: int = 200
+    tol: float = 1e-4
+    n_iter_no_change: int = 10
+    early_stopping: bool = False
+    shuffle: bool = True
+    seed: int = 0
+    n_steps: int = 1  # global batches per epoch
+    n_train: int = 1  # training rows over all shards
+    epoch0: int = 0  # epochs already done (warm start, partial_fit): seeds later epochs afresh
+    t0: int = 0  # samples seen so far (invscaling)
+    incremental: bool = False  # partial_fit: one epoch
+
+
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """``torch.optim.Adam`` or ``SGD`` (momentum, Nesterov) with scikit-learn's settings."""
+    if cfg.solver == "adam":
+        return torch.optim.Adam(params, lr=cfg.learning_rate_init, betas=(cfg.beta_1, cfg.beta_2), eps=cfg.epsilon)
+    if cfg.solver == "sgd":
+        return torch.optim.SGD(
+            params,
+            lr=cfg.learning_rate_init,
+            momentum=cfg.momentum,
+            nesterov=bool(cfg.nesterovs_momentum and cfg.momentum > 0),
+        )
+    raise ValueError(f"Unknown stochastic solver {cfg.solver!r}.")
+
+
+def _set_lr(opt, lr):
+    for g in opt.param_groups:
+        g["lr"] = lr
+
+
+@dataclass
+class Monitor:
+    """scikit-learn's stopping rule (``_update_no_improvement_count``) and the fitted curves."""
+
+    tol: float
+    n_iter_no_change: int
+    early_stopping: bool
+    loss_curve: list = field(default_factory=list)
+    validation_scores: list = field(default_factory=list)
+    best_loss: float = math.inf
+    best_validation_score: float = -math.inf
+    no_improvement_count: int = 0
+    best_params: np.ndarray | None = None
+
+    def update(self, loss: float, score: float | None, params) -> None:
+        self.loss_curve.append(float(loss))
+        if self.early_stopping:
+            self.validation_scores.append(float(score))
+            if score < self.best_validation_score + self.tol:
+                self.no_improvement_count += 1
+            else:
+                self.no_improvement_count = 0
+            if score > self.best_validation_score:
+                self.best_validation_score = float(score)
+                self.best_params = params()
+        else:
+            if loss > self.best_loss - self.tol:
+                self.no_improvement_count += 1
+            else:
+                self.no_improvement_count = 0
+            if loss < self.best_loss:
+                self.best_loss = float(loss)
+
+
+def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=None, validate=None,
+               params=None, report=None) -> dict:
+    """The epoch loop shared by both strategies.
+
+    Parameters
+    ----------
+    step : callable ``(epoch, k) -> (batch_loss, batch_rows)``
+        Computes the gradient of global batch ``k`` of ``epoch`` and steps the
+        optimizer; returns this process's part of ``batch_loss * batch_rows``
+        (the whole value in the tree strategy).
+    reduce_epoch : callable, optional
+        Sums a float over the ranks (DDP); identity by default.
+    validate : callable, optional
+        The validation score (``early_stopping``).
+    params : callable
+        The current parameters as a flat NumPy vector (kept when the score is best).
+    report : callable, optional
+        Called with each epoch's record.
+    """
+    reduce_epoch = reduce_epoch or (lambda v: v)
+    history, stopped, t_seen = [], False, cfg.t0
+    n_epochs = 1 if cfg.incremental else cfg.max_iter
+    for it in range(n_epochs):
+        epoch = cfg.epoch0 + it
+        t_start = time.perf_counter()
+        acc = 0.0
+        for k in range(cfg.n_steps):
+            acc += step(epoch, k)
+        loss = reduce_epoch(acc) / cfg.n_train
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"The training loss is not finite ({loss}) at epoch {epoch + 1}; lower learning_rate_init "
+                "or scale the features."
+            )
+        score = validate() if cfg.early_stopping else None
+        monitor.update(loss, score, params)
+        t_seen += cfg.n_train
+        if cfg.solver == "sgd" and cfg.learning_rate == "invscaling":
+            _set_lr(opt, cfg.learning_rate_init / (t_seen + 1) ** cfg.power_t)
+        seconds = time.perf_counter() - t_start
+        rec = {
+            "epoch": epoch + 1,
+            "loss": loss,
+            "validation_score": score,
+            "seconds": seconds,
+            "samples_per_s": cfg.n_train / seconds if seconds > 0 else float("inf"),
+        }
+        history.append(rec)
+        if report is not None:
+            report(rec)
+        if monitor.no_improvement_count > cfg.n_iter_no_change:
+            lr = opt.param_groups[0]["lr"]
+            if cfg.solver == "sgd" and cfg.learning_rate == "adaptive" and lr > 1e-6:
+                _set_lr(opt, lr / 5.0)
+                monitor.no_improvement_count = 0
+            else:
+                stopped = True
+                break
+    return {"history": history, "stopped": stopped, "t": t_seen, "n_epochs": len(history)}
+
+
+def _grads_into(params, g):
+    pos = 0
+    for p in params:
+        n = p.numel()
+        p.grad = g[pos : pos + n].view_as(p).to(p.dtype)
+        pos += n
+
+
+def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor, opt_state=None,
+               report=None) -> dict:
+    """The tree strategy: the optimizer on the client, one engine round per global batch.
+
+    ``evaluator(kernel, *args)`` sums a kernel over the shards (see
+    :class:`~dask_estimators.engine.DistributedEvaluator`).
+    """
+    module = M.build_module(M.MLPSpec(**{**spec.__dict__, "dtype": "float64"}))
+    params = list(module.parameters())
+    torch.nn.utils.vector_to_parameters(torch.as_tensor(w0, dtype=torch.float64), params)
+    opt = make_optimizer(params, cfg)
+    if opt_state is not None:
+        opt.load_state_dict(opt_state)
+    mask = torch.as_tensor(M.weight_mask(spec))
+
+    def flat():
+        return torch.nn.utils.parameters_to_vector(params).detach()
+
+    def step(epoch, k):
+        w = flat()
+        loss, g, sw, n = evaluator(M.value_grad, w.numpy(), spec, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle))
+        if n == 0 or sw <= 0:
+            return 0.0
+        wm = w * mask
+        g = torch.as_tensor(g) / sw + cfg.alpha * wm / sw
+        batch_loss = loss / sw + 0.5 * cfg.alpha * float(wm @ wm) / sw
+        if not math.isfinite(batch_loss):
+            raise FloatingPointError(
+                f"The training loss is not finite at epoch {epoch + 1}, step {k + 1}; lower "
+                "learning_rate_init or scale the features."
+            )
+        _grads_into(params, g)
+        opt.step()
+        return batch_loss * n
+
+    def validate():
+        return M.validation_score(spec, evaluator(M.validation_stats, flat().numpy(), spec))
+
+    out = run_epochs(step, cfg, opt, monitor, validate=validate, params=lambda: flat().numpy().copy(),
+                     report=report)
+    out.update(w=flat().numpy().copy(), monitor=monitor, opt_state=opt.state_dict())
+    return out
+
+
+def ddp_rank(shard, comm, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor, opt_state=None):
+    """One rank of the ddp strategy: the whole training loop on this worker, inside a process group.
+
+    Returns, on rank 0, the result dict of :func:`train_tree` (other ranks return None).
+    """
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ..engine._worker import setup_threads
+    from ..engine.collective import process_group
+
+    setup_threads()
+    dev = shard.device
+    with process_group(comm, dev):
+        module = M.build_module(spec, dev)
+        params = list(module.parameters())
+        torch.nn.utils.vector_to_parameters(torch.as_tensor(w0, dtype=spec.torch_dtype, device=dev), params)
+        ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
+        opt = make_optimizer(ddp.parameters(), cfg)
+        if opt_state is not None:
+            opt.load_state_dict(opt_state)
+        weights = [p for p, keep in zip(params, _weight_params(spec)) if keep]
+        world, f64 = comm.world_size, torch.float64
+        per_step = {}
+
+        def allreduce(t):
+            dist.all_reduce(t)
+            return t
+
+        def step(epoch, k):
+            if k == 0:  # the global batch sizes of this epoch: one allreduce per epoch
+                rows = torch.zeros(2, cfg.n_steps, dtype=f64, device=dev)
+                for j in range(cfg.n_steps):
+                    idx = M.batch_rows(shard, (cfg.seed, epoch, j, cfg.n_steps, cfg.shuffle))
+                    rows[0, j] = idx.numel()
+                    sw = shard.get("sample_weight")
+                    rows[1, j] = idx.numel() if sw is None else sw[idx].sum()
+                per_step["rows"] = allreduce(rows).cpu().numpy()
+            n_b, w_b = per_step["rows"][:, k]
+            X, y, sw = M.take(shard, M.batch_rows(shard, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)))
+            opt.zero_grad(set_to_none=True)
+            local = M.loss_sum(spec, ddp(X), y, sw) if X.shape[0] else ddp(X).sum() * 0.0
+            penalty = 0.5 * cfg.alpha * sum((p * p).sum() for p in weights) / w_b
+            # DDP averages the ranks' gradients: scale the local sum by the world size
+            (local * (world / w_b) + penalty).backward()
+            opt.step()
+            part = float(local.detach()) / w_b + (float(penalty.detach()) if comm.rank == 0 else 0.0)
+            return part * n_b
+
+        def reduce_epoch(v):
+            return float(allreduce(torch.tensor([v], dtype=f64, device=dev))[0])
+
+        def flat():
+            return torch.nn.utils.parameters_to_vector(params).detach().to("cpu", f64)
+
+        def validate():
+            stats = M.validation_stats(shard, None, spec).to(dev)
+            return M.validation_score(spec, allreduce(stats).cpu().numpy())
+
+        def report(rec):
+            if comm.rank == 0:
+                comm.report(rec)
+
+        out = run_epochs(step, cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate,
+                         params=lambda: flat().numpy().copy(), report=report)
+        if comm.rank != 0:
+            return None
+        state = opt.state_dict()
+        state["state"] = {k: {n: (v.cpu() if torch.is_tensor(v) else v) for n, v in s.items()}
+                          for k, s in state["state"].items()}
+        out.update(w=flat().numpy().copy(), monitor=monitor, opt_state=state)
+        return out
+
+
+def _weight_params(spec: M.MLPSpec) -> list:
+    """For each tensor of ``module.parameters()``: True for weights (penalised), False for biases."""
+    return [True, False] * len(spec.shapes)
+
+
+def minimize_lbfgs(evaluator, spec: M.MLPSpec, w0: np.ndarray, *, alpha, max_iter, max_fun, tol, report=None):
+    """Full-batch L-BFGS-B (scipy), one engine round per evaluation, as scikit-learn's ``solver="lbfgs"``."""
+    from scipy import optimize
+
+    mask = M.weight_mask(spec)
+    state = {"sw": None}
+
+    def fun(w):
+        loss, g, sw, _ = evaluator(M.value_grad, w, spec, None)
+        wm = w * mask
+        f = loss / sw + 0.5 * alpha * float(wm @ wm) / sw
+        if not math.isfinite(f):
+            raise FloatingPointError("The training loss is not finite; scale the features.")
+        state["sw"] = sw
+        return f, np.asarray(g) / sw + alpha * wm / sw
+
+    curve = []
+
+    def callback(intermediate_result):
+        curve.append(float(intermediate_result.fun))
+        if report is not None:
+            report({"epoch": len(curve), "loss": curve[-1]})
+
+    res = optimize.minimize(
+        fun, w0, jac=True, method="L-BFGS-B", callback=callback,
+        options={"maxfun": max_fun, "maxiter": max_iter, "gtol": tol},
+    )
+    return res, curve
