@@ -648,10 +648,18 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
 class MLPRegressor(RegressorMixin, _BaseMLP):
     """Multilayer perceptron regressor in torch, trained on a Dask cluster.
 
-    scikit-learn's ``MLPRegressor``: half the squared error plus
-    ``alpha / 2 * ||W||^2`` per batch weight, identity output, the same
-    parameters, initialisation, stopping rules (the validation score is R^2)
-    and fitted attributes.  Parameters as :class:`MLPClassifier`.
+    scikit-learn's ``MLPRegressor``: half the squared error (identity output)
+    or the Poisson deviance (``loss="poisson"``, exp output) plus
+    ``alpha / 2 * ||W||^2`` per batch weight, the same parameters,
+    initialisation, stopping rules (the validation score is R^2) and fitted
+    attributes.
+
+    Parameters
+    ----------
+    loss : {"squared_error", "poisson"}, default="squared_error"
+        The loss; "poisson" needs non-negative targets.
+    hidden_layer_sizes, activation, solver, ... : see :class:`MLPClassifier`
+        The same parameters, names and meanings.
 
     Examples
     --------
@@ -662,6 +670,69 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
     """
 
     _multi_output = True
+
+    _parameter_constraints: dict = {**_BaseMLP._parameter_constraints, "loss": [StrOptions({"squared_error", "poisson"})]}
+
+    def __init__(
+        self,
+        loss="squared_error",
+        hidden_layer_sizes=(100,),
+        activation="relu",
+        *,
+        solver="adam",
+        alpha=0.0001,
+        batch_size="auto",
+        learning_rate="constant",
+        learning_rate_init=0.001,
+        power_t=0.5,
+        max_iter=200,
+        shuffle=True,
+        random_state=None,
+        tol=1e-4,
+        verbose=False,
+        warm_start=False,
+        momentum=0.9,
+        nesterovs_momentum=True,
+        early_stopping=False,
+        validation_fraction=0.1,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
+        n_iter_no_change=10,
+        max_fun=15000,
+        device="auto",
+        strategy="auto",
+        client=None,
+    ):
+        super().__init__(
+            hidden_layer_sizes,
+            activation,
+            solver=solver,
+            alpha=alpha,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            learning_rate_init=learning_rate_init,
+            power_t=power_t,
+            max_iter=max_iter,
+            shuffle=shuffle,
+            random_state=random_state,
+            tol=tol,
+            verbose=verbose,
+            warm_start=warm_start,
+            momentum=momentum,
+            nesterovs_momentum=nesterovs_momentum,
+            early_stopping=early_stopping,
+            validation_fraction=validation_fraction,
+            beta_1=beta_1,
+            beta_2=beta_2,
+            epsilon=epsilon,
+            n_iter_no_change=n_iter_no_change,
+            max_fun=max_fun,
+            device=device,
+            strategy=strategy,
+            client=client,
+        )
+        self.loss = loss
 
     def partial_fit(self, X, y, sample_weight=None):
         """One epoch over the given data, continuing the optimizer's state.
@@ -701,11 +772,14 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         return self._map_rows(X, values, None if single else self.n_outputs_)
 
     def _encode_targets(self, y, dask_input, classes, reset):
+        out = "exp" if self.loss == "poisson" else "identity"
         if dask_input:
-            return y, "identity", None
+            return y, out, None
         y2 = np.asarray(y, dtype=np.float64)
+        if out == "exp" and np.any(y2 < 0):
+            raise ValueError("loss='poisson' requires non-negative y.")
         self._y_2d = y2.ndim == 2
-        return y2, "identity", 1 if y2.ndim == 1 else y2.shape[1]
+        return y2, out, 1 if y2.ndim == 1 else y2.shape[1]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

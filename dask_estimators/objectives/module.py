@@ -15,9 +15,10 @@ The objective of a batch B is scikit-learn's (``MLPClassifier``/``MLPRegressor``
     sum_{i in B} s_i * loss_i / sum_{i in B} s_i  +  alpha / 2 * ||W||^2 / sum_{i in B} s_i
 
 with ``loss_i`` the log-loss (softmax for several classes, logistic for two
-classes or for multilabel outputs, summed over the outputs) or half the
-squared error summed over the outputs; ``W`` holds the weights of every
-layer, not the biases.
+classes or for multilabel outputs, summed over the outputs), half the
+squared error summed over the outputs (identity output) or the Poisson
+deviance half ``exp(z) - y z + y log y - y`` (exp output); ``W`` holds the
+weights of every layer, not the biases.
 
 Flat layout: the parameters in ``module.parameters()`` order, that is for
 each layer its weight of shape (fan_out, fan_in) then its bias.
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 ACTIVATIONS = ("identity", "logistic", "tanh", "relu")
-OUTPUTS = ("softmax", "logistic", "identity")
+OUTPUTS = ("softmax", "logistic", "identity", "exp")
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class MLPSpec:
     hidden: tuple
     n_outputs: int
     activation: str = "relu"
-    out: str = "identity"  # "softmax" (several classes), "logistic" (two classes, multilabel) or "identity"
+    out: str = "identity"  # "softmax" (several classes), "logistic" (two classes, multilabel), "identity", "exp"
     dtype: str = "float64"
 
     def __post_init__(self):
@@ -83,6 +84,24 @@ class MLPSpec:
     @property
     def torch_dtype(self):
         return getattr(torch, self.dtype)
+
+    # The interface the torch driver uses (any network spec offers the same four).
+    def build(self, device="cpu", dtype=None) -> torch.nn.Module:
+        """The module, on ``device``, in ``dtype`` (default: the spec's)."""
+        spec = self if dtype is None else MLPSpec(**{**self.__dict__, "dtype": str(dtype).replace("torch.", "")})
+        return build_module(spec, device)
+
+    def loss(self, z, y, sw):
+        """Sum of the (weighted) per-row losses of the module's output ``z``."""
+        return loss_sum(self, z, y, sw)
+
+    def penalty_mask(self) -> np.ndarray:
+        """Flat entries covered by the L2 penalty."""
+        return weight_mask(self)
+
+    def weight_flags(self) -> list:
+        """For each tensor of ``module.parameters()``: penalised or not."""
+        return [True, False] * len(self.shapes)
 
 
 def _activation_module(name):
@@ -166,6 +185,8 @@ def forward_numpy(spec: MLPSpec, coefs, intercepts, X, *, link=True) -> np.ndarr
         return a
     if spec.out == "softmax":
         return softmax(a, axis=1)
+    if spec.out == "exp":
+        return np.exp(a)
     return expit(a)
 
 
@@ -176,6 +197,8 @@ def loss_sum(spec: MLPSpec, z, y, sw):
         per = torch.nn.functional.cross_entropy(z, y, reduction="none")
     elif spec.out == "logistic":
         per = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none").sum(1)
+    elif spec.out == "exp":
+        per = (torch.exp(z) - y * z + torch.xlogy(y, y) - y).sum(1)
     else:
         per = 0.5 * ((z - y) ** 2).sum(1)
     return per.sum() if sw is None else (per * sw).sum()
@@ -199,6 +222,11 @@ def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: i
     sw = shard.get("sample_weight")
     if sw is not None and sw.dtype != dt:
         shard.put("sample_weight", sw.to(dt))
+    return init_rows(shard, validation_fraction, seed, rank)
+
+
+def init_rows(shard, validation_fraction: float, seed: int, rank: int) -> dict:
+    """Split this shard's rows into training and (seeded) validation rows; reset the per-fit cache."""
     n = shard.n_rows
     n_val = int(round(validation_fraction * n)) if validation_fraction else 0
     n_val = min(n_val, n - 1) if n > 1 else 0
@@ -285,7 +313,7 @@ def shard_module(shard, spec: MLPSpec):
     """The shard's cached module for ``spec`` (built once per fit, on the shard's device)."""
     state = shard.cache["mlp"]
     if state["module"] is None or state["module"][0] != spec:
-        state["module"] = (spec, build_module(spec, shard.device))
+        state["module"] = (spec, spec.build(shard.device))
     return state["module"][1]
 
 
@@ -305,7 +333,7 @@ def value_grad(shard, w, spec: MLPSpec, batch=None):
         p.grad = None
     if n == 0:
         return 0.0, torch.zeros(spec.n_params, dtype=torch.float64), 0.0, 0
-    loss = loss_sum(spec, module(X), y, sw)
+    loss = spec.loss(module(X), y, sw)
     loss.backward()
     grad = torch.cat([p.grad.reshape(-1) for p in params])
     weight = float(n) if sw is None else sw.sum()
@@ -333,7 +361,8 @@ def validation_stats(shard, w, spec: MLPSpec):
 
 def validation_from_rows(spec: MLPSpec, z, y, sw):
     """The sums of :func:`validation_stats` for raw outputs ``z`` (None: an empty validation part)."""
-    size = 2 if spec.out != "identity" else 3 * spec.n_outputs + 1
+    regression = spec.out in ("identity", "exp")
+    size = 3 * spec.n_outputs + 1 if regression else 2
     if z is None:
         return torch.zeros(size, dtype=torch.float64)
     s = torch.ones(z.shape[0], dtype=torch.float64, device=z.device) if sw is None else sw.to(torch.float64)
@@ -342,7 +371,8 @@ def validation_from_rows(spec: MLPSpec, z, y, sw):
     elif spec.out == "logistic":
         correct = ((z > 0) == (y > 0.5)).all(1).to(torch.float64)
     else:
-        y64, r = y.to(torch.float64), (y - z).to(torch.float64)
+        pred = torch.exp(z) if spec.out == "exp" else z
+        y64, r = y.to(torch.float64), (y - pred).to(torch.float64)
         sw2 = s[:, None]
         return torch.cat([(sw2 * r * r).sum(0), (sw2 * y64).sum(0), (sw2 * y64 * y64).sum(0), s.sum().reshape(1)])
     return torch.stack([(s * correct).sum(), s.sum()])
@@ -351,7 +381,7 @@ def validation_from_rows(spec: MLPSpec, z, y, sw):
 def validation_score(spec: MLPSpec, stats) -> float:
     """Accuracy (classifiers) or R^2 averaged over outputs (regressors) from summed :func:`validation_stats`."""
     stats = np.asarray(stats, dtype=np.float64)
-    if spec.out != "identity":
+    if spec.out not in ("identity", "exp"):
         return float(stats[0] / stats[1]) if stats[1] > 0 else float("nan")
     k = spec.n_outputs
     sse, sy, syy, sw = stats[:k], stats[k : 2 * k], stats[2 * k : 3 * k], stats[3 * k]
