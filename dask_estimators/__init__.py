@@ -6,6 +6,7 @@ per worker and a tree-sum among the workers.
 """
 
 from .estimators import (
+    CharLSTM,
     LinearRegression,
     LinearSVC,
     LinearSVR,
@@ -17,6 +18,7 @@ from .estimators import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CharLSTM",
     "LinearRegression",
     "LinearSVC",
     "LinearSVR",

@@ -2,5 +2,6 @@
 
 from .linear import LinearRegression, LinearSVC, LinearSVR, LogisticRegression
 from .neural import MLPClassifier, MLPRegressor
+from .text import CharLSTM
 
-__all__ = ["LinearRegression", "LinearSVC", "LinearSVR", "LogisticRegression", "MLPClassifier", "MLPRegressor"]
+__all__ = ["CharLSTM", "LinearRegression", "LinearSVC", "LinearSVR", "LogisticRegression", "MLPClassifier", "MLPRegressor"]

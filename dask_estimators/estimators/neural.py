@@ -13,10 +13,8 @@ the stopping rules (see :mod:`dask_estimators.optim.torch_driver`):
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-import sys
 import warnings
 from numbers import Integral, Real
 
@@ -31,47 +29,13 @@ from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..engine import DistributedEvaluator, client_context, place
-from ..engine.collective import run_collective
 from ..objectives import module as M
 from ..objectives import targets as T
-from ..optim.torch_driver import Monitor, TrainConfig, ddp_rank, minimize_lbfgs, train_tree
+from ..optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs
 from ._base import DistributedEstimator, _check_block
+from ._torch import STRATEGIES, Progress, resolve_strategy, train_on_placement
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
-
-STRATEGIES = ("auto", "tree", "ddp")
-
-
-class _Progress:
-    """Per-epoch records as they arrive: kept, and shown when ``verbose`` (a tqdm bar when tqdm is installed)."""
-
-    def __init__(self, verbose, total, desc):
-        self.records = []
-        self.verbose = verbose
-        self.bar = None
-        if verbose:
-            with contextlib.suppress(ImportError):
-                from tqdm.auto import tqdm
-
-                self.bar = tqdm(total=total, desc=desc, unit="epoch", file=sys.stderr, leave=True)
-
-    def __call__(self, rec):
-        self.records.append(rec)
-        if not self.verbose:
-            return
-        line = f"Iteration {rec['epoch']}, loss = {rec['loss']:.8f}"
-        if rec.get("validation_score") is not None:
-            line += f", validation score = {rec['validation_score']:.6f}"
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{rec['loss']:.5f}")
-            self.bar.write(line)
-        else:
-            print(line, flush=True)
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
 
 
 class _BaseMLP(DistributedEstimator):
@@ -178,9 +142,7 @@ class _BaseMLP(DistributedEstimator):
             if self.strategy == "ddp":
                 raise ValueError("strategy='ddp' trains with minibatch steps; solver='lbfgs' needs strategy='tree'.")
             return "tree"
-        if self.strategy != "auto":
-            return self.strategy
-        return "ddp" if _one_process_per_worker(client, workers) else "tree"
+        return resolve_strategy(self.strategy, client, workers)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -286,17 +248,10 @@ class _BaseMLP(DistributedEstimator):
         )
         monitor = self._monitor(early_stopping, reset)
         opt_state = self._optimizer_state if incremental else None
-        progress = _Progress(self.verbose, 1 if incremental else self.max_iter, type(self).__name__)
+        progress = Progress(self.verbose, 1 if incremental else self.max_iter, type(self).__name__)
         try:
-            if strategy == "ddp":
-                outs = run_collective(
-                    placement, ddp_rank, spec, w0, cfg, monitor, opt_state, on_event=progress
-                )
-                res = outs[0]
-            else:
-                evaluator = DistributedEvaluator(placement)
-                res = train_tree(evaluator, spec, w0, cfg, monitor, opt_state, report=progress)
-                stats.update(evaluator.stats.as_dict())
+            res, round_stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state, progress)
+            stats.update(round_stats)
         finally:
             progress.close()
         self._set_result(spec, res, early_stopping, incremental)
@@ -351,7 +306,7 @@ class _BaseMLP(DistributedEstimator):
 
     def _fit_lbfgs(self, placement, spec, w0):
         evaluator = DistributedEvaluator(placement)
-        progress = _Progress(self.verbose, self.max_iter, type(self).__name__)
+        progress = Progress(self.verbose, self.max_iter, type(self).__name__)
         try:
             res, curve = minimize_lbfgs(
                 evaluator, spec, w0, alpha=self.alpha, max_iter=self.max_iter, max_fun=self.max_fun, tol=self.tol,
@@ -385,13 +340,6 @@ class _BaseMLP(DistributedEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
         return tags
-
-
-def _one_process_per_worker(client, workers) -> bool:
-    from ..engine.collective import _pid
-
-    pids = client.run(_pid, workers=list(workers))
-    return len(set(pids.values())) == len(set(workers))
 
 
 def _n_targets(placement) -> int:

@@ -58,6 +58,7 @@ class TrainConfig:
     epoch0: int = 0  # epochs already done (warm start, partial_fit): seeds later epochs afresh
     t0: int = 0  # samples seen so far (invscaling)
     incremental: bool = False  # partial_fit: one epoch
+    send_params: bool = False  # add the flat parameters (float64 bytes) to each reported record (checkpoints)
 
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -167,7 +168,7 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
         }
         history.append(rec)
         if report is not None:
-            report(rec)
+            report(dict(rec, params=params().astype(np.float64).tobytes()) if cfg.send_params else rec)
         if monitor.no_improvement_count > cfg.n_iter_no_change:
             lr = opt.param_groups[0]["lr"]
             if cfg.solver == "sgd" and cfg.learning_rate == "adaptive" and lr > 1e-6:
@@ -273,7 +274,7 @@ def ddp_rank(shard, comm, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
             X, y, sw = M.take(shard, M.batch_rows(shard, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)))
             opt.zero_grad(set_to_none=True)
             local = spec.loss(ddp(X), y, sw) if X.shape[0] else ddp(X).sum() * 0.0
-            penalty = 0.5 * cfg.alpha * sum((p * p).sum() for p in weights) / w_b
+            penalty = 0.5 * cfg.alpha * sum(((p * p).sum() for p in weights), torch.zeros((), device=dev)) / w_b
             # DDP averages the ranks' gradients: scale the local sum by the world size
             (local * (world / w_b) + penalty).backward()
             opt.step()
