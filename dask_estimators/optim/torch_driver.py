@@ -197,7 +197,7 @@ def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
     """
     module = spec.build("cpu", torch.float64)
     params = list(module.parameters())
-    torch.nn.utils.vector_to_parameters(torch.as_tensor(w0, dtype=torch.float64), params)
+    torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=torch.float64), params)
     opt = make_optimizer(params, cfg)
     if opt_state is not None:
         opt.load_state_dict(opt_state)
@@ -248,7 +248,7 @@ def ddp_rank(shard, comm, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
     with process_group(comm, dev):
         module = spec.build(dev)
         params = list(module.parameters())
-        torch.nn.utils.vector_to_parameters(torch.as_tensor(w0, dtype=spec.torch_dtype, device=dev), params)
+        torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=spec.torch_dtype, device=dev), params)
         ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
         opt = make_optimizer(ddp.parameters(), cfg)
         if opt_state is not None:
