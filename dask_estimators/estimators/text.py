@@ -50,11 +50,11 @@ def _dask_strings(X):
     if isinstance(X, db.Bag):
         import dask.array as da
 
-        parts = X.map_partitions(lambda p: [np.asarray(list(p), dtype=object)]).to_delayed()
+        parts = X.map_partitions(_object_array).to_delayed()
         return da.concatenate(
             [da.from_delayed(d, shape=(np.nan,), dtype=object) for d in parts], allow_unknown_chunksizes=True
         )
-    if hasattr(X, "columns"):
+    if getattr(X, "ndim", 1) == 2 and hasattr(X, "columns"):  # a dask DataFrame (a Series has columns too)
         if len(X.columns) != 1:
             raise ValueError(f"CharLSTM learns from one column of strings; got {len(X.columns)} columns.")
         X = X[X.columns[0]]
@@ -358,6 +358,7 @@ class CharLSTM(DistributedEstimator):
         -------
         ndarray of shape (n_prefixes, len(classes_))
         """
+        check_is_fitted(self, "params_")
         ctx = self._contexts(_as_strings(X))
         return self._log_probs(ctx).exp().numpy()
 
@@ -491,6 +492,13 @@ class CharLSTM(DistributedEstimator):
 
     def __getstate__(self):
         return dict(super().__getstate__(), _net=None)
+
+
+def _object_array(part):
+    """One bag partition as a 1-d object array of its items."""
+    out = np.empty(len(part), dtype=object)
+    out[:] = list(part)
+    return out
 
 
 def _is_bag(X):

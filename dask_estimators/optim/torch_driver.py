@@ -236,74 +236,98 @@ def ddp_rank(shard, comm, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
     """One rank of the ddp strategy: the whole training loop on this worker, inside a process group.
 
     Returns, on rank 0, the result dict of :func:`train_tree` (other ranks return None).
+
+    The ``DistributedDataParallel`` wrapper lives in :func:`_ddp_loop`'s frame
+    and is freed before the group is destroyed, also on failure: freed after
+    it, its reducer drops the last reference to the gloo group while holding
+    the GIL, and the group's destructor waits for a gloo thread that needs
+    the GIL (a deadlock seen here about once in ten fits; cf. pytorch#56297).
     """
+    import gc
+    import traceback
+
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
     from ..engine._worker import setup_threads
     from ..engine.collective import process_group
 
     setup_threads()
+    with process_group(comm, shard.device):
+        try:
+            out = _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state)
+            dist.barrier()  # no collective of this fit is still in flight
+            return out
+        except BaseException as e:
+            traceback.clear_frames(e.__traceback__)  # the loop's frame (and the wrapper) must not outlive the group
+            raise
+        finally:
+            gc.collect()
+
+
+def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
+    """The epoch loop of one ddp rank (see :func:`ddp_rank`)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
     dev = shard.device
-    with process_group(comm, dev):
-        module = spec.build(dev)
-        params = list(module.parameters())
-        torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=spec.torch_dtype, device=dev), params)
-        ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
-        opt = make_optimizer(ddp.parameters(), cfg)
-        if opt_state is not None:
-            opt.load_state_dict(opt_state)
-        weights = [p for p, keep in zip(params, spec.weight_flags()) if keep]
-        world, f64 = comm.world_size, torch.float64
-        per_step = {}
+    module = spec.build(dev)
+    params = list(module.parameters())
+    torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=spec.torch_dtype, device=dev), params)
+    ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
+    opt = make_optimizer(ddp.parameters(), cfg)
+    if opt_state is not None:
+        opt.load_state_dict(opt_state)
+    weights = [p for p, keep in zip(params, spec.weight_flags()) if keep]
+    world, f64 = comm.world_size, torch.float64
+    per_step = {}
 
-        def allreduce(t):
-            dist.all_reduce(t)
-            return t
+    def allreduce(t):
+        dist.all_reduce(t)
+        return t
 
-        def step(epoch, k):
-            if k == 0:  # the global batch sizes of this epoch: one allreduce per epoch
-                rows = torch.zeros(2, cfg.n_steps, dtype=f64, device=dev)
-                for j in range(cfg.n_steps):
-                    idx = M.batch_rows(shard, (cfg.seed, epoch, j, cfg.n_steps, cfg.shuffle))
-                    rows[0, j] = idx.numel()
-                    sw = shard.get("sample_weight")
-                    rows[1, j] = idx.numel() if sw is None else sw[idx].sum()
-                per_step["rows"] = allreduce(rows).cpu().numpy()
-            n_b, w_b = per_step["rows"][:, k]
-            X, y, sw = M.take(shard, M.batch_rows(shard, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)))
-            opt.zero_grad(set_to_none=True)
-            local = spec.loss(ddp(X), y, sw) if X.shape[0] else ddp(X).sum() * 0.0
-            penalty = 0.5 * cfg.alpha * sum(((p * p).sum() for p in weights), torch.zeros((), device=dev)) / w_b
-            # DDP averages the ranks' gradients: scale the local sum by the world size
-            (local * (world / w_b) + penalty).backward()
-            opt.step()
-            part = float(local.detach()) / w_b + (float(penalty.detach()) if comm.rank == 0 else 0.0)
-            return part * n_b
+    def step(epoch, k):
+        if k == 0:  # the global batch sizes of this epoch: one allreduce per epoch
+            rows = torch.zeros(2, cfg.n_steps, dtype=f64, device=dev)
+            for j in range(cfg.n_steps):
+                idx = M.batch_rows(shard, (cfg.seed, epoch, j, cfg.n_steps, cfg.shuffle))
+                rows[0, j] = idx.numel()
+                sw = shard.get("sample_weight")
+                rows[1, j] = idx.numel() if sw is None else sw[idx].sum()
+            per_step["rows"] = allreduce(rows).cpu().numpy()
+        n_b, w_b = per_step["rows"][:, k]
+        X, y, sw = M.take(shard, M.batch_rows(shard, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)))
+        opt.zero_grad(set_to_none=True)
+        local = spec.loss(ddp(X), y, sw) if X.shape[0] else ddp(X).sum() * 0.0
+        penalty = 0.5 * cfg.alpha * sum(((p * p).sum() for p in weights), torch.zeros((), device=dev)) / w_b
+        # DDP averages the ranks' gradients: scale the local sum by the world size
+        (local * (world / w_b) + penalty).backward()
+        opt.step()
+        part = float(local.detach()) / w_b + (float(penalty.detach()) if comm.rank == 0 else 0.0)
+        return part * n_b
 
-        def reduce_epoch(v):
-            return float(allreduce(torch.tensor([v], dtype=f64, device=dev))[0])
+    def reduce_epoch(v):
+        return float(allreduce(torch.tensor([v], dtype=f64, device=dev))[0])
 
-        def flat():
-            return torch.nn.utils.parameters_to_vector(params).detach().to("cpu", f64)
+    def flat():
+        return torch.nn.utils.parameters_to_vector(params).detach().to("cpu", f64)
 
-        def validate():
-            stats = M.validation_stats(shard, None, spec).to(dev)
-            return M.validation_score(spec, allreduce(stats).cpu().numpy())
+    def validate():
+        stats = M.validation_stats(shard, torch.nn.utils.parameters_to_vector(params).detach(), spec).to(dev)
+        return M.validation_score(spec, allreduce(stats).cpu().numpy())
 
-        def report(rec):
-            if comm.rank == 0:
-                comm.report(rec)
+    def report(rec):
+        if comm.rank == 0:
+            comm.report(rec)
 
-        out = run_epochs(step, cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate,
-                         params=lambda: flat().numpy().copy(), report=report)
-        if comm.rank != 0:
-            return None
-        state = opt.state_dict()
-        state["state"] = {k: {n: (v.cpu() if torch.is_tensor(v) else v) for n, v in s.items()}
-                          for k, s in state["state"].items()}
-        out.update(w=flat().numpy().copy(), monitor=monitor, opt_state=state)
-        return out
+    out = run_epochs(step, cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate,
+                     params=lambda: flat().numpy().copy(), report=report)
+    if comm.rank != 0:
+        return None
+    state = opt.state_dict()
+    state["state"] = {k: {n: (v.cpu() if torch.is_tensor(v) else v) for n, v in s.items()}
+                      for k, s in state["state"].items()}
+    out.update(w=flat().numpy().copy(), monitor=monitor, opt_state=state)
+    return out
 
 
 def minimize_lbfgs(evaluator, spec: M.MLPSpec, w0: np.ndarray, *, alpha, max_iter, max_fun, tol, report=None):
