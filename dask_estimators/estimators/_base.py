@@ -377,11 +377,18 @@ def _as_dask_like(a, X, name):
     import dask.array as da
 
     a = np.asarray(a)
+    chunks = getattr(X, "chunks", None)
+    if chunks is None and hasattr(X, "map_partitions"):  # a dask dataframe: its partition lengths (not its data)
+        chunks = (tuple(int(n) for n in X.map_partitions(len).compute()),)
+        if sum(chunks[0]) != a.shape[0]:
+            raise ValueError(
+                f"Found input variables with inconsistent numbers of samples: [{sum(chunks[0])}, {a.shape[0]}]"
+            )
+        return da.from_array(a, chunks=chunks + a.shape[1:])
     if not np.isnan(X.shape[0]) and a.shape[0] != X.shape[0]:
         raise ValueError(
             f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {a.shape[0]}]"
         )
-    chunks = getattr(X, "chunks", None)
     if chunks is None or any(np.isnan(c) for c in chunks[0]):
         raise ValueError(
             f"X is a dask collection with unknown partition sizes and {name} is in memory; "

@@ -192,7 +192,7 @@ class _BaseMLP(DistributedEstimator):
                 client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device
             )
             try:
-                if y_placed is None:  # dask labels: found and encoded on the workers
+                if out is None:  # dask labels: found and encoded on the workers
                     out, n_outputs = self._encode_on_workers(placement, classes, reset)
                 spec = M.MLPSpec(self.n_features_in_, hidden, n_outputs, self.activation, out, dtype)
                 stats = self._fit_placed(client, placement, spec, reset, incremental)
@@ -445,7 +445,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
 
     def _encode_targets(self, y, dask_input, classes, reset):
         if dask_input:
-            return None, None, None
+            return y, None, None
         if np.ndim(y) == 2 and np.shape(y)[1] == 1:
             y = column_or_1d(y, warn=True)
         kind = type_of_target(y)

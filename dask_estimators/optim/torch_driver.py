@@ -180,6 +180,17 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
     return {"history": history, "stopped": stopped, "t": t_seen, "n_epochs": len(history)}
 
 
+def _torch_state(state):
+    """An optimizer state dict whose tensors came back as NumPy arrays (from a worker) as torch tensors again."""
+    if isinstance(state, dict):
+        return {k: _torch_state(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_torch_state(v) for v in state]
+    if isinstance(state, np.ndarray):
+        return torch.from_numpy(state.copy())
+    return state
+
+
 def _grads_into(params, g):
     pos = 0
     for p in params:
@@ -200,7 +211,7 @@ def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
     torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=torch.float64), params)
     opt = make_optimizer(params, cfg)
     if opt_state is not None:
-        opt.load_state_dict(opt_state)
+        opt.load_state_dict(_torch_state(opt_state))
     mask = torch.as_tensor(spec.penalty_mask())
 
     def flat():
@@ -276,7 +287,7 @@ def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
     ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
     opt = make_optimizer(ddp.parameters(), cfg)
     if opt_state is not None:
-        opt.load_state_dict(opt_state)
+        opt.load_state_dict(_torch_state(opt_state))
     weights = [p for p, keep in zip(params, spec.weight_flags()) if keep]
     world, f64 = comm.world_size, torch.float64
     per_step = {}

