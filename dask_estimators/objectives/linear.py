@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import _fused
 from ._pointwise import get_loss
 
 __all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum"]
@@ -37,6 +38,15 @@ class LinearSpec:
     n_outputs: int = 1
     fit_intercept: bool = True
     epsilon: float = 0.0
+    #: ``"auto"``: the one-pass numba kernels (:mod:`._fused`) for float64
+    #: shards in host memory when the kernel runs on one thread, the torch
+    #: kernels otherwise (GPU, float32, several BLAS threads); ``"fused"`` or
+    #: ``"torch"`` force one (``"fused"`` raises where it cannot run).
+    backend: str = "auto"
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}.")
 
     @property
     def n_params(self) -> int:
@@ -54,6 +64,26 @@ class LinearSpec:
 
     def get_loss(self):
         return get_loss(self.loss, epsilon=self.epsilon)
+
+
+BACKENDS = ("auto", "fused", "torch")
+
+
+def _use_fused(X, spec: LinearSpec) -> bool:
+    """Whether this shard's kernel takes the one-pass numba path (see ``LinearSpec.backend``)."""
+    if spec.backend == "torch":
+        return False
+    ok = _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64 and X.is_contiguous()
+    if spec.backend == "fused":
+        if not ok:
+            raise ValueError("backend='fused' needs numba and a C-contiguous float64 X in host memory.")
+        return True
+    # a single-threaded kernel against BLAS on several threads: let BLAS have them
+    return ok and torch.get_num_threads() == 1
+
+
+def _host(t):
+    return None if t is None else t.numpy()
 
 
 def _z(X, W, b):
@@ -93,6 +123,13 @@ def value_grad(shard, w, spec: LinearSpec):
     """Kernel: ``(sum_i s_i loss_i, d/dw of that sum)``; keeps the curvature on the worker for ``hessp``/``hess``."""
     X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
     W, b = spec.unpack(w)
+    if _use_fused(X, spec):
+        curv = torch.empty((X.shape[0], spec.n_outputs), dtype=X.dtype)
+        total, gW, gb = _fused.value_grad(
+            X.numpy(), y.numpy(), _host(s), W.numpy(), _host(b), spec.loss, spec.epsilon, curv.numpy()
+        )
+        shard.cache["linear_curv"] = curv
+        return torch.tensor(total, dtype=X.dtype), spec.pack(torch.from_numpy(gW), torch.from_numpy(gb))
     loss_fn = spec.get_loss()
     K = spec.n_outputs
     gW = torch.zeros(K, X.shape[1], dtype=X.dtype, device=X.device)
@@ -120,6 +157,9 @@ def hessp(shard, p, spec: LinearSpec):
     X, s = shard.get("X"), _weights(shard)
     curv = shard.cache["linear_curv"]
     P, pb = spec.unpack(p)
+    if _use_fused(X, spec):
+        hW, hb = _fused.hessp(X.numpy(), _host(s), curv.numpy(), P.numpy(), _host(pb), spec.loss)
+        return spec.pack(torch.from_numpy(hW), torch.from_numpy(hb))
     loss_fn = spec.get_loss()
     hW = torch.zeros(spec.n_outputs, X.shape[1], dtype=X.dtype, device=X.device)
     hb = torch.zeros(spec.n_outputs, dtype=X.dtype, device=X.device)

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+import torch
 
 from dask_estimators.engine import DistributedEvaluator, LocalEvaluator, place
-from dask_estimators.engine._worker import Shard
+from dask_estimators.engine._worker import Shard, to_host
 from dask_estimators.objectives import LinearObjective, LinearSpec
+from dask_estimators.objectives import linear as lin
 from dask_estimators.objectives.targets import prepare_targets
 
 N, D = 30, 4
@@ -68,8 +70,8 @@ def make_shard(cfg, X, y, s):
     return shard
 
 
-def make_spec(cfg, fit_intercept):
-    return LinearSpec(cfg.loss, D, cfg.n_outputs, fit_intercept, cfg.epsilon)
+def make_spec(cfg, fit_intercept, backend="auto"):
+    return LinearSpec(cfg.loss, D, cfg.n_outputs, fit_intercept, cfg.epsilon, backend=backend)
 
 
 def unpack(cfg, w, fit_intercept):
@@ -146,9 +148,10 @@ def fd_grad(f, w):
     return g
 
 
-def setup(cfg, rng, fit_intercept=True, weighted=True, l2=L2):
+def setup(cfg, rng, fit_intercept=True, weighted=True, l2=L2, backend="auto"):
     X, y, s = make_data(cfg, rng, weighted)
-    obj = LinearObjective(LocalEvaluator([make_shard(cfg, X, y, s)]), make_spec(cfg, fit_intercept), l2=l2)
+    spec = make_spec(cfg, fit_intercept, backend)
+    obj = LinearObjective(LocalEvaluator([make_shard(cfg, X, y, s)]), spec, l2=l2)
     w = draw_point(cfg, X, y, obj.n_params, fit_intercept, rng)
     return obj, w, (X, y, s)
 
@@ -156,14 +159,17 @@ def setup(cfg, rng, fit_intercept=True, weighted=True, l2=L2):
 both = pytest.mark.parametrize("fit_intercept", [True, False], ids=["intercept", "no-intercept"])
 weighted = pytest.mark.parametrize("weighted", [True, False], ids=["sw", "no-sw"])
 configs = pytest.mark.parametrize("cfg", CONFIGS, ids=CONFIG_IDS)
+# the one-pass numba kernels (CPU) and the torch kernels (GPU, float32, multi-threaded workers)
+backends = pytest.mark.parametrize("backend", ["fused", "torch"])
 
 
 # ------------------------------------------------------------------ value
 @configs
 @both
 @weighted
-def test_value_matches_documented_objective(cfg, fit_intercept, weighted, rng):
-    obj, w, (X, y, s) = setup(cfg, rng, fit_intercept, weighted)
+@backends
+def test_value_matches_documented_objective(cfg, fit_intercept, weighted, backend, rng):
+    obj, w, (X, y, s) = setup(cfg, rng, fit_intercept, weighted, backend=backend)
     F, S = reference(cfg, X, y, s, w, fit_intercept, L2)
     assert obj.n_params == cfg.n_outputs * (D + int(fit_intercept))
     assert obj.n_samples == N
@@ -205,8 +211,9 @@ def test_zero_weight_sum_rejected():
 @configs
 @both
 @weighted
-def test_gradient_finite_differences(cfg, fit_intercept, weighted, rng):
-    obj, w, _ = setup(cfg, rng, fit_intercept, weighted)
+@backends
+def test_gradient_finite_differences(cfg, fit_intercept, weighted, backend, rng):
+    obj, w, _ = setup(cfg, rng, fit_intercept, weighted, backend=backend)
     _, g = obj.fun_and_grad(w)
     fd = fd_grad(lambda v: obj.fun_and_grad(v)[0], w)
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
@@ -215,8 +222,9 @@ def test_gradient_finite_differences(cfg, fit_intercept, weighted, rng):
 @configs
 @both
 @weighted
-def test_hessp_and_hess_finite_differences(cfg, fit_intercept, weighted, rng):
-    obj, w, _ = setup(cfg, rng, fit_intercept, weighted)
+@backends
+def test_hessp_and_hess_finite_differences(cfg, fit_intercept, weighted, backend, rng):
+    obj, w, _ = setup(cfg, rng, fit_intercept, weighted, backend=backend)
     P = obj.n_params
     H_ = obj.hess(w)
     assert H_.shape == (P, P) and H_.dtype == np.float64
@@ -302,3 +310,49 @@ def test_sum_over_cluster_shards_equals_whole(cfg, transport, client, rng):
         for reduction in ("tree", "gather", "single"):
             dist = LinearObjective(DistributedEvaluator(placement, reduction=reduction), spec, l2=L2)
             _assert_same(_results(dist, w, p), want)
+
+
+# ------------------------------------------------------------------ the two kernel backends
+@configs
+@both
+@weighted
+def test_fused_and_torch_kernels_agree(cfg, fit_intercept, weighted, rng):
+    """The one-pass numba kernels and the torch kernels give the same raw sums, curvature and Hessian products.
+
+    The point is drawn large, so that the binomial and multinomial losses reach their far tails too."""
+    X, y, s = make_data(cfg, rng, weighted, n=257)
+    X[:3] *= 400.0  # margins of several hundred: log1p(exp(-800)) must stay finite in both
+    spec_f, spec_t = make_spec(cfg, fit_intercept, "fused"), make_spec(cfg, fit_intercept, "torch")
+    w = torch.as_tensor(rng.normal(size=spec_f.n_params))
+    p = torch.as_tensor(rng.normal(size=spec_f.n_params))
+    sh_f, sh_t = make_shard(cfg, X, y, s), make_shard(cfg, X, y, s)
+    lf, gf = to_host(lin.value_grad(sh_f, w, spec_f))
+    lt, gt = to_host(lin.value_grad(sh_t, w, spec_t))
+    assert np.isfinite(lf) and np.all(np.isfinite(gf))
+    np.testing.assert_allclose(lf, lt, rtol=1e-12)
+    np.testing.assert_allclose(gf, gt, rtol=1e-11, atol=1e-11 * np.abs(gt).max())
+    np.testing.assert_allclose(sh_f.cache["linear_curv"].numpy(), sh_t.cache["linear_curv"].numpy(), rtol=1e-12,
+                               atol=1e-300)
+    hf, ht = to_host(lin.hessp(sh_f, p, spec_f)), to_host(lin.hessp(sh_t, p, spec_t))
+    np.testing.assert_allclose(hf, ht, rtol=1e-11, atol=1e-11 * np.abs(ht).max())
+
+
+def test_backend_choice():
+    spec = LinearSpec("binomial", D)
+    X64 = torch.zeros((5, D), dtype=torch.float64)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert lin._use_fused(X64, spec)
+        assert not lin._use_fused(X64.to(torch.float32), spec)  # float32: torch
+        assert not lin._use_fused(X64.T.contiguous().T, spec)  # not C-contiguous: torch
+        assert not lin._use_fused(X64, LinearSpec("binomial", D, backend="torch"))
+        torch.set_num_threads(2)
+        assert not lin._use_fused(X64, spec)  # several BLAS threads: BLAS
+        assert lin._use_fused(X64, LinearSpec("binomial", D, backend="fused"))
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(ValueError, match="float64"):
+        lin._use_fused(X64.to(torch.float32), LinearSpec("binomial", D, backend="fused"))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        LinearSpec("binomial", D, backend="numba")

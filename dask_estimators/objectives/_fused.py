@@ -1,0 +1,196 @@
+"""One-pass CPU kernels for the linear models (numba), the fast path of :mod:`.linear`.
+
+A gradient of a linear model needs ``z = X @ W.T`` and then ``G.T @ X``: two
+passes over ``X`` when written with BLAS, and on a large shard both are
+bound by memory bandwidth.  These kernels walk ``X`` once, a row at a time:
+the row's predictions, its pointwise loss, derivative and curvature, and its
+contribution to the gradient all happen while the row is in L1 cache.  The
+Hessian-vector product is fused the same way.  Measured on the development
+machine (500k x 100 float64, one thread): see ``docs/performance.md``.
+
+The pointwise formulas are those of :mod:`._pointwise` (the torch path,
+used on GPUs, for float32 and by workers with several threads); the tests
+check that both paths agree to rounding.  Only float64 C-contiguous arrays
+come here.  The kernels release the GIL.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:  # numba is a dependency; without it (an unusual install) the torch path serves every shard
+    import numba
+except ImportError:  # pragma: no cover - exercised only without numba
+    numba = None
+
+__all__ = ["AVAILABLE", "LOSS_CODES", "value_grad", "hessp"]
+
+AVAILABLE = numba is not None
+
+#: Loss name -> code understood by the kernels.
+LOSS_CODES = {"squared": 0, "binomial": 1, "squared_hinge": 2, "squared_epsilon_insensitive": 3, "multinomial": 4}
+_MULTINOMIAL = 4
+
+# reassoc lets LLVM vectorise the row dot products; no nnan/ninf, so a NaN
+# parameter still gives a NaN loss (the drivers check for it).
+_FLAGS = {"reassoc", "contract"}
+
+
+def _jit(fn):
+    if numba is None:  # pragma: no cover
+        return fn
+    return numba.njit(fastmath=_FLAGS, cache=True, nogil=True, boundscheck=False)(fn)
+
+
+@_jit
+def _pointwise(code, z, y, eps):
+    """(loss, dloss/dz, curvature) of one separable loss at one (z, y)."""
+    if code == 0:  # squared
+        r = z - y
+        return 0.5 * r * r, r, 1.0
+    if code == 1:  # binomial: log(1 + exp(z)) - y z, stable in both tails
+        e = math.exp(-abs(z))
+        p = 1.0 / (1.0 + e) if z >= 0.0 else e / (1.0 + e)
+        return max(z, 0.0) - y * z + math.log1p(e), p - y, p * (1.0 - p)
+    if code == 2:  # squared hinge, generalized Hessian
+        m = max(1.0 - y * z, 0.0)
+        return m * m, -2.0 * y * m, 2.0 if m > 0.0 else 0.0
+    # squared epsilon-insensitive
+    r = z - y
+    a = max(abs(r) - eps, 0.0)
+    sign = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
+    return a * a, 2.0 * sign * a, 2.0 if a > 0.0 else 0.0
+
+
+@_jit
+def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv):
+    n, d = X.shape
+    K = W.shape[0]
+    ws = S.shape[1]  # 0: no weights, 1: one per sample, K: one per sample and output
+    z = np.empty(K)
+    g = np.empty(K)
+    total = 0.0
+    for i in range(n):
+        for k in range(K):
+            acc = b[k]
+            for j in range(d):
+                acc += X[i, j] * W[k, j]
+            z[k] = acc
+        if code == _MULTINOMIAL:
+            m = z[0]
+            for k in range(1, K):
+                m = max(m, z[k])
+            se = 0.0
+            for k in range(K):
+                g[k] = math.exp(z[k] - m)
+                se += g[k]
+            c = codes[i]
+            s = S[i, 0] if ws > 0 else 1.0
+            total += s * (m + math.log(se) - z[c])
+            for k in range(K):
+                p = g[k] / se
+                curv[i, k] = p
+                g[k] = s * (p - 1.0 if k == c else p)
+        else:
+            for k in range(K):
+                loss, gk, ck = _pointwise(code, z[k], Y[i, k], eps)
+                s = S[i, k if ws > 1 else 0] if ws > 0 else 1.0
+                total += s * loss
+                g[k] = s * gk
+                curv[i, k] = ck
+        for k in range(K):
+            gk = g[k]
+            gb[k] += gk
+            for j in range(d):
+                gW[k, j] += gk * X[i, j]
+    return total
+
+
+@_jit
+def _hessp(X, S, curv, P, pb, coupled, hW, hb):
+    n, d = X.shape
+    K = P.shape[0]
+    ws = S.shape[1]
+    v = np.empty(K)
+    for i in range(n):
+        for k in range(K):
+            acc = pb[k]
+            for j in range(d):
+                acc += X[i, j] * P[k, j]
+            v[k] = acc
+        if coupled:  # softmax: q = p * v - p * <p, v>
+            pv = 0.0
+            for k in range(K):
+                pv += curv[i, k] * v[k]
+            for k in range(K):
+                v[k] = curv[i, k] * (v[k] - pv)
+        else:
+            for k in range(K):
+                v[k] = curv[i, k] * v[k]
+        for k in range(K):
+            q = v[k] * (S[i, k if ws > 1 else 0] if ws > 0 else 1.0)
+            hb[k] += q
+            for j in range(d):
+                hW[k, j] += q * X[i, j]
+
+
+_NO_WEIGHTS = np.empty((0, 0))
+_NO_CODES = np.empty(0, dtype=np.int64)
+_NO_Y = np.empty((0, 0))
+
+
+def _weights2d(s, n):
+    if s is None:
+        return _NO_WEIGHTS
+    return np.ascontiguousarray(s.reshape(n, -1))
+
+
+def value_grad(X, y, s, W, b, loss: str, eps: float, curv):
+    """Raw sums over the rows of ``X``: ``(loss, gW (K, d), gb (K,))``; fills ``curv`` (n, K) in place.
+
+    ``y`` is float (n, K) for separable losses and int64 codes (n,) for
+    ``multinomial``; ``s`` is None, (n,), (n, 1) or (n, K); ``b`` may be None
+    (no intercept: ``gb`` is then the unused sum of the derivatives).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[1.0, 2.0], [3.0, 4.0]]); y = np.array([[1.0], [0.0]])
+    >>> loss, gW, gb = value_grad(X, y, None, np.zeros((1, 2)), np.zeros(1), "binomial", 0.0, np.empty((2, 1)))
+    >>> round(loss, 6), gW.tolist(), gb.tolist()
+    (1.386294, [[1.0, 1.0]], [0.0])
+    """
+    n = X.shape[0]
+    K = W.shape[0]
+    code = LOSS_CODES[loss]
+    gW = np.zeros((K, X.shape[1]))
+    gb = np.zeros(K)
+    bias = np.zeros(K) if b is None else np.ascontiguousarray(b)
+    if code == _MULTINOMIAL:
+        Y, codes = _NO_Y, np.ascontiguousarray(y.reshape(-1), dtype=np.int64)
+    else:
+        Y, codes = np.ascontiguousarray(y.reshape(n, K)), _NO_CODES
+    total = _value_grad(X, Y, codes, _weights2d(s, n), np.ascontiguousarray(W), bias, code, float(eps), gW, gb, curv)
+    return total, gW, gb
+
+
+def hessp(X, s, curv, P, pb, loss: str):
+    """Raw Hessian-vector product at the point whose curvature is ``curv``: ``(hW (K, d), hb (K,))``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.eye(2); curv = np.full((2, 1), 0.25)
+    >>> hW, hb = hessp(X, None, curv, np.ones((1, 2)), np.zeros(1), "binomial")
+    >>> hW.tolist(), hb.tolist()
+    ([[0.25, 0.25]], [0.5])
+    """
+    n = X.shape[0]
+    K = P.shape[0]
+    hW = np.zeros((K, X.shape[1]))
+    hb = np.zeros(K)
+    bias = np.zeros(K) if pb is None else np.ascontiguousarray(pb)
+    _hessp(X, _weights2d(s, n), curv, np.ascontiguousarray(P), bias, LOSS_CODES[loss] == _MULTINOMIAL, hW, hb)
+    return hW, hb
