@@ -174,7 +174,9 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     """Minimise ``objective`` from ``x0`` with a registered solver.
 
     Returns the :class:`scipy.optimize.OptimizeResult`.  A ``ConvergenceWarning``
-    is raised when the solver stops at ``max_iter``; a non-finite objective
+    is raised when the solver stops at ``max_iter``, or stops short of ``tol``
+    (max |gradient|) because the objective no longer decreases in floating
+    point; a non-finite objective
     raises ``FloatingPointError``.
 
     Examples
@@ -195,6 +197,15 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
         warnings.warn(
             f"{solver} failed to converge after {res.nit} iteration(s) (max_iter={max_iter}). "
             "Increase max_iter or scale the data.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    elif warn and res.get("jac") is not None and np.max(np.abs(res.jac), initial=0.0) > tol:
+        # the solver ended where it could no longer decrease the objective in float64, short of tol
+        warnings.warn(
+            f"{solver} stopped after {res.nit} iteration(s) short of tol = {tol:g}: max |gradient| = "
+            f"{np.max(np.abs(res.jac)):.3g} where the objective no longer decreased in floating point "
+            f"({res.message}). Increase tol, or scale the data.",
             ConvergenceWarning,
             stacklevel=3,
         )

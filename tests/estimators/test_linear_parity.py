@@ -452,15 +452,25 @@ def test_linear_regression_weighted(alpha, l1_ratio, solver):
 
 # ------------------------------------------------------------- solver contract
 def test_lbfgs_stops_on_tol():
-    """The documented stopping rule: max |gradient of the normalised objective| <= tol (else a ConvergenceWarning)."""
+    """The documented stopping rule: max |gradient of the normalised objective| <= tol, else a ConvergenceWarning.
+
+    At tol=1e-10 L-BFGS-B may reach the rounding floor of the objective first (about 2e-10 on digits): then the
+    warning must say so, and the gradient must still be at that floor."""
     X, y = digits()
     C = 1.0
-    est = ours("LogisticRegression", "digits", C=C, solver="lbfgs")  # tol=1e-10, no warning raised
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = de.LogisticRegression(C=C, solver="lbfgs", tol=TOL, max_iter=BIG).fit(X, y)
+    warned = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
     n = len(y)
     P = softmax(X @ est.coef_.T + est.intercept_, axis=1)
     G = P - np.eye(10)[y]
     grad = np.concatenate([(G.T @ X / n + est.coef_ / (C * n)).ravel(), G.sum(0) / n])
-    assert np.abs(grad).max() <= TOL  # it stops at ~4e-9
+    g_max = np.abs(grad).max()
+    assert g_max <= TOL or (warned and "short of tol" in str(warned[0].message)), (g_max, warned)
+    assert g_max <= 1e-9
+    if g_max <= TOL:
+        assert not warned
 
 
 @pytest.mark.timeout(120)
