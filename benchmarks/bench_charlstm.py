@@ -64,6 +64,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--lr", type=float, default=0.005)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.8, 1.0, 1.2, 1.4],
+                    help="sampling temperatures at which the share of new names is measured")
+    ap.add_argument("--save", help="folder to save each fitted model in (strategy.pkl)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = ap.parse_args(argv)
 
@@ -97,17 +100,23 @@ def main(argv=None):
             generated = model.generate(50, random_state=0)
             training = set(train)
             novel = sum(g not in training for g in generated) / len(generated)
+            novel_at = {t: sum(g not in training for g in model.generate(50, temperature=t, random_state=0)) / 50
+                        for t in args.temperatures}
+            if args.save:
+                os.makedirs(args.save, exist_ok=True)
+                model.save(os.path.join(args.save, f"{strategy}.pkl"))
             samples[strategy] = generated[:20]
             rows.append({
                 "strategy": strategy, "epochs": epochs, "fit_seconds": seconds, "n_train": len(train),
                 "n_heldout_scored": len(held), "n_heldout": len(test), "lstm_logloss": lstm_loss,
                 "bigram_logloss": bigram_loss, "bigram_k": k, "improvement": 1 - lstm_loss / bigram_loss,
-                "novel_share": novel, "pairs_per_s": model.n_pairs_ * epochs / sum(h["seconds"] for h in model.history_),
+                "novel_share": novel, "novel_share_by_temperature": novel_at, "pairs_per_s": model.n_pairs_ * epochs / sum(h["seconds"] for h in model.history_),
                 "loss_curve": model.loss_curve_,
             })
             print(f"{strategy}: held-out log-loss {lstm_loss:.4f} vs bigram {bigram_loss:.4f} (k={k}) "
                   f"-> {100 * rows[-1]['improvement']:.1f}% better; novel {100 * novel:.0f}% of 50; "
-                  f"fit {seconds:.1f} s", flush=True)
+                  f"fit {seconds:.1f} s; new names by temperature "
+                  + ", ".join(f"{t:g}: {100 * v:.0f}%" for t, v in novel_at.items()), flush=True)
             print("  " + ", ".join(generated[:20]), flush=True)
     os.makedirs(args.out, exist_ok=True)
     result = {"rows": rows, "samples": samples, "quick": args.quick,

@@ -87,6 +87,53 @@ def bench_scatter(client, sizes, repeat):
     return rows
 
 
+def _example_grad(x, y, w):
+    """Loss and gradient of one example (squared error), the unit of work of a per-example task."""
+    r = float(x @ w) - y
+    return 0.5 * r * r, r * x
+
+
+def _shard_grad(shard, w):
+    X, y = shard.get("X"), shard.get("y")
+    r = X @ w - y
+    return 0.5 * (r * r).sum(), X.T @ r
+
+
+def bench_batching(client, n_examples, repeat):
+    """One task per worker over its whole shard against one task per example, both summed to the same result."""
+    from dask_estimators.engine import DistributedEvaluator, place
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(n_examples, 10))
+    y = rng.normal(size=n_examples)
+    w = rng.normal(size=10)
+    workers = sorted(client.scheduler_info()["workers"])
+    # the examples live on the workers, as the shards do: only w and the results travel
+    xs = [client.scatter(X[i], workers=[workers[i % len(workers)]]) for i in range(n_examples)]
+
+    def per_example():
+        parts = [client.submit(_example_grad, x, y[i], w, pure=False) for i, x in enumerate(xs)]
+        total = client.submit(_sum_pairs, *parts, pure=False).result()
+        client.cancel(parts)
+        return total
+
+    with place(client, {"X": X, "y": y}) as p:
+        ev = DistributedEvaluator(p)
+        batched = ev(_shard_grad, w)
+        unbatched = per_example()
+        np.testing.assert_allclose(batched[1], unbatched[1], rtol=1e-9)
+        np.testing.assert_allclose(batched[0], unbatched[0], rtol=1e-9)
+        t_b = _median_seconds(lambda: ev(_shard_grad, w), repeat * 4)
+        t_e = _median_seconds(per_example, max(2, repeat // 4), warmup=0)
+    client.cancel(xs)
+    return [dict(examples=n_examples, workers=len(workers), per_worker_ms=1e3 * t_b, per_example_ms=1e3 * t_e,
+                 speedup=t_e / t_b)]
+
+
+def _sum_pairs(*parts):
+    return (sum(p[0] for p in parts), np.sum([p[1] for p in parts], axis=0))
+
+
 def _part(size, seed):
     return np.random.default_rng(seed).random(size)
 
@@ -164,6 +211,8 @@ TABLES = {
                  ["transport", "reduction", "ms_per_eval", "round_trip_ms", "in_process_ms"]),
     "scatter": ("Parameters inline in the task against scattered first (tasks transport, 2 workers)",
                 ["bytes", "inline_ms", "scatter_ms", "inline_over_scatter"]),
+    "batching": ("One task per worker against one task per example (2 workers)",
+                 ["examples", "per_worker_ms", "per_example_ms", "speedup"]),
     "reductions": ("Reductions ({workers} workers, 2 parts each)",
                    ["parameters", "parts", "strategy", "seconds", "speedup_vs_gather"]),
 }
@@ -182,13 +231,15 @@ def main(argv=None):
     sizes = [10**5, 10**6] if args.quick else [10**5, 10**6, 10**7]
     param_sizes = [10**2, 10**3, 10**4, 10**5, 10**6] + ([] if args.quick else [10**7])
     out = {}
-    if {"overhead", "scatter"} & set(wanted):
+    if {"overhead", "scatter", "batching"} & set(wanted):
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
                 Client(cluster) as client:
             if "overhead" in wanted:
                 out["overhead"] = bench_overhead(client, repeat * 5)
             if "scatter" in wanted:
                 out["scatter"] = bench_scatter(client, param_sizes, repeat)
+            if "batching" in wanted:
+                out["batching"] = bench_batching(client, 4000, repeat)
     if "reductions" in wanted:
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
                           memory_limit=None) as cluster, Client(cluster) as client:

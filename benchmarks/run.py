@@ -1,29 +1,189 @@
-"""Run the benchmarks that exist so far, in one go (``make bench``, ``make bench-quick``).
+"""The benchmark suite in one command (``make bench``; ``make bench-quick`` for the quick mode).
 
-    python benchmarks/run.py            # engine (1e5..1e7 parameters) + LogisticRegression 1M and 200k rows
-    python benchmarks/run.py --quick    # engine at 1e5 and 1e6, LogisticRegression at 200k rows
+    python benchmarks/run.py            # everything, about 10 minutes on the 2-core development machine
+    python benchmarks/run.py --quick    # smaller sizes, under 3 minutes
 
-The engine tables go to ``benchmarks/results/engine.json``; everything is printed as Markdown.
-The full suite of the performance issue (plots, the dask-ml anchor, the cost model) is still to come.
+Parts, each next to its anchor in this one run:
+
+1. LogisticRegression on make_classification(n, 100): scikit-learn, in-process
+   NumPy + scipy L-BFGS (the single-process limit), dask-ml, ours
+   (1M and 200k rows; quick: 200k);
+2. the engine: per-evaluation overhead against one scheduler round trip;
+   parameters inline against scattered; one task per worker against one task per
+   example; tree-sum against gather, ``as_completed`` and one summing task
+   (8 workers, 16 partial results, up to 1e7 parameters);
+3. time per iteration against workers, with the cost model's prediction;
+4. MLP training throughput: scikit-learn, plain torch, skorch, ours (tree, ddp).
+
+Writes to ``benchmarks/results/`` (``--out``): ``suite.json`` (every measurement
+and the environment: versions, threads of this process and of each worker),
+``suite.md`` (the tables; the summary table is the one in README), and two
+plots, ``scaling.png`` (time per iteration against workers, measured and
+modelled) and ``reductions.png`` (reduction strategies against parameter count).
+The in-process anchors get ``--cores`` BLAS threads (threadpoolctl); ours get
+``--cores`` worker processes of one thread each.  Nothing here gates CI.
 """
 
+from __future__ import annotations
+
 import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 import bench_engine  # noqa: E402
 import bench_logistic  # noqa: E402
+import bench_mlp  # noqa: E402
+import bench_scaling  # noqa: E402
+from bench_engine import RESULTS, _table  # noqa: E402
+
+
+def _logistic(cores, quick):
+    from distributed import Client, LocalCluster
+
+    rows = []
+    sizes = [200_000] if quick else [1_000_000, 200_000]
+    with LocalCluster(n_workers=cores, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        for n in sizes:
+            rows += bench_logistic.run(client, n, cores=cores, repeat=1 if quick else 3)
+            print(f"  logistic n={n:,} done", file=sys.stderr, flush=True)
+        workers = client.run(bench_mlp._worker_threads)
+    return rows, workers
+
+
+def summary_rows(out):
+    """The README table: one row per target, ours / anchor / ratio."""
+    rows = []
+    for r in out["logistic"]:
+        if r["what"] == "ours":
+            continue
+        ours = next(o for o in out["logistic"] if o["what"] == "ours" and o["n"] == r["n"])
+        rows.append({"benchmark": f"LogisticRegression {r['n']:,}x{r['d']}, fit s", "ours": ours["seconds"],
+                     "anchor": f"{r['what']} {r['seconds']:.3g}", "ours / anchor": ours["seconds"] / r["seconds"]})
+    eng = out["engine"]
+    tree = next(r for r in eng["overhead"] if r["transport"] == "actors" and r["reduction"] == "tree")
+    rows.append({"benchmark": "overhead per evaluation (1000x10, 2 workers), ms", "ours": tree["ms_per_eval"],
+                 "anchor": f"round trip {tree['round_trip_ms']:.3g}",
+                 "ours / anchor": tree["ms_per_eval"] / tree["round_trip_ms"]})
+    b = eng["batching"][0]
+    rows.append({"benchmark": f"one task per worker vs per example ({b['examples']}), ms", "ours": b["per_worker_ms"],
+                 "anchor": f"per example {b['per_example_ms']:.3g}", "ours / anchor": 1 / b["speedup"]})
+    top = max(r["parameters"] for r in eng["reductions"])
+    red = {r["strategy"]: r for r in eng["reductions"] if r["parameters"] == top}
+    rows.append({"benchmark": f"tree-sum, {top:.0e} parameters, {red['tree']['parts']} parts on "
+                              f"{red['tree']['workers']} workers, s", "ours": red["tree"]["seconds"],
+                 "anchor": f"gather {red['gather']['seconds']:.3g}",
+                 "ours / anchor": red["tree"]["seconds"] / red["gather"]["seconds"]})
+    for r in out["mlp"]["results"]:
+        if r["key"] in ("ours-tree", "ours-ddp") and "error" not in r:
+            for key in ("sklearn", "skorch-float64"):
+                a = next((x for x in out["mlp"]["results"] if x["key"] == key and "error" not in x), None)
+                if a:
+                    rows.append({"benchmark": f"MLP {r['key'][5:]}, samples/s", "ours": r["samples_per_s"],
+                                 "anchor": f"{key} {a['samples_per_s']:.3g}",
+                                 "ours / anchor": r["samples_per_s"] / a["samples_per_s"]})
+    return rows
+
+
+def plots(out, folder):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, model = out["scaling"]["rows"], out["scaling"]["model"]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    W = [r["workers"] for r in rows]
+    ax.plot(W, [r["measured_ms"] for r in rows], "o-", label="measured")
+    ax.plot(W, [r["model_ms"] for r in rows], "s--", label="cost model")
+    ax.plot(W, [r["latency_ms"] for r in rows], "^:", label="round latency (tiny problem)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("workers")
+    ax.set_ylabel("ms per iteration")
+    ax.set_title(f"value_grad round, {model['n']:,} x {model['d']}, {model['cores']} cores")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "scaling.png", dpi=120)
+    plt.close(fig)
+
+    red = out["engine"]["reductions"]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for strategy in ("tree", "gather", "as_completed", "single"):
+        pts = sorted((r["parameters"], r["seconds"]) for r in red if r["strategy"] == strategy)
+        ax.plot([p for p, _ in pts], [s for _, s in pts], "o-", label=strategy)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("parameters")
+    ax.set_ylabel("seconds per sum")
+    ax.set_title(f"sum of {red[0]['parts']} partial results on {red[0]['workers']} workers")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "reductions.png", dpi=120)
+    plt.close(fig)
+
+
+def markdown(out):
+    env = out["environment"]
+    v = env["versions"]
+    head = (f"# Benchmark suite{' (quick)' if out['quick'] else ''}\n\n"
+            f"{env['cpus_available']} CPUs, {out['cores']} cores given; numpy {v['numpy']}, torch {v['torch']}, "
+            f"scikit-learn {v['scikit-learn']}, dask {v['dask']}, distributed {v['distributed']}; "
+            f"git {env['git']['commit'] and env['git']['commit'][:10]}{' (dirty)' if env['git']['dirty'] else ''}; "
+            f"load average {', '.join(f'{x:.2f}' for x in env['load_average_start'])} at start; "
+            f"{out['seconds']:.0f} s in all.\n\n")
+    parts = [head, "## Summary\n\n", _table(summary_rows(out), ["benchmark", "ours", "anchor", "ours / anchor"])]
+    parts += ["\n## LogisticRegression\n\n",
+              _table(out["logistic"], ["n", "what", "seconds", "ratio_to_sklearn", "ours_speedup", "n_iter",
+                                       "accuracy", "log_loss"])]
+    for key, rows in out["engine"].items():
+        title, cols = bench_engine.TABLES[key]
+        parts += [f"\n## {title.format(workers=rows[0].get('workers', ''))}\n\n", _table(rows, cols)]
+    m = out["scaling"]["model"]
+    parts += ["\n## Time per iteration against workers, and the cost model\n\n",
+              _table(out["scaling"]["rows"], ["workers", "measured_ms", "model_ms", "model_error", "latency_ms"]),
+              f"\nModel inputs: {m['t_elem_ns']:.3f} ns per element of X (fused kernel, one core); streaming "
+              f"bandwidth {m['bandwidth_one_gbs']:.1f} GB/s for one process, {m['bandwidth_all_gbs']:.1f} GB/s for "
+              f"{m['cores']}; round latency {m['latency_a_ms']:.2f} ms + {m['latency_b_ms_per_level']:.2f} ms per "
+              f"tree level.  For 100 workers it predicts {m['predict_100_workers_same_total_ms']:.1f} ms per "
+              f"iteration at the same {m['n']:,} rows in all, and "
+              f"{m['predict_100_workers_same_n_per_worker_ms']:.1f} ms at {m['n'] // 2:,} rows per worker "
+              f"(2 workers: {m['predict_2_workers_same_n_per_worker_ms']:.1f} ms).\n",
+              "\n![time per iteration against workers](scaling.png)\n",
+              "![reductions against parameter count](reductions.png)\n",
+              "\n" + bench_mlp.markdown(out["mlp"]).replace("# MLP", "## MLP")]
+    return "".join(parts)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, under 3 minutes")
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    bench_engine.main(["--quick"] if args.quick else [])
-    for n in ([200_000] if args.quick else [1_000_000, 200_000]):
-        bench_logistic.main(n)
+    from threadpoolctl import threadpool_limits
+
+    t0 = time.perf_counter()
+    q = ["--quick"] if args.quick else []
+    with threadpool_limits(args.cores):
+        out = {"quick": args.quick, "cores": args.cores, "environment": bench_mlp.environment(args.cores)}
+    out["logistic"], out["environment"]["workers"] = _logistic(args.cores, args.quick)
+    out["engine"] = bench_engine.main(q)
+    rows, model = bench_scaling.main(q + ["--cores", str(args.cores)])
+    out["scaling"] = {"rows": rows, "model": model}
+    out["mlp"] = bench_mlp.main(q + ["--cores", str(args.cores), "--out", str(args.out)])
+    out["seconds"] = time.perf_counter() - t0
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = "suite-quick" if args.quick else "suite"
+    (args.out / f"{name}.json").write_text(json.dumps(out, indent=2, default=bench_mlp._jsonable))
+    plots(out, args.out)
+    md = markdown(out)
+    (args.out / f"{name}.md").write_text(md)
+    print(md)
+    return out
 
 
 if __name__ == "__main__":
