@@ -35,7 +35,17 @@ def aligned_copy(a: np.ndarray, align: int = ALIGN) -> np.ndarray:
 
 
 def is_aligned(a, align: int = ALIGN) -> bool:
-    """True when ``a`` (NumPy array or torch tensor) is C-contiguous and ``align``-byte aligned."""
+    """True when ``a`` (NumPy array or torch tensor) is C-contiguous and ``align``-byte aligned.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_estimators.engine import aligned_copy, is_aligned
+    >>> is_aligned(aligned_copy(np.ones((3, 5))))
+    True
+    >>> is_aligned(np.ones((3, 5))[:, 1:])  # a strided view
+    False
+    """
     if hasattr(a, "data_ptr"):
         return bool(a.is_contiguous()) and a.data_ptr() % align == 0
     return bool(a.flags.c_contiguous) and a.ctypes.data % align == 0
@@ -95,6 +105,14 @@ class Shard:
     as string labels, until they are encoded).  ``cache`` holds per-worker state
     between evaluations, such as the curvature of the last gradient, so a
     Hessian-vector product only needs the direction.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_estimators.engine import Shard
+    >>> shard = Shard({"X": np.ones((4, 2)), "y": np.array(["a", "b", "a", "b"])}, device="cpu")
+    >>> shard.n_rows, tuple(shard.get("X").shape), shard.get("y")[0]
+    (4, (4, 2), np.str_('a'))
     """
 
     def __init__(self, arrays: dict, device: str = "auto", info: dict | None = None):
@@ -150,6 +168,7 @@ class Shard:
             )
 
     def get(self, name: str, default=None):
+        """The array stored under ``name`` (a tensor on the device, or NumPy for labels), else ``default``."""
         return self.data.get(name, default)
 
     def __sizeof__(self) -> int:  # dask uses sizeof for memory accounting

@@ -84,7 +84,19 @@ def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -
 
 
 def close_embedded_cluster() -> None:
-    """Close the embedded cluster and every client opened from an address."""
+    """Close the embedded cluster and every client opened from an address.
+
+    It runs at exit on its own; call it to free the worker processes sooner.
+    The next fit that needs the embedded cluster starts a new one.
+
+    Examples
+    --------
+    >>> from dask_estimators.engine import close_embedded_cluster, get_embedded_client
+    >>> client = get_embedded_client()  # doctest: +SKIP
+    >>> close_embedded_cluster()  # doctest: +SKIP
+    >>> client.status  # doctest: +SKIP
+    'closed'
+    """
     with _lock:
         client = _embedded.pop("client", None)
         cluster = _embedded.pop("cluster", None)
@@ -166,6 +178,25 @@ def client_context(client=None):
 
     Inside a Dask task the task secedes from the worker's thread pool while
     the fit runs, and rejoins afterwards, like :func:`distributed.worker_client`.
+
+    Parameters
+    ----------
+    client : distributed.Client, str or None
+        As for :func:`resolve_client`.
+
+    Yields
+    ------
+    distributed.Client
+        The resolved client, current (``Client.as_current``) inside the block.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_estimators.engine import client_context, place
+    >>> with client_context() as client:  # doctest: +SKIP
+    ...     with place(client, {"X": np.ones((10, 2))}) as p:
+    ...         p.n_samples
+    10
     """
     c = resolve_client(client)
     if not _in_task():

@@ -36,7 +36,16 @@ def _nbytes(args) -> int:
 
 @dataclass
 class EvalStats:
-    """Counters of the distributed rounds of one fit."""
+    """Counters of the distributed rounds of one fit.
+
+    Examples
+    --------
+    >>> from dask_estimators.engine import EvalStats
+    >>> stats = EvalStats()
+    >>> stats.record("value_and_grad", 0.004, 800, 808, False)
+    >>> stats.as_dict()["rounds"], stats.by_kernel
+    (1, {'value_and_grad': 1})
+    """
 
     rounds: int = 0
     seconds: float = 0.0
@@ -46,6 +55,7 @@ class EvalStats:
     by_kernel: dict = field(default_factory=dict)
 
     def record(self, name, seconds, sent, received, scattered):
+        """Count one round of kernel ``name``: its seconds, bytes sent and received, and whether it scattered."""
         self.rounds += 1
         self.seconds += seconds
         self.bytes_sent += sent
@@ -54,6 +64,7 @@ class EvalStats:
         self.by_kernel[name] = self.by_kernel.get(name, 0) + 1
 
     def as_dict(self) -> dict:
+        """The counters as a dict, with ``seconds_per_round`` added (what ``fit_stats_`` shows)."""
         d = dict(self.__dict__)
         d["by_kernel"] = dict(self.by_kernel)
         d["seconds_per_round"] = self.seconds / self.rounds if self.rounds else 0.0

@@ -35,7 +35,16 @@ __all__ = ["TRANSPORTS", "Placement", "place", "is_dask_collection"]
 
 
 def is_dask_collection(a) -> bool:
-    """True for dask arrays, dataframes and series."""
+    """True for dask arrays, dataframes and series.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import numpy as np
+    >>> from dask_estimators.engine import is_dask_collection
+    >>> is_dask_collection(da.ones(4)), is_dask_collection(np.ones(4))
+    (True, False)
+    """
     return hasattr(a, "__dask_graph__") and hasattr(a, "to_delayed")
 
 
@@ -118,6 +127,14 @@ class Placement:
         The worker address of each shard.
     n_rows : list of int
         Rows in each shard.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_estimators.engine import place, resolve_client
+    >>> with place(resolve_client(), {"X": np.ones((100, 3))}) as p:  # doctest: +SKIP
+    ...     p.n_rows, p.map(lambda shard: float(shard.get("X").sum()))
+    ([50, 50], [150.0, 150.0])
     """
 
     def __init__(self, client, shards, workers, transport="actors"):
@@ -165,6 +182,7 @@ class Placement:
 
     @property
     def n_samples(self) -> int:
+        """Rows over all shards."""
         return int(sum(self.n_rows))
 
     def map(self, fn, *args, timeout=None) -> list:

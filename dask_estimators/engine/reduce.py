@@ -47,7 +47,32 @@ def tree_sum(client, parts, workers, fan_in: int = 2):
 
 
 def reduce_parts(client, parts, workers, method: str = "tree", fan_in: int = 2, timeout=None):
-    """Sum the partial results in ``parts`` with the given strategy and return the total on the client."""
+    """Sum the partial results in ``parts`` with the given strategy and return the total on the client.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    parts : list of distributed.Future
+        Partial results: arrays, numbers, or tuples of them.
+    workers : list of str
+        The worker holding each part.
+    method : {"tree", "single", "gather"}, default "tree"
+        Pairwise on the workers (:func:`tree_sum`), one task on the first
+        worker, or everything gathered and added on the client.
+    fan_in : int, default 2
+        Parts each node of the tree adds.
+    timeout : float, optional
+        Seconds to wait for the total.
+
+    Examples
+    --------
+    >>> from dask_estimators.engine import reduce_parts, resolve_client
+    >>> client = resolve_client()  # doctest: +SKIP
+    >>> ws = sorted(client.scheduler_info()["workers"])  # doctest: +SKIP
+    >>> parts = [client.submit(float, i, workers=[w]) for i, w in enumerate(ws)]  # doctest: +SKIP
+    >>> reduce_parts(client, parts, ws, "tree")  # doctest: +SKIP
+    1.0
+    """
     if method == "tree":
         return tree_sum(client, parts, workers, fan_in).result(timeout=timeout)
     if method == "single":
