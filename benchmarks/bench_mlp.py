@@ -13,8 +13,12 @@ the other, on the same data:
 2. plain torch: ``nn.Sequential(Linear, ReLU, Linear)``, ``CrossEntropyLoss``,
    a manual loop over a shuffled index each epoch (no DataLoader),
    ``torch.set_num_threads(--cores)``; float64 (scikit-learn's dtype) and float32;
-3. skorch's ``NeuralNetClassifier`` with the same module (float64 and float32);
-4. ours, ``dask_estimators.MLPClassifier(strategy="tree")`` and ``"ddp"`` on a
+3. plain torch ``DistributedDataParallel`` on ``--cores`` processes (gloo),
+   each with its half of the rows and ``batch // cores`` rows per step, no
+   Dask: the floor of synchronous data parallelism on this machine (its wall
+   time includes starting the processes);
+4. skorch's ``NeuralNetClassifier`` with the same module (float64 and float32);
+5. ours, ``dask_estimators.MLPClassifier(strategy="tree")`` and ``"ddp"`` on a
    ``LocalCluster(n_workers=--cores, threads_per_worker=1)`` started after the
    anchors and before ours is timed, closed at the end.
 
@@ -195,6 +199,62 @@ def fit_torch(X, y, epochs, batch, dtype_name):
     return _record(f"plain torch loop ({dtype_name})", n, epochs, batch, wall, epoch_seconds, final_loss=loss)
 
 
+def _ddp_rank(rank, world, port, X, y, epochs, batch, queue):
+    """One process of the plain DDP anchor: its half of the rows, batch // world rows per step."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        Xt = torch.from_numpy(X[rank::world].copy())
+        yt = torch.from_numpy(y[rank::world].astype(np.int64))
+        model = DistributedDataParallel(_torch_module(X.shape[1], int(y.max()) + 1, torch.float64))
+        opt = torch.optim.Adam(model.parameters(), lr=LR)
+        loss_fn = nn.CrossEntropyLoss()
+        gen = torch.Generator().manual_seed(rank)
+        local, seconds, loss = batch // world, [], None
+        for _ in range(epochs):
+            te = time.perf_counter()
+            perm = torch.randperm(len(Xt), generator=gen)
+            acc = torch.zeros(1, dtype=torch.float64)
+            for i in range(0, len(Xt), local):
+                idx = perm[i:i + local]
+                opt.zero_grad(set_to_none=True)
+                out = loss_fn(model(Xt[idx]), yt[idx])
+                out.backward()
+                opt.step()
+                acc += float(out.detach()) * len(idx)
+            dist.all_reduce(acc)
+            loss = float(acc) / len(X)
+            seconds.append(time.perf_counter() - te)
+        if rank == 0:
+            queue.put((seconds, loss))
+    finally:
+        dist.destroy_process_group()
+
+
+def fit_torch_ddp(X, y, epochs, batch, world):
+    """Plain torch DistributedDataParallel on ``world`` processes (gloo), no Dask: the floor of synchronous DDP."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    queue = mp.get_context("spawn").SimpleQueue()
+    t0 = time.perf_counter()
+    mp.spawn(_ddp_rank, args=(world, port, X, y, epochs, batch, queue), nprocs=world)
+    wall = time.perf_counter() - t0
+    seconds, loss = queue.get()
+    return _record(f"plain torch DDP ({world} processes, gloo, float64)", len(X), epochs, batch, wall, seconds,
+                   final_loss=loss)
+
+
 def fit_skorch(X, y, epochs, batch, dtype_name):
     import torch
     from skorch import NeuralNetClassifier
@@ -365,6 +425,9 @@ def main(argv=None):
             if "torch" not in args.skip:
                 run(f"torch-{dt}", lambda dt=dt: fit_torch(X, y, epochs, batch, dt),
                     lambda dt=dt: fit_torch(X[small], y[small], 1, batch, dt))
+        if "torch" not in args.skip:
+            run("torch-ddp", lambda: fit_torch_ddp(X, y, epochs, batch, cores),
+                lambda: fit_torch_ddp(X[small], y[small], 1, batch, cores))
         for dt in ("float64", "float32"):
             if "skorch" not in args.skip:
                 run(f"skorch-{dt}", lambda dt=dt: fit_skorch(X, y, epochs, batch, dt),
