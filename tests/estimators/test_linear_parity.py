@@ -473,6 +473,21 @@ def test_lbfgs_stops_on_tol():
         assert not warned
 
 
+@pytest.mark.parametrize("solver", ["lbfgs", "newton-cg"])
+def test_newton_polish_reaches_a_tol_below_the_rounding_floor(solver):
+    """At tol=1e-12 L-BFGS-B and trust-ncg stop where float64 no longer resolves the decrease of f; a Newton
+    polish (dense Hessian: 31 parameters here) takes the gradient below tol, checked here in NumPy."""
+    X, y = breast_cancer()
+    C, tol = 1.0, 1e-12
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = de.LogisticRegression(C=C, solver=solver, tol=tol, max_iter=BIG).fit(X, y)
+    n = len(y)
+    g = 1.0 / (1.0 + np.exp(-(X @ est.coef_[0] + est.intercept_[0]))) - y
+    grad = np.concatenate([X.T @ g / n + est.coef_[0] / (C * n), [g.sum() / n]])
+    assert np.abs(grad).max() <= 1e-11  # tol, up to the rounding of this NumPy gradient
+
+
 @pytest.mark.timeout(120)
 def test_newton_cholesky_line_search_at_rounding_floor():
     X, y, sw = synthetic(2)
