@@ -185,11 +185,12 @@ def sk_logistic_l1(C, l1_ratio):
         # saga needs > 200000 epochs here (minutes) and still misses by ~3e-4:
         # certify the exact minimiser from LIBLINEAR's support instead.
         lib = sk_lm.LogisticRegression(
-            C=C, l1_ratio=1.0, solver="liblinear", intercept_scaling=1e4, tol=1e-12, max_iter=BIG
+            C=C, l1_ratio=1.0, solver="liblinear", intercept_scaling=1e4, tol=1e-12, max_iter=BIG, random_state=0
         )
         lib = _quiet_fit(lib, X, y)
         return _logistic_l1_certified(X, y, C, l1_ratio, lib.coef_[0])
-    ref = sk_lm.LogisticRegression(C=C, l1_ratio=l1_ratio, solver="saga", tol=1e-12, max_iter=BIG)
+    # seeded: liblinear and saga shuffle, and an unseeded liblinear run at tol=1e-12 missed max_iter once in CI
+    ref = sk_lm.LogisticRegression(C=C, l1_ratio=l1_ratio, solver="saga", tol=1e-12, max_iter=BIG, random_state=0)
     ref = _quiet_fit(ref, X, y)
     return ref.coef_, ref.intercept_
 
@@ -245,7 +246,7 @@ def sk_linear_svc(data, fit_intercept, penalty="l2", C=1.0):
     kw = {"intercept_scaling": 1e4} if fit_intercept else {}
     tol = 1e-12 if penalty == "l2" else 1e-11  # LIBLINEAR's L1 coordinate descent stalls at 1e-12
     ref = sk_svm.LinearSVC(
-        penalty=penalty, C=C, fit_intercept=fit_intercept, dual=False, tol=tol, max_iter=BIG, **kw
+        penalty=penalty, C=C, fit_intercept=fit_intercept, dual=False, tol=tol, max_iter=BIG, random_state=0, **kw
     )
     return _quiet_fit(ref, X, y)
 
@@ -342,7 +343,7 @@ def test_linear_svr_diabetes(solver, epsilon):
     X, y = diabetes_centred()
     ref = sk_svm.LinearSVR(
         epsilon=epsilon, C=1.0, loss="squared_epsilon_insensitive", fit_intercept=False, dual=False,
-        tol=1e-12, max_iter=BIG,
+        tol=1e-12, max_iter=BIG, random_state=0,
     )
     ref = _quiet_fit(ref, X, y)
     est = _ours_svr(epsilon, solver)
@@ -400,7 +401,7 @@ def sk_svc_weighted(n_classes, class_weight):
     X, y, sw = synthetic(n_classes)
     ref = sk_svm.LinearSVC(
         C=1.0, fit_intercept=False, class_weight=_class_weight(n_classes, class_weight), dual=False,
-        tol=1e-12, max_iter=BIG,
+        tol=1e-12, max_iter=BIG, random_state=0,
     )
     return _quiet_fit(ref, X, y, sample_weight=sw)
 
