@@ -218,7 +218,6 @@ class DistributedLinearModel(DistributedEstimator):
         "client": [None, str, distributed.Client],
         "reduction": [StrOptions(set(REDUCTIONS))],
         "device": [StrOptions({"auto", "cpu", "cuda"})],
-        "timeout": [Interval(Real, 0, None, closed="neither"), None],
     }
 
     # ------------------------------------------------------------------ hooks
@@ -291,8 +290,7 @@ class DistributedLinearModel(DistributedEstimator):
             y_placed = np.searchsorted(classes, y)
         with client_context(self.client) as client:
             placement = place(
-                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
-                timeout=self.timeout,
+                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device
             )
             try:
                 stats = self._fit_placed(placement, y, dask_input)
