@@ -3,6 +3,7 @@
 It knows no loss: objectives hand it per-shard kernels.
 """
 
+from ._watch import ClusterLostError, WorkerLostError
 from ._worker import Shard, aligned_copy, is_aligned
 from .cluster import client_context, close_embedded_cluster, get_embedded_client, resolve_client
 from .evaluator import DistributedEvaluator, EvalStats, LocalEvaluator
@@ -11,6 +12,8 @@ from .reduce import REDUCTIONS, reduce_parts, tree_sum
 
 __all__ = [
     "REDUCTIONS",
+    "ClusterLostError",
+    "WorkerLostError",
     "DistributedEvaluator",
     "EvalStats",
     "LocalEvaluator",

@@ -113,8 +113,24 @@ def close_embedded_cluster() -> None:
 atexit.register(close_embedded_cluster)
 
 
+#: Seconds to connect to a scheduler given by address, or for a client that lost its scheduler to reconnect.
+CONNECT_TIMEOUT = 10.0
+
+
 def _check_running(client: distributed.Client) -> distributed.Client:
-    if client.status not in ("running", "connecting", "newly-created"):
+    import time
+
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while client.status in ("connecting", "newly-created") and time.monotonic() < deadline:
+        time.sleep(0.1)  # a client that lost its scheduler tries to reconnect: give it a moment
+    if client.status == "connecting":
+        from ._watch import ClusterLostError
+
+        raise ClusterLostError(
+            f"The Dask client has lost its scheduler at {client.scheduler.address} and did not reconnect "
+            f"within {CONNECT_TIMEOUT:g} s."
+        )
+    if client.status != "running":
         raise RuntimeError(
             f"The Dask client is {client.status!r}; pass a running client or "
             "client=None to use the active or embedded cluster."
@@ -145,7 +161,12 @@ def resolve_client(client=None) -> distributed.Client:
             with _lock:
                 c = _by_address.get(client)
                 if c is None or c.status != "running":
-                    c = distributed.Client(client, set_as_default=False)
+                    try:
+                        c = distributed.Client(client, set_as_default=False, timeout=CONNECT_TIMEOUT)
+                    except OSError as e:  # includes TimeoutError
+                        raise OSError(
+                            f"Could not connect to the Dask scheduler at {client!r} within {CONNECT_TIMEOUT:g} s: {e}"
+                        ) from e
                     _by_address[client] = c
                 return c
         if isinstance(client, distributed.Client):

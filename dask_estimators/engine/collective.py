@@ -24,6 +24,8 @@ from datetime import timedelta
 
 import dask.config
 
+from ._watch import WorkerLostError
+
 __all__ = ["Comm", "process_group", "run_collective", "free_port"]
 
 _PG_LOCK = threading.Lock()
@@ -123,8 +125,8 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
         Called on the client with each ``msg`` a rank sends with
         ``comm.report(msg)``, while the ranks run.
     timeout : float, optional
-        Seconds a rendezvous or collective may wait (default: the config
-        ``dask-estimators.collective-timeout``, 120).
+        Seconds a rendezvous or collective may wait (default: the placement's
+        ``timeout``, else the config ``dask-estimators.collective-timeout``, 120).
 
     Examples
     --------
@@ -136,11 +138,14 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     from distributed.comm import get_address_host
 
     client = placement.client
+    if timeout is None:
+        timeout = getattr(placement, "timeout", None)
     timeout = _timeout_s() if timeout is None else float(timeout)
     _check_one_process_per_shard(client, placement.workers)
     w0 = placement.workers[0]
     host = get_address_host(w0)
-    port = client.submit(free_port, host, workers=[w0], allow_other_workers=False, pure=False).result(timeout)
+    [port] = placement.wait([client.submit(free_port, host, workers=[w0], allow_other_workers=False, pure=False)],
+                            timeout=timeout)
     topic = None
     if on_event is not None:
         topic = f"dask-estimators-{uuid.uuid4().hex[:12]}"
@@ -150,12 +155,42 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
         futs = placement.submit_each(
             _body, [(fn, Comm(r, world, host, port, topic, timeout), *args) for r in range(world)]
         )
-        # a rank that fails makes the others fail at their next collective (bounded by ``timeout``)
-        return [f.result() for f in futs]
+        # A rank that fails makes the others fail at their next collective (bounded by ``timeout``); the
+        # wait itself returns at the first failure, and on the loss of a worker, of the scheduler or of
+        # the client (a lost worker's rank would otherwise never answer).
+        try:
+            return placement.wait(futs, timeout=None)
+        except Exception as e:
+            # the surviving ranks fail first (gloo: "Connection reset by peer"): was a worker lost?
+            lost = e.workers if isinstance(e, WorkerLostError) else _lost_soon(placement)
+            if not lost:
+                raise
+            raise WorkerLostError(
+                lost,
+                f"Lost the Dask worker(s) {sorted(lost)} during a strategy='ddp' fit; the fit was stopped "
+                "(the other ranks leave their process group when they see the lost peer, at the latest "
+                "after the collective timeout). Fit again, or use strategy='tree', which re-places the "
+                "lost shards and goes on.",
+            ) from e
     finally:
         if topic is not None:
             with contextlib.suppress(Exception):
                 client.unsubscribe_topic(topic)
+
+
+def _lost_soon(placement, grace=3.0) -> set:
+    """The placement's workers the scheduler drops within ``grace`` seconds (it may learn of a death late)."""
+    import time
+
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            lost = placement.lost_workers()
+        except Exception:
+            return set()
+        if lost or time.monotonic() >= deadline:
+            return lost
+        time.sleep(0.1)
 
 
 def _check_one_process_per_shard(client, workers) -> None:

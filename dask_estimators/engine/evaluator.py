@@ -7,13 +7,15 @@ Objectives build ``value_and_grad``, ``hessp`` and ``hess`` on top of it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _worker
-from .reduce import REDUCTIONS, reduce_parts
+from . import _watch, _worker
+from ._watch import WorkerLostError
+from .reduce import REDUCTIONS, tree_sum
 
 __all__ = ["DistributedEvaluator", "LocalEvaluator", "EvalStats", "INLINE_BYTES"]
 
@@ -52,6 +54,7 @@ class EvalStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     scattered_rounds: int = 0
+    recoveries: int = 0
     by_kernel: dict = field(default_factory=dict)
 
     def record(self, name, seconds, sent, received, scattered):
@@ -92,7 +95,17 @@ class DistributedEvaluator:
     inline_bytes : int, optional
         Arguments up to this size travel inline; larger ones are scattered.
     timeout : float, optional
-        Seconds one round may take before :class:`TimeoutError`.
+        Seconds one round may take before :class:`TimeoutError` (default:
+        the placement's ``timeout``).  Without
+        it a round is not limited in time, but the loss of a worker, of the
+        scheduler or of the client is still detected (see :mod:`._watch`).
+    recover : bool, default True
+        When a worker holding a shard dies during a round, re-place its
+        shards on the surviving workers (:meth:`Placement.recover`), replay on
+        them the last call of every kernel (kernels may leave state in
+        ``shard.cache`` for later rounds, such as the curvature a
+        Hessian-vector product needs), and run the round again.  At most
+        ``dask-estimators.max-recoveries`` (default 3) times per evaluator.
 
     Examples
     --------
@@ -100,7 +113,7 @@ class DistributedEvaluator:
     >>> ev(lambda shard, w: shard.get("X").sum(0) @ w, np.ones(3))  # doctest: +SKIP
     """
 
-    def __init__(self, placement, *, reduction="tree", fan_in=2, inline_bytes=None, timeout=None):
+    def __init__(self, placement, *, reduction="tree", fan_in=2, inline_bytes=None, timeout=None, recover=True):
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}.")
         if int(fan_in) != fan_in or fan_in < 2:
@@ -110,10 +123,16 @@ class DistributedEvaluator:
         self.reduction = reduction
         self.fan_in = fan_in
         self.inline_bytes = INLINE_BYTES if inline_bytes is None else inline_bytes
-        self.timeout = timeout
+        self.timeout = getattr(placement, "timeout", None) if timeout is None else timeout
+        self.recover = recover
         self.stats = EvalStats()
+        self._since: dict = {}  # when the client was first seen reconnecting to its scheduler
+        self._last: dict = {}  # kernel -> its last arguments, in order of last use (replayed on rebuilt shards)
         if placement.actors:
             self._link_actors()
+
+    def _wait(self, futs, cancel=None):
+        return _watch.wait_results(futs, self.client, self.placement.workers, self.timeout, cancel_on_error=cancel)
 
     def _link_actors(self):
         actors = self.placement.actors
@@ -125,17 +144,52 @@ class DistributedEvaluator:
             children = [actors[1:]] + [[] for _ in range(n - 1)]
         else:
             children = [[] for _ in range(n)]
-        for f in [a.set_children(c) for a, c in zip(actors, children)]:
-            f.result(self.timeout)
+        self._wait([a.set_children(c) for a, c in zip(actors, children)])
 
     def _call_actors(self, fn, args):
         actors = self.placement.actors
         if self.reduction == "gather":
-            futs = [a.run(fn, args) for a in actors]
-            return _worker.add(*(f.result(self.timeout) for f in futs))
-        return actors[0].reduce(fn, args).result(self.timeout)
+            return _worker.add(*self._wait([a.run(fn, args) for a in actors]))
+        return self._wait([actors[0].reduce(fn, args)])[0]
 
     def __call__(self, fn, *args):
+        """``sum over shards of fn(shard, *args)``, surviving the loss of workers (see ``recover``)."""
+        import dask
+
+        max_recoveries = int(dask.config.get("dask-estimators.max-recoveries", 3))
+        # Rounds on actors need no scheduler: without this check a fit would go on for a while after its
+        # scheduler died or its client was closed, and fail later at a less clear place.
+        _watch.check_client(self.client, self._since)
+        while True:
+            try:
+                try:
+                    out = self._round(fn, args)
+                except Exception as e:  # an actor proxy raises at once when its worker is known lost
+                    _watch.explain(e, self.client, self.placement.workers)
+                    raise
+                break
+            except WorkerLostError as e:
+                if not self.recover or self.stats.recoveries >= max_recoveries:
+                    raise
+                self._recover(e)
+        self._last.pop(fn, None)
+        self._last[fn] = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
+        return out
+
+    def _recover(self, err):
+        """Re-place the lost shards, relink the tree, and bring the new shards to the others' state."""
+        p = self.placement
+        idx = p.recover(err.workers)
+        self.stats.recoveries += 1
+        if p.actors:
+            self._link_actors()
+        for fn, args in self._last.items():  # best effort: a kernel needing a later one's state may fail here
+            for i in idx:
+                with contextlib.suppress(Exception):
+                    _watch.wait_results([p._submit_one(i, fn, args, body=_worker.run_kernel)], self.client,
+                                        [p.workers[i]], self.timeout)
+
+    def _round(self, fn, args):
         t0 = time.perf_counter()
         client, p = self.client, self.placement
         if p.actors:
@@ -158,7 +212,14 @@ class DistributedEvaluator:
             )
             for s, w in zip(p.shards, p.workers)
         ]
-        out = reduce_parts(client, parts, p.workers, self.reduction, self.fan_in, self.timeout)
+        if self.reduction == "gather":
+            out = _worker.add(*self._wait(parts, cancel=parts))
+        elif self.reduction == "single" and len(parts) > 1:
+            total = client.submit(_worker.add, *parts, workers=[p.workers[0]], pure=False)
+            out = self._wait([total], cancel=[total, *parts])[0]
+        else:
+            total = tree_sum(client, parts, p.workers, self.fan_in)
+            out = self._wait([total], cancel=[total, *parts])[0]
         received = _nbytes(out if isinstance(out, tuple) else (out,))
         self.stats.record(getattr(fn, "__name__", "kernel"), time.perf_counter() - t0, sent, received, scattered)
         return out

@@ -218,6 +218,7 @@ class DistributedLinearModel(DistributedEstimator):
         "client": [None, str, distributed.Client],
         "reduction": [StrOptions(set(REDUCTIONS))],
         "device": [StrOptions({"auto", "cpu", "cuda"})],
+        "timeout": [Interval(Real, 0, None, closed="neither"), None],
     }
 
     # ------------------------------------------------------------------ hooks
@@ -290,7 +291,8 @@ class DistributedLinearModel(DistributedEstimator):
             y_placed = np.searchsorted(classes, y)
         with client_context(self.client) as client:
             placement = place(
-                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device
+                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
+                timeout=self.timeout,
             )
             try:
                 stats = self._fit_placed(placement, y, dask_input)

@@ -37,6 +37,11 @@ _COMMON_DOC = """
         kept for comparison).
     device : {{"auto", "cpu", "cuda"}}, default="auto"
         Where each worker keeps its shard; "auto" uses its GPU when it has one.
+    timeout : float or None, default=None
+        Seconds one distributed round (or per-shard step) may take before a
+        ``TimeoutError``.  None sets no limit; the loss of the scheduler or
+        of the client still ends the fit with a clear error within seconds,
+        and a lost worker's shards are re-placed on the others.
 """
 
 _FITTED_DOC = """
@@ -161,6 +166,7 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
         client=None,
         reduction="tree",
         device="auto",
+        timeout=None,
     ):
         self.C = C
         self.l1_ratio = l1_ratio
@@ -173,6 +179,7 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
         self.client = client
         self.reduction = reduction
         self.device = device
+        self.timeout = timeout
 
     def _loss_name(self, n_classes):
         return "binomial" if n_classes == 2 else "multinomial"
@@ -297,6 +304,7 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         client=None,
         reduction="tree",
         device="auto",
+        timeout=None,
     ):
         self.penalty = penalty
         self.C = C
@@ -309,6 +317,7 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         self.client = client
         self.reduction = reduction
         self.device = device
+        self.timeout = timeout
 
     def _n_outputs(self, n_classes, y_shape):
         return 1 if n_classes == 2 else n_classes
@@ -374,6 +383,7 @@ class LinearRegression(RegressorMixin, DistributedLinearModel):
         client=None,
         reduction="tree",
         device="auto",
+        timeout=None,
     ):
         self.alpha = alpha
         self.l1_ratio = l1_ratio
@@ -385,6 +395,7 @@ class LinearRegression(RegressorMixin, DistributedLinearModel):
         self.client = client
         self.reduction = reduction
         self.device = device
+        self.timeout = timeout
 
     def _n_outputs(self, n_classes, y_shape):
         return 1 if len(y_shape) == 1 else int(y_shape[1])
@@ -473,6 +484,7 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
         client=None,
         reduction="tree",
         device="auto",
+        timeout=None,
     ):
         self.epsilon = epsilon
         self.C = C
@@ -484,6 +496,7 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
         self.client = client
         self.reduction = reduction
         self.device = device
+        self.timeout = timeout
 
     def _penalties(self, sw_sum):
         return 1.0 / (self.C * sw_sum), 0.0

@@ -70,6 +70,7 @@ class _BaseMLP(DistributedEstimator):
         "device": [StrOptions({"auto", "cpu", "cuda"})],
         "strategy": [StrOptions(set(STRATEGIES))],
         "client": [None, str, distributed.Client],
+        "timeout": [Interval(Real, 0, None, closed="neither"), None],
     }
 
     def __init__(
@@ -101,6 +102,7 @@ class _BaseMLP(DistributedEstimator):
         device="auto",
         strategy="auto",
         client=None,
+        timeout=None,
     ):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
@@ -128,6 +130,7 @@ class _BaseMLP(DistributedEstimator):
         self.device = device
         self.strategy = strategy
         self.client = client
+        self.timeout = timeout
 
     # --------------------------------------------------------------- fitting
     def _hidden(self) -> tuple:
@@ -189,7 +192,8 @@ class _BaseMLP(DistributedEstimator):
         y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset)
         with client_context(self.client) as client:
             placement = place(
-                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device
+                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
+                timeout=self.timeout,
             )
             try:
                 if out is None:  # dask labels: found and encoded on the workers
@@ -412,6 +416,11 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         stochastic solvers when every worker is its own process, else "tree".
     client : distributed.Client, str or None, default=None
         The cluster to fit on; never stored in the fitted model.
+    timeout : float or None, default=None
+        Seconds one distributed round may take (with ``strategy="ddp"``: one
+        collective operation) before a ``TimeoutError``.  None sets no limit;
+        the loss of a worker, of the scheduler or of the client still ends
+        or (tree strategy: re-places the lost shards) continues the fit.
 
     Attributes
     ----------
@@ -651,6 +660,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         device="auto",
         strategy="auto",
         client=None,
+        timeout=None,
     ):
         super().__init__(
             hidden_layer_sizes,
@@ -679,6 +689,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
             device=device,
             strategy=strategy,
             client=client,
+            timeout=timeout,
         )
         self.loss = loss
 

@@ -100,6 +100,9 @@ class CharLSTM(DistributedEstimator):
         Continue from the fitted parameters, or from ``checkpoint_path``.
     verbose : bool, default=False
     client : distributed.Client, str or None, default=None
+    timeout : float or None, default=None
+        Seconds one distributed round (``strategy="ddp"``: one collective
+        operation) may take before a ``TimeoutError``; None for no limit.
 
     Attributes
     ----------
@@ -142,6 +145,7 @@ class CharLSTM(DistributedEstimator):
         "warm_start": ["boolean"],
         "verbose": ["verbose"],
         "client": [None, str, distributed.Client],
+        "timeout": [Interval(Real, 0, None, closed="neither"), None],
     }
 
     def __init__(
@@ -163,6 +167,7 @@ class CharLSTM(DistributedEstimator):
         warm_start=False,
         verbose=False,
         client=None,
+        timeout=None,
     ):
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -181,6 +186,7 @@ class CharLSTM(DistributedEstimator):
         self.warm_start = warm_start
         self.verbose = verbose
         self.client = client
+        self.timeout = timeout
 
     # ---------------------------------------------------------------- fitting
     def _spec(self, vocab_size):
@@ -214,7 +220,7 @@ class CharLSTM(DistributedEstimator):
             if not any(strings):
                 raise ValueError("CharLSTM needs at least one non-empty string; got none.")
         with client_context(self.client) as client:
-            placement = place(client, {"X": data}, device=self.device)
+            placement = place(client, {"X": data}, device=self.device, timeout=self.timeout)
             try:
                 self._fit_placed(client, placement)
             finally:

@@ -143,6 +143,11 @@ def _newton_cholesky(objective, x0, *, tol, max_iter):
         if nit >= max_iter:
             break
         H = objective.hess(x)
+        if not (np.isfinite(f) and np.all(np.isfinite(g)) and np.all(np.isfinite(H))):
+            raise FloatingPointError(
+                "Solver 'newton-cholesky' met a non-finite objective, gradient or Hessian; "
+                "check the scale of the data and the penalty."
+            )
         try:
             step = -linalg.cho_solve(linalg.cho_factor(H, lower=False, check_finite=True), g)
         except (linalg.LinAlgError, ValueError):

@@ -1,0 +1,158 @@
+"""Peak memory of the client and of the workers during a fit on large dask input (issue 8, "Memory").
+
+The input is a dask array made on the workers (``da.random``), so the client
+never holds it: the client's memory should grow by a small constant plus a few
+copies of the parameter vector, whatever the data size.  Each worker should
+hold its shard once during the optimization (the aligned copy replaces the
+blocks it was built from), and return to its starting memory after the fit.
+
+A thread samples the resident memory (RSS) of the client and of every worker
+process every 20 ms.  Phases: ``placement`` (until the first distributed
+round), ``optimization`` (the rounds), ``after`` (the fit returned and
+released its shards).
+
+Usage::
+
+    python benchmarks/bench_memory.py                 # 2 GB of X on 2 workers
+    python benchmarks/bench_memory.py --gb 0.2 --workers 2 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import threading
+import time
+
+import numpy as np
+
+MB = 1 << 20
+
+
+class Sampler(threading.Thread):
+    def __init__(self, pids: dict, interval=0.02):
+        super().__init__(daemon=True)
+        import psutil
+
+        self.procs = {name: psutil.Process(pid) for name, pid in pids.items()}
+        self.interval = interval
+        self.phase = "before"
+        self.peaks: dict = {}
+        self.stop = threading.Event()
+
+    def sample(self):
+        for name, p in self.procs.items():
+            try:
+                rss = p.memory_info().rss
+            except Exception:
+                continue
+            key = (self.phase, name)
+            self.peaks[key] = max(self.peaks.get(key, 0), rss)
+
+    def run(self):
+        while not self.stop.is_set():
+            self.sample()
+            time.sleep(self.interval)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gb", type=float, default=2.0, help="size of X in GB (float64)")
+    ap.add_argument("--features", type=int, default=100)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--chunk-mb", type=float, default=64.0, help="size of a row block of X")
+    ap.add_argument("--max-iter", type=int, default=5)
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+
+    import dask.array as da
+    import distributed
+
+    import dask_estimators as de
+    from dask_estimators.engine import evaluator as ev_mod
+
+    d = args.features
+    n = int(args.gb * 1e9 / (8 * d))
+    rows = max(1, int(args.chunk_mb * MB / (8 * d)))
+    cluster = distributed.LocalCluster(
+        n_workers=args.workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+        memory_limit=0,  # no spilling or pausing: we measure what the engine holds
+    )
+    client = distributed.Client(cluster, set_as_default=False)
+    try:
+        client.run(__import__, "dask_estimators.engine._worker")
+        X = da.random.default_rng(0).standard_normal((n, d), chunks=(rows, d))
+        w = np.linspace(-1, 1, d)
+        y = X @ w + 0.5
+        # warm up: imports and allocator pools on the client and the workers, outside the measurement
+        de.LinearRegression(solver="lbfgs", max_iter=2, client=client).fit(X[: rows * args.workers], y[: rows * args.workers])
+        gc.collect()
+        pids = {"client": os.getpid(), **{f"worker-{i}": pid for i, pid in enumerate(sorted(client.run(os.getpid).values()))}}
+        sampler = Sampler(pids)
+        sampler.sample()
+        sampler.start()
+        time.sleep(0.2)
+        original = ev_mod.DistributedEvaluator._round
+
+        def _round(ev, fn, a):  # the first round ends the placement phase
+            sampler.phase = "optimization"
+            return original(ev, fn, a)
+
+        ev_mod.DistributedEvaluator._round = _round
+        sampler.phase = "placement"
+        t0 = time.perf_counter()
+        est = de.LinearRegression(solver="lbfgs", max_iter=args.max_iter, tol=0.0, client=client).fit(X, y)
+        seconds = time.perf_counter() - t0
+        ev_mod.DistributedEvaluator._round = original
+        sampler.phase = "after"
+        time.sleep(2.0)  # the workers drop the released shards
+        client.run(gc.collect)
+        time.sleep(0.5)
+        sampler.stop.set()
+        sampler.join()
+        final = {name: p.memory_info().rss for name, p in sampler.procs.items()}
+        peaks = sampler.peaks
+        n_params = d + 1
+        x_bytes = n * d * 8
+        shard = x_bytes / args.workers + n * 8 / args.workers
+        out = {
+            "X_GB": x_bytes / 1e9,
+            "rows": n,
+            "features": d,
+            "n_workers": args.workers,
+            "shard_MB_per_worker": shard / MB,
+            "fit_seconds": seconds,
+            "rounds": est.fit_stats_["rounds"],
+            "param_vector_bytes": n_params * 8,
+            "client": {
+                "before_MB": peaks[("before", "client")] / MB,
+                "peak_growth_MB": (max(peaks.get((ph, "client"), 0) for ph in ("placement", "optimization"))
+                                   - peaks[("before", "client")]) / MB,
+                "after_growth_MB": (final["client"] - peaks[("before", "client")]) / MB,
+            },
+            "workers": {},
+        }
+        for name in pids:
+            if name == "client":
+                continue
+            b = peaks[("before", name)]
+            out["workers"][name] = {
+                "before_MB": b / MB,
+                "placement_peak_growth_MB": (peaks.get(("placement", name), b) - b) / MB,
+                "optimization_peak_growth_MB": (peaks.get(("optimization", name), b) - b) / MB,
+                "after_growth_MB": (final[name] - b) / MB,
+            }
+        print(json.dumps(out, indent=2))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=2)
+        return out
+    finally:
+        client.close()
+        cluster.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+"""Waiting on the cluster without ever hanging: loss of a worker, of the scheduler or of the client.
+
+Every blocking wait of the engine (a round, a per-shard map, a collective)
+goes through :func:`wait_results`.  It waits on the futures in slices of
+``SLICE`` seconds; a finished future returns at once, so a round costs no
+extra latency.  Between slices it checks that
+
+* the client is still running and connected to its scheduler (a client that
+  lost its scheduler reconnects for ``distributed.comm.timeouts.connect``;
+  we give up after ``SCHEDULER_GRACE`` seconds with :class:`ClusterLostError`);
+* every worker holding one of the shards is still in the cluster (a worker
+  that died raises :class:`WorkerLostError`, which the evaluator answers by
+  re-placing the lost shards, see :meth:`Placement.recover`);
+* no other future of the same wait has failed already (one failed rank of a
+  collective fails the whole call at once).
+
+Without this, a round whose worker died would wait forever: Dask keeps a task
+pinned to a dead worker in "no-worker", and an actor call to a dead worker
+waits for the actor to be recreated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+__all__ = ["WorkerLostError", "ClusterLostError", "wait_results", "wait_done", "alive_workers", "check_client"]
+
+#: Seconds between health checks while a wait goes on.
+SLICE = 1.0
+#: Seconds a client may spend reconnecting to its scheduler before the fit gives up.
+SCHEDULER_GRACE = 5.0
+#: Seconds one health-check request to the scheduler may take.
+PROBE_TIMEOUT = 5.0
+
+
+class WorkerLostError(RuntimeError):
+    """A worker holding a shard left the cluster (its process died or was closed).
+
+    Attributes
+    ----------
+    workers : set of str
+        The addresses of the lost workers.
+
+    Examples
+    --------
+    >>> from dask_estimators.engine import WorkerLostError
+    >>> err = WorkerLostError({"tcp://10.0.0.7:40331"})
+    >>> sorted(err.workers)
+    ['tcp://10.0.0.7:40331']
+    """
+
+    def __init__(self, workers, message=None):
+        self.workers = set(workers)
+        super().__init__(
+            message or f"Lost the Dask worker(s) {sorted(self.workers)} holding part of the training data."
+        )
+
+
+class ClusterLostError(RuntimeError):
+    """The client was closed or lost its scheduler during a fit.
+
+    Examples
+    --------
+    >>> from dask_estimators import LogisticRegression
+    >>> from dask_estimators.engine import ClusterLostError
+    >>> try:  # doctest: +SKIP
+    ...     LogisticRegression().fit(X, y)
+    ... except ClusterLostError:
+    ...     print("the scheduler went away; refit on a new cluster")
+    """
+
+
+def _scheduler_address(client) -> str:
+    try:
+        return client.scheduler.address
+    except Exception:  # pragma: no cover - a client without a scheduler rpc
+        return "?"
+
+
+def check_client(client, since=None) -> None:
+    """Raise :class:`ClusterLostError` when ``client`` is closed or has lost its scheduler for too long.
+
+    ``since`` is a dict shared across checks that remembers when the client
+    was first seen reconnecting.
+    """
+    status = client.status
+    if status in ("closing", "closed"):
+        raise ClusterLostError(
+            f"The Dask client is {status!r}: it was closed during the fit. Pass a running client, or "
+            "client=None to use the active or embedded cluster."
+        )
+    if status == "connecting":
+        now = time.monotonic()
+        first = now if since is None else since.setdefault("connecting", now)
+        if now - first >= SCHEDULER_GRACE:
+            raise ClusterLostError(
+                f"Lost the connection to the Dask scheduler at {_scheduler_address(client)} "
+                f"(no reconnection within {SCHEDULER_GRACE:g} s); the fit was stopped."
+            )
+    elif since is not None:
+        since.pop("connecting", None)
+
+
+def alive_workers(client, timeout=PROBE_TIMEOUT) -> set:
+    """The addresses of the workers the scheduler knows now (one request, bounded by ``timeout``)."""
+    try:
+        ncores = client.sync(client.scheduler.ncores, callback_timeout=timeout)
+    except (OSError, asyncio.TimeoutError, TimeoutError) as e:
+        raise ClusterLostError(
+            f"The Dask scheduler at {_scheduler_address(client)} did not answer within {timeout:g} s ({e!r})."
+        ) from e
+    return set(ncores)
+
+
+def _health(client, workers, since) -> None:
+    check_client(client, since)
+    if client.status != "running" or not workers:
+        return
+    lost = set(workers) - alive_workers(client)
+    if lost:
+        raise WorkerLostError(lost)
+
+
+#: Errors that may mean "the worker is gone" rather than "the kernel failed".
+def _maybe_lost(exc) -> bool:
+    from distributed.client import FutureCancelledError
+    from distributed.scheduler import KilledWorker
+
+    if isinstance(exc, (OSError, KilledWorker, FutureCancelledError, asyncio.CancelledError)):
+        return True
+    return isinstance(exc, RuntimeError) and "Worker holding Actor was lost" in str(exc)
+
+
+def diagnose(exc, client, workers, grace=SCHEDULER_GRACE):
+    """After ``exc`` from a future: raise :class:`WorkerLostError` if a worker of ``workers`` is gone.
+
+    The scheduler may learn of a dead worker a moment after a direct
+    connection to it broke, so this polls for up to ``grace`` seconds.
+    Returns when every worker is alive (``exc`` is then the caller's to raise).
+    """
+    if isinstance(exc, (WorkerLostError, ClusterLostError)) or not _maybe_lost(exc):
+        return
+    deadline = time.monotonic() + grace
+    since: dict = {}
+    while True:
+        check_client(client, since)
+        if client.status == "running":
+            lost = set(workers) - alive_workers(client)
+            if lost:
+                raise WorkerLostError(lost) from exc
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.1)
+
+
+def explain(exc, client, workers) -> None:
+    """Raise the clear error behind ``exc`` (closed client, lost scheduler or worker), if there is one."""
+    if isinstance(exc, (WorkerLostError, ClusterLostError)):
+        return
+    check_client(client)
+    diagnose(exc, client, workers)
+
+
+def _result(f, timeout):
+    """``f.result(timeout)``; a Dask future is polled instead.
+
+    ``Future.result(timeout)`` that times out leaves a waiter on the client's
+    event loop that keeps the future (and so its data on the workers) alive:
+    measured, a placement whose waits timed out kept every row block on the
+    workers for the whole fit.
+    """
+    if timeout is None or not hasattr(f, "key"):
+        return f.result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    pause = 0.0005
+    while not f.done():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout} s.")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
+    return f.result()
+
+
+def wait_results(futures, client, workers, timeout=None, cancel_on_error=None) -> list:
+    """The results of ``futures`` (Dask futures or actor futures), in order, without ever hanging.
+
+    Parameters
+    ----------
+    futures : list
+        Objects with ``result(timeout)`` and ``done()``.
+    client : distributed.Client
+    workers : iterable of str
+        The workers the futures need; losing one raises :class:`WorkerLostError`.
+    timeout : float, optional
+        Seconds the whole wait may take before :class:`TimeoutError`.
+    cancel_on_error : list, optional
+        Dask futures to cancel when the wait fails (the pending parts of a round).
+    """
+    futures = list(futures)
+    workers = list(workers)
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+    since: dict = {}
+    out = []
+    try:
+        for f in futures:
+            while True:
+                slice_ = SLICE if deadline is None else max(0.0, min(SLICE, deadline - time.monotonic()))
+                try:
+                    out.append(_result(f, slice_))
+                    break
+                except (asyncio.TimeoutError, TimeoutError) as e:
+                    if f.done():  # finished just now, or the call itself raised a TimeoutError
+                        try:
+                            out.append(_result(f, None))
+                            break
+                        except Exception as e2:
+                            diagnose(e2, client, workers)
+                            raise
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise TimeoutError(
+                            f"A distributed round took longer than timeout={timeout:g} s."
+                        ) from e
+                    for g in futures:  # another part failed already: fail now
+                        if g is not f and g.done() and _failed(g):
+                            _result(g, 0)
+                    _health(client, workers, since)
+                except BaseException as e:
+                    if isinstance(e, Exception):
+                        diagnose(e, client, workers)
+                    raise
+    except BaseException:
+        if cancel_on_error:
+            _cancel(client, cancel_on_error)
+        raise
+    return out
+
+
+def wait_done(futures, client, workers, timeout=None, poll=0.005) -> None:
+    """Wait until every Dask future in ``futures`` is finished or failed, without fetching any result.
+
+    For futures whose results must stay on the workers (shards): polling
+    ``done()`` is a local check, so nothing travels and no waiter is left
+    behind.  The health of the client, the scheduler and ``workers`` is checked
+    every :data:`SLICE` seconds, as in :func:`wait_results`.
+    """
+    futures = list(futures)
+    workers = list(workers)
+    start = time.monotonic()
+    deadline = None if timeout is None else start + float(timeout)
+    since: dict = {}
+    next_check = start + SLICE
+    while not all(f.done() for f in futures):
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            raise TimeoutError(f"Placing the data took longer than timeout={timeout:g} s.")
+        if now >= next_check:
+            _health(client, workers, since)
+            next_check = now + SLICE
+        time.sleep(poll)
+
+
+def _failed(f) -> bool:
+    status = getattr(f, "status", None)
+    if status is not None:  # a Dask future
+        return status in ("error", "cancelled", "lost")
+    try:
+        f.result(0)
+    except (asyncio.TimeoutError, TimeoutError):
+        return False
+    except BaseException:
+        return True
+    return False
+
+
+def _cancel(client, futures, cancel=False) -> None:
+    """Let go of Dask futures: release them (default), or cancel them when ``cancel`` and the client runs.
+
+    The failure paths only release: cancelling keys whose dependencies were
+    lost with a worker trips an assertion in the scheduler
+    (``stimulus_cancel``: ``assert ts.who_wants``) that breaks the client's
+    connection.  Released keys that nothing else holds are forgotten.
+    """
+    futures = [f for f in futures if hasattr(f, "key") and hasattr(f, "release")]
+    if not futures:
+        return
+    if cancel and client.status == "running":
+        try:
+            client.cancel(futures)
+            return
+        except Exception:
+            pass
+    for f in futures:
+        try:
+            f.release()
+        except Exception:
+            pass

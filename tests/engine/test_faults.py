@@ -1,0 +1,338 @@
+"""Faults on real worker processes, killed for real (``os.kill(pid, SIGKILL)``), bounded in time (issue 8).
+
+* A worker killed in the middle of an optimization: the lost shard is
+  re-placed from its source on a surviving worker, the interrupted round runs
+  again, and the fit ends with the coefficients of an undisturbed fit.
+* ``strategy="ddp"``: a killed worker ends the fit with a clear error, never a hang.
+* A fit interrupted by ``KeyboardInterrupt``, or failed, leaves no shard, actor
+  or memory behind on the workers.
+
+These tests run on their own 3-worker process cluster (``faulty``), not the
+session cluster of ``tests/conftest.py``: its workers are killed (their
+nannies start new ones).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+
+import dask
+import dask.array as da
+import distributed
+import numpy as np
+import psutil
+import pytest
+
+import dask_estimators as de
+from dask_estimators.engine import DistributedEvaluator, WorkerLostError
+from dask_estimators.engine import evaluator as ev_mod
+
+N_WORKERS = 3
+TIGHT = dict(tol=1e-10, max_iter=500)
+pytestmark = pytest.mark.timeout(240)
+
+
+class FaultyCluster:
+    """A 3-worker process cluster whose workers the tests kill.
+
+    Nannies start new workers in place of killed ones, but a restart can fail
+    on a loaded machine (a CI run once waited out 120 s per test for a worker
+    that never came back). ``ready()`` therefore gives the nannies a bounded
+    time and otherwise replaces the whole cluster, so that one failed restart
+    costs one rebuild, not every later test.
+    """
+
+    def __init__(self):
+        self.cluster = self.client = None
+        self.rebuilds = 0
+        self._start()
+
+    def _start(self):
+        self.cluster = distributed.LocalCluster(
+            n_workers=N_WORKERS, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        )
+        self.client = distributed.Client(self.cluster, set_as_default=False)
+        self.client.wait_for_workers(N_WORKERS, timeout=120)
+        self.client.run(__import__, "dask_estimators.engine._worker")  # warm the imports (torch) on every worker
+
+    def ready(self, timeout=30):
+        try:
+            self.client.wait_for_workers(N_WORKERS, timeout=timeout)
+        except Exception as e:  # noqa: BLE001 - any failure to come back: start afresh
+            print(f"the faulty cluster did not come back ({e!r}): starting a new one")
+            self.close()
+            self.rebuilds += 1
+            self._start()
+        return self.client
+
+    def close(self):
+        for thing in (self.client, self.cluster):
+            try:
+                thing.close(timeout=20)
+            except Exception:  # noqa: BLE001 - a broken cluster may not close cleanly
+                pass
+
+
+@pytest.fixture(scope="module")
+def faulty():
+    cluster = FaultyCluster()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def fc(faulty):
+    """The faulty cluster's client, with all its workers back (or a fresh cluster when they do not come back)."""
+    return faulty.ready()
+
+
+def _data(kind, n=6000, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    w = rng.normal(size=d)
+    if kind == "binary":
+        y = (X @ w + 0.5 * rng.normal(size=n) > 0).astype(np.int64)
+    elif kind == "multiclass":
+        y = np.argmax(X @ rng.normal(size=(d, 3)) + 0.5 * rng.normal(size=(n, 3)), axis=1)
+    else:
+        y = X @ w + 0.3 + 0.1 * rng.normal(size=n)
+    return X, y
+
+
+def _pid_of(client, address):
+    return client.run(os.getpid, workers=[address])[address]
+
+
+class KillBefore:
+    """Patch the evaluator: SIGKILL the worker of shard ``shard`` just before the first round of kernel ``kernel``.
+
+    The round is then sent to a dead worker: the engine must notice, re-place
+    the shard and run the round again.
+    """
+
+    def __init__(self, monkeypatch, kernel, shard=1):
+        self.kernel, self.shard = kernel, shard
+        self.killed = None
+        original = ev_mod.DistributedEvaluator._round
+        test = self
+
+        def _round(ev, fn, args):
+            if test.killed is None and fn.__name__ == test.kernel:
+                w = ev.placement.workers[test.shard]
+                pid = _pid_of(ev.client, w)
+                os.kill(pid, signal.SIGKILL)
+                test.killed = (w, pid)
+                _wait_dead(pid)
+            return original(ev, fn, args)
+
+        monkeypatch.setattr(ev_mod.DistributedEvaluator, "_round", _round)
+
+
+def _wait_dead(pid, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.01)
+
+
+CASES = {
+    # estimator, kind, kernel killed before (the hessp/hess cases need the replayed curvature)
+    "logistic-lbfgs": (lambda c: de.LogisticRegression(solver="lbfgs", client=c, **TIGHT), "binary", "value_grad"),
+    "logistic-newton-cg": (lambda c: de.LogisticRegression(solver="newton-cg", client=c, **TIGHT), "multiclass",
+                           "hessp"),
+    "linreg-newton-cholesky": (lambda c: de.LinearRegression(alpha=0.1, client=c, **TIGHT), "regression", "hess"),
+}
+
+
+REDUCED = {  # besides every case on numpy input with actors
+    ("actors", "dask", "logistic-lbfgs"),
+    ("actors", "dask", "logistic-newton-cg"),  # labels encoded on the workers, replayed on the rebuilt shard
+    ("tasks", "numpy", "logistic-newton-cg"),
+    ("tasks", "dask", "linreg-newton-cholesky"),
+}
+
+
+@pytest.mark.parametrize("transport", ["actors", "tasks"])
+@pytest.mark.parametrize("container", ["numpy", "dask"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_worker_killed_mid_fit_gives_the_undisturbed_model(fc, monkeypatch, name, container, transport):
+    if (transport, container) != ("actors", "numpy") and (transport, container, name) not in REDUCED:
+        pytest.skip("covered by the other cases (kept short)")
+    make, kind, kernel = CASES[name]
+    X, y = _data(kind)
+    if container == "dask":
+        X, y = da.from_array(X, chunks=(1000, X.shape[1])), da.from_array(y, chunks=1000)
+    with dask.config.set({"dask-estimators.transport": transport}):
+        ref = make(fc).fit(X, y)
+        assert ref.fit_stats_["recoveries"] == 0
+        kill = KillBefore(monkeypatch, kernel)
+        t0 = time.monotonic()
+        est = make(fc).fit(X, y)
+        seconds = time.monotonic() - t0
+    assert kill.killed is not None, "the worker was not killed: the kernel never ran"
+    lost, pid = kill.killed
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert est.fit_stats_["recoveries"] == 1
+    assert est.fit_stats_["n_shards"] == ref.fit_stats_["n_shards"]
+    assert sum(est.fit_stats_["rows_per_shard"]) == len(y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-6, atol=1e-10)
+    print(f"{name}/{container}/{transport}: survived the kill of {lost} in {seconds:.1f} s, "
+          f"max |coef diff| = {np.max(np.abs(est.coef_ - ref.coef_)):.3g}")
+
+
+def test_worker_killed_during_placement_places_on_the_others(fc, monkeypatch):
+    """A worker that dies while the data is placed: the placement starts again on the surviving workers."""
+    from dask_estimators.engine import placement as pl
+
+    X, y = _data("binary")
+    ref = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
+    original = pl._place_once
+    state = {}
+
+    def _place_once(client, arrays, check, device, ws, transport, timeout):
+        if not state:
+            pid = _pid_of(client, ws[-1])
+            os.kill(pid, signal.SIGKILL)
+            _wait_dead(pid)
+            state["killed"] = ws[-1]
+        return original(client, arrays, check, device, ws, transport, timeout)
+
+    monkeypatch.setattr(pl, "_place_once", _place_once)
+    est = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
+    assert state["killed"]
+    assert sum(est.fit_stats_["rows_per_shard"]) == len(y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6)
+
+
+def test_without_recovery_a_killed_worker_is_a_clear_error(fc, monkeypatch):
+    """The engine-level switch: recover=False raises WorkerLostError naming the worker, promptly."""
+    from dask_estimators.engine import place
+
+    X, y = _data("regression")
+    p = place(fc, {"X": X, "y": y})
+    try:
+        ev = DistributedEvaluator(p, recover=False)
+        ev(_xty)
+        w = p.workers[0]
+        pid = _pid_of(fc, w)
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerLostError, match="Lost the Dask worker") as info:
+            ev(_xty)
+        assert time.monotonic() - t0 < 30
+        assert w in info.value.workers
+    finally:
+        p.release()
+
+
+def _xty(shard):
+    return shard.get("X").T @ shard.get("y")
+
+
+# ------------------------------------------------------------------------ ddp
+def test_ddp_worker_killed_is_a_clear_error_not_a_hang(fc, faulty, monkeypatch):
+    from dask_estimators.estimators import _torch
+
+    X, y = _data("multiclass", n=3000)
+    state = {}
+    original = _torch.Progress.__call__
+
+    def kill():
+        w = sorted(fc.scheduler_info()["workers"])[1]
+        state["pid"] = _pid_of(fc, w)
+        state["t0"] = time.monotonic()
+        os.kill(state["pid"], signal.SIGKILL)
+
+    def on_epoch(self, rec):  # runs in the client's event loop as each epoch's event arrives
+        original(self, rec)
+        if rec["epoch"] == 2 and not state:
+            state["started"] = threading.Thread(target=kill)
+            state["started"].start()
+
+    monkeypatch.setattr(_torch.Progress, "__call__", on_epoch)
+    est = de.MLPClassifier((16,), strategy="ddp", max_iter=1000, n_iter_no_change=100_000, batch_size=50,
+                           random_state=0, client=fc)
+    t_fit = time.monotonic()
+    with pytest.raises(WorkerLostError, match="strategy='ddp'"):
+        est.fit(X, y)
+    assert "t0" in state, "no epoch was reported: the worker was never killed"
+    t_err = time.monotonic()
+    print(f"ddp: killed {state['t0'] - t_fit:.1f} s into the fit, clear error {t_err - state['t0']:.1f} s later")
+    assert t_err - state["t0"] < 30
+    # the cluster is usable afterwards: a tree fit on all the workers
+    fc = faulty.ready()
+    de.MLPClassifier((4,), strategy="tree", max_iter=2, random_state=0, client=fc).fit(X[:300], y[:300])
+
+
+# -------------------------------------------------------------------- cleanup
+def _held(dask_worker):
+    """What the engine left on a worker: actors and shard results."""
+    keys = [str(k) for k in dask_worker.data]
+    return {
+        "actors": [str(k) for k in dask_worker.state.actors],
+        "shards": [k for k in keys if "build_shard" in k or k.startswith("_pack")],
+    }
+
+
+def _rss(dask_worker):
+    import gc as _gc
+
+    _gc.collect()
+    return psutil.Process().memory_info().rss
+
+
+def _nothing_held(client, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        held = client.run(_held)
+        if not any(v["actors"] or v["shards"] for v in held.values()):
+            return True
+        if time.monotonic() > deadline:
+            return held
+        time.sleep(0.1)
+
+
+class Interrupt(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, ValueError])
+@pytest.mark.parametrize("container", ["numpy", "dask"])
+def test_interrupted_or_failed_fit_releases_everything(fc, monkeypatch, exc, container):
+    X, y = _data("binary", n=400_000, d=10)  # 32 MB of X, about 11 MB per worker
+    if container == "dask":
+        X, y = da.from_array(X, chunks=(50_000, 10)), da.from_array(y, chunks=50_000)
+    de.LogisticRegression(client=fc, max_iter=2).fit(X[:3000], y[:3000])  # warm: imports, allocator pools
+    assert _nothing_held(fc) is True
+    before = fc.run(_rss)
+    original = ev_mod.DistributedEvaluator._round
+    seen = {}
+
+    def _round(ev, fn, args):
+        seen["rounds"] = seen.get("rounds", 0) + 1
+        if seen["rounds"] == 3:
+            seen["during"] = ev.client.run(_rss)
+            seen["held"] = ev.client.run(_held)
+            raise exc("interrupted in the middle of the fit")
+        return original(ev, fn, args)
+
+    monkeypatch.setattr(ev_mod.DistributedEvaluator, "_round", _round)
+    with pytest.raises(exc, match="interrupted"):
+        de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
+    assert sum(len(v["actors"]) for v in seen["held"].values()) == N_WORKERS  # the fit did hold them
+    gc.collect()
+    assert _nothing_held(fc) is True
+    after = fc.run(_rss)
+    grew = max(seen["during"][w] - before[w] for w in before)
+    assert grew > 5e6, "the shards were not on the workers during the fit"
+    for w in before:  # memory returns to its starting level (within a few MB of allocator slack)
+        assert after[w] - before[w] < 0.5 * grew + 4e6, (w, before[w], seen["during"][w], after[w])
