@@ -24,8 +24,10 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from .._validation import assert_all_finite
 from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
 from ..objectives import LinearObjective, LinearSpec
+from ..objectives.linear import weight_sum
 from ..objectives import targets as T
 from ..optim import SOLVERS, minimize
 
@@ -90,7 +92,9 @@ class DistributedEstimator(BaseEstimator):
             y_numeric=not self._is_classifier,
             multi_output=self._multi_output,
             reset=True,
+            ensure_all_finite=False,  # checked below, on every core
         )
+        assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
         if self._is_classifier:
             from sklearn.utils.multiclass import check_classification_targets
 
@@ -286,6 +290,7 @@ class DistributedLinearModel(DistributedEstimator):
         X, y, sample_weight, dask_input = self._validate_input(X, y, sample_weight)
         check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
         y_placed = y
+        classes = None
         if self._is_classifier and not dask_input:
             classes = self._check_classes(np.unique(y))
             y_placed = np.searchsorted(classes, y)
@@ -295,17 +300,17 @@ class DistributedLinearModel(DistributedEstimator):
                 timeout=self.timeout,
             )
             try:
-                stats = self._fit_placed(placement, y, dask_input)
+                stats = self._fit_placed(placement, y, dask_input, classes)
             finally:
                 placement.release()
         self.fit_stats_ = stats
         return self
 
-    def _fit_placed(self, placement, y, dask_input):
+    def _fit_placed(self, placement, y, dask_input, classes=None):
         n_classes = None
         class_weight = None
         if self._is_classifier:
-            self.classes_ = self._classes(y, placement, dask_input)
+            self.classes_ = classes if classes is not None else self._classes(y, placement, dask_input)
             n_classes = len(self.classes_)
             class_weight = self._class_weight_vector(placement, n_classes)
         y_shape = None if dask_input else np.shape(y)
@@ -313,12 +318,13 @@ class DistributedLinearModel(DistributedEstimator):
             y_shape = (None,) + placement.map(_y_trailing_shape)[0]
         n_outputs = self._n_outputs(n_classes, y_shape)
         loss = self._loss_name(n_classes)
-        placement.map(T.prepare_targets, loss, n_outputs, class_weight)
+        # the targets' encoding and the sum of the weights in one call (one round trip less)
+        sums = placement.map(_prepare_and_weigh, loss, n_outputs, class_weight)
         spec = LinearSpec(
             loss, self.n_features_in_, n_outputs, self.fit_intercept, float(getattr(self, "epsilon", 0.0))
         )
         evaluator = DistributedEvaluator(placement, reduction=self.reduction)
-        objective = LinearObjective(evaluator, spec)
+        objective = LinearObjective(evaluator, spec, weight_sums=tuple(map(sum, zip(*sums))))
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
         solver = self._resolved_solver(spec.n_params, objective.l1)
         res = minimize(objective, self._initial_params(spec), solver=solver, tol=self.tol, max_iter=self.max_iter)
@@ -359,6 +365,12 @@ class DistributedLinearModel(DistributedEstimator):
         Xa = np.asarray(X, dtype=np.float64)
         coef = np.atleast_2d(self.coef_)
         return Xa @ coef.T + np.reshape(self.intercept_, (1, -1))
+
+
+def _prepare_and_weigh(shard, loss, n_outputs, class_weight):
+    """Encode the shard's targets for ``loss`` and return its ``weight_sum`` (sum of weights, rows)."""
+    T.prepare_targets(shard, loss, n_outputs, class_weight)
+    return weight_sum(shard)
 
 
 def _y_trailing_shape(shard):

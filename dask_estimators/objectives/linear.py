@@ -226,6 +226,10 @@ class LinearObjective:
     spec : LinearSpec
     l2, l1 : float
         Penalty strengths in the normalised objective (see module docstring).
+    weight_sums : (float, float), optional
+        The summed :func:`weight_sum` of the shards (sum of the sample
+        weights, number of rows) when the caller has it already; otherwise
+        one round computes it.
 
     Examples
     --------
@@ -233,12 +237,12 @@ class LinearObjective:
     >>> f, g = obj.fun_and_grad(np.zeros(obj.n_params))  # doctest: +SKIP
     """
 
-    def __init__(self, evaluate, spec: LinearSpec, *, l2: float = 0.0, l1: float = 0.0):
+    def __init__(self, evaluate, spec: LinearSpec, *, l2: float = 0.0, l1: float = 0.0, weight_sums=None):
         self.evaluate = evaluate
         self.spec = spec
         self.l2 = float(l2)
         self.l1 = float(l1)
-        self.sw_sum, self.n_samples = evaluate(weight_sum)
+        self.sw_sum, self.n_samples = evaluate(weight_sum) if weight_sums is None else map(float, weight_sums)
         if not self.sw_sum > 0:
             raise ValueError("The sum of sample weights must be positive.")
         self.n_params = spec.n_params
