@@ -60,13 +60,30 @@ class FaultyCluster:
         self.client.run(__import__, "dask_estimators.engine._worker")  # warm the imports (torch) on every worker
 
     def ready(self, timeout=30):
-        try:
-            self.client.wait_for_workers(N_WORKERS, timeout=timeout)
-        except Exception as e:  # noqa: BLE001 - any failure to come back: start afresh
-            print(f"the faulty cluster did not come back ({e!r}): starting a new one")
-            self.close()
-            self.rebuilds += 1
-            self._start()
+        """The client, once the scheduler lists exactly the workers the nannies now run.
+
+        A worker count alone is not enough: once, in a run of this file after
+        tests/test_deployment.py, the scheduler still listed a killed worker
+        beside its replacement, and every later ``client.run`` waited 30 s to
+        connect to it.
+        """
+        deadline = time.monotonic() + timeout
+        running = listed = None
+        while True:
+            try:
+                running = {n.worker_address for n in self.cluster.workers.values()} - {None}
+                listed = set(self.client.run_on_scheduler(_scheduler_workers))
+                if len(running) == N_WORKERS and listed == running:
+                    return self.client
+            except Exception:  # noqa: BLE001 - a broken cluster: rebuilt below
+                pass
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        print(f"the faulty cluster did not come back (running {running}, listed {listed}): starting a new one")
+        self.close()
+        self.rebuilds += 1
+        self._start()
         return self.client
 
     def close(self):
@@ -75,6 +92,10 @@ class FaultyCluster:
                 thing.close(timeout=20)
             except Exception:  # noqa: BLE001 - a broken cluster may not close cleanly
                 pass
+
+
+def _scheduler_workers(dask_scheduler):
+    return list(dask_scheduler.workers)
 
 
 @pytest.fixture(scope="module")
