@@ -75,7 +75,7 @@ class DistributedEstimator(BaseEstimator):
     _is_classifier = False
     _multi_output = False
 
-    def _validate_input(self, X, y, sample_weight):
+    def _validate_input(self, X, y, sample_weight, return_classes=False):
         if is_dask_collection(X):
             self._check_dask_features(X, reset=True)
             if getattr(X, "ndim", 2) != 2:
@@ -83,7 +83,7 @@ class DistributedEstimator(BaseEstimator):
             y = _as_dask_like(y, X, "y")
             if sample_weight is not None:
                 sample_weight = _as_dask_like(sample_weight, X, "sample_weight")
-            return X, y, sample_weight, True
+            return (X, y, sample_weight, True) + ((None,) if return_classes else ())
         X, y = validate_data(
             self,
             X,
@@ -95,13 +95,10 @@ class DistributedEstimator(BaseEstimator):
             ensure_all_finite=False,  # checked below, on every core
         )
         assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
-        if self._is_classifier:
-            from sklearn.utils.multiclass import check_classification_targets
-
-            check_classification_targets(y)
+        classes = _checked_classes(y) if self._is_classifier else None
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
-        return X, y, sample_weight, False
+        return (X, y, sample_weight, False) + ((classes,) if return_classes else ())
 
     def _check_dask_features(self, X, reset):
         """``n_features_in_`` and ``feature_names_in_`` for a dask array or dataframe, as validate_data does."""
@@ -287,12 +284,11 @@ class DistributedLinearModel(DistributedEstimator):
         self : object
             The fitted estimator.
         """
-        X, y, sample_weight, dask_input = self._validate_input(X, y, sample_weight)
+        X, y, sample_weight, dask_input, classes = self._validate_input(X, y, sample_weight, return_classes=True)
         check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
         y_placed = y
-        classes = None
-        if self._is_classifier and not dask_input:
-            classes = self._check_classes(np.unique(y))
+        if classes is not None:
+            classes = self._check_classes(classes)
             y_placed = np.searchsorted(classes, y)
         with client_context(self.client) as client:
             placement = place(
@@ -365,6 +361,21 @@ class DistributedLinearModel(DistributedEstimator):
         Xa = np.asarray(X, dtype=np.float64)
         coef = np.atleast_2d(self.coef_)
         return Xa @ coef.T + np.reshape(self.intercept_, (1, -1))
+
+
+def _checked_classes(y):
+    """scikit-learn's ``check_classification_targets(y)``, and the sorted classes of ``y``, from one ``unique``."""
+    from sklearn.utils.multiclass import check_classification_targets
+
+    try:
+        from sklearn.utils._unique import attach_unique  # the unique values ride along in the dtype's metadata
+    except ImportError:  # pragma: no cover - a scikit-learn without it: two passes
+        check_classification_targets(y)
+        return np.unique(y)
+    y_view = attach_unique(y)
+    check_classification_targets(y_view)
+    meta = y_view.dtype.metadata
+    return np.asarray(meta["unique"]) if meta and "unique" in meta else np.unique(y)
 
 
 def _prepare_and_weigh(shard, loss, n_outputs, class_weight):

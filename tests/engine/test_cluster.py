@@ -335,3 +335,18 @@ def test_embedded_cluster_not_duplicated_after_client_close(embedded_run):
     _, out, at_exit = embedded_run
     assert out["after_close_reused_cluster"] or out["after_close_first_cluster_status"] == "Status.closed"
     assert at_exit["first"] == "Status.closed"
+
+
+def test_client_blas_runs_one_thread_during_a_fit_and_is_restored(client):
+    """Idle BLAS threads of the client spin on the workers' cores: one BLAS thread while a fit runs."""
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    assert before, "numpy's BLAS is loaded"
+    with client_context(client):
+        inside = blas_threads()
+    assert inside == [1] * len(before)
+    assert blas_threads() == before
