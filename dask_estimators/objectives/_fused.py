@@ -44,6 +44,13 @@ def _jit(fn):
     return numba.njit(fastmath=_FLAGS, cache=True, nogil=True, boundscheck=False)(fn)
 
 
+def _jit_inline(fn):
+    """As :func:`_jit`, inlined into its callers in numba's IR (a row loop helper must cost nothing)."""
+    if numba is None:  # pragma: no cover
+        return fn
+    return numba.njit(fastmath=_FLAGS, cache=True, nogil=True, boundscheck=False, inline="always")(fn)
+
+
 @_jit
 def _pointwise(code, z, y, eps):
     """(loss, dloss/dz, curvature) of one separable loss at one (z, y)."""
@@ -62,6 +69,23 @@ def _pointwise(code, z, y, eps):
     a = max(abs(r) - eps, 0.0)
     sign = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
     return a * a, 2.0 * sign * a, 2.0 if a > 0.0 else 0.0
+
+
+@_jit_inline
+def _margins(X, i, W, b, out, at):
+    """``out[at + k] = b[k] + X[i] . W[k]`` for every output k: the row's predictions."""
+    for k in range(W.shape[0]):
+        acc = b[k]
+        for j in range(X.shape[1]):
+            acc += X[i, j] * W[k, j]
+        out[at + k] = acc
+
+
+@_jit_inline
+def _add_row(G, k, c, X, i):
+    """``G[k] += c * X[i]``: a row's contribution to a gradient or Hessian product."""
+    for j in range(X.shape[1]):
+        G[k, j] += c * X[i, j]
 
 
 # ------------------------------------------------------------------ binomial
@@ -126,7 +150,7 @@ def _binomial_block(z, y, m, bits, loss, dz, curv):
 
 @_jit
 def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv):
-    n, d = X.shape
+    n = X.shape[0]
     K = W.shape[0]
     ws = S.shape[1]
     B = _BLOCK
@@ -139,11 +163,7 @@ def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv):
     for i0 in range(0, n, B):
         m = min(B, n - i0)
         for i in range(m):
-            for k in range(K):
-                acc = b[k]
-                for j in range(d):
-                    acc += X[i0 + i, j] * W[k, j]
-                Z[i * K + k] = acc
+            _margins(X, i0 + i, W, b, Z, i * K)
         _binomial_block(Z, Y[i0:i0 + m].ravel(), m * K, bits, L, G, C)
         for i in range(m):
             for k in range(K):
@@ -152,14 +172,13 @@ def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv):
                 gk = s * G[i * K + k]
                 curv[i0 + i, k] = C[i * K + k]
                 gb[k] += gk
-                for j in range(d):
-                    gW[k, j] += gk * X[i0 + i, j]
+                _add_row(gW, k, gk, X, i0 + i)
     return total
 
 
 @_jit
 def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv):
-    n, d = X.shape
+    n = X.shape[0]
     K = W.shape[0]
     ws = S.shape[1]  # 0: no weights, 1: one per sample, K: one per sample and output
     if code == 1:  # binomial: blocks with vectorised exp and log1p
@@ -168,11 +187,7 @@ def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv):
     g = np.empty(K)
     total = 0.0
     for i in range(n):
-        for k in range(K):
-            acc = b[k]
-            for j in range(d):
-                acc += X[i, j] * W[k, j]
-            z[k] = acc
+        _margins(X, i, W, b, z, 0)
         if code == _MULTINOMIAL:
             m = z[0]
             for k in range(1, K):
@@ -196,25 +211,19 @@ def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv):
                 g[k] = s * gk
                 curv[i, k] = ck
         for k in range(K):
-            gk = g[k]
-            gb[k] += gk
-            for j in range(d):
-                gW[k, j] += gk * X[i, j]
+            gb[k] += g[k]
+            _add_row(gW, k, g[k], X, i)
     return total
 
 
 @_jit
 def _hessp(X, S, curv, P, pb, coupled, hW, hb):
-    n, d = X.shape
+    n = X.shape[0]
     K = P.shape[0]
     ws = S.shape[1]
     v = np.empty(K)
     for i in range(n):
-        for k in range(K):
-            acc = pb[k]
-            for j in range(d):
-                acc += X[i, j] * P[k, j]
-            v[k] = acc
+        _margins(X, i, P, pb, v, 0)
         if coupled:  # softmax: q = p * v - p * <p, v>
             pv = 0.0
             for k in range(K):
@@ -227,8 +236,7 @@ def _hessp(X, S, curv, P, pb, coupled, hW, hb):
         for k in range(K):
             q = v[k] * (S[i, k if ws > 1 else 0] if ws > 0 else 1.0)
             hb[k] += q
-            for j in range(d):
-                hW[k, j] += q * X[i, j]
+            _add_row(hW, k, q, X, i)
 
 
 _NO_WEIGHTS = np.empty((0, 0))
