@@ -138,14 +138,12 @@ class DistributedEstimator(BaseEstimator):
                 UserWarning,
             )
 
-    def _classes(self, y, placement, dask_input):
-        """Find classes_, put integer codes on the workers, return them."""
-        if dask_input:
-            uniques = placement.map(T.unique_labels)
-            classes = self._check_classes(np.unique(np.concatenate(uniques)))
-            placement.map(T.encode_labels, classes)
-            return classes
-        return np.unique(y)
+    def _dask_classes(self, placement):
+        """classes_ of dask input, found on the workers, which then encode their labels as integer codes."""
+        uniques = placement.map(T.unique_labels)
+        classes = self._check_classes(np.unique(np.concatenate(uniques)))
+        placement.map(T.encode_labels, classes)
+        return classes
 
     @staticmethod
     def _check_classes(classes):
@@ -302,11 +300,11 @@ class DistributedLinearModel(DistributedEstimator):
         self.fit_stats_ = stats
         return self
 
-    def _fit_placed(self, placement, y, dask_input, classes=None):
+    def _fit_placed(self, placement, y, dask_input, classes):
         n_classes = None
         class_weight = None
         if self._is_classifier:
-            self.classes_ = classes if classes is not None else self._classes(y, placement, dask_input)
+            self.classes_ = self._dask_classes(placement) if dask_input else classes
             n_classes = len(self.classes_)
             class_weight = self._class_weight_vector(placement, n_classes)
         y_shape = None if dask_input else np.shape(y)
