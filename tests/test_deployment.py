@@ -124,6 +124,19 @@ def _kill_at_round(monkeypatch, k, action):
     return state
 
 
+def _fit_fails_soon(monkeypatch, client, action, exc, match, what):
+    """A fit whose round 3 is preceded by ``action(evaluator)`` raises ``exc`` within BOUND seconds of it."""
+    X, y = _data()
+    state = _kill_at_round(monkeypatch, 3, action)
+    with pytest.raises(exc, match=match):
+        de.LogisticRegression(client=client, **TIGHT).fit(X, y)
+    took = time.monotonic() - state["t0"]
+    print(f"{what}: {exc.__name__} after {took:.2f} s")
+    assert took < BOUND, took
+    monkeypatch.undo()
+    return X, y
+
+
 def _assert_no_address(est):
     blob = pickle.dumps(est)
     assert b"tcp://" not in blob and b"tls://" not in blob and b"distributed" not in blob
@@ -170,12 +183,8 @@ def test_fit_through_scheduler_address(cli, container):
 def test_client_closed_mid_fit_is_a_clear_error(cli, monkeypatch):
     c, _ = cli
     client = distributed.Client(c.address, set_as_default=False, timeout=30)
-    X, y = _data()
-    state = _kill_at_round(monkeypatch, 3, lambda ev: ev.client.close())
-    with pytest.raises(ClusterLostError, match="closed"):
-        de.LogisticRegression(client=client, **TIGHT).fit(X, y)
-    print(f"client closed mid-fit: ClusterLostError after {time.monotonic() - state['t0']:.2f} s")
-    assert time.monotonic() - state["t0"] < BOUND
+    X, y = _fit_fails_soon(monkeypatch, client, lambda ev: ev.client.close(), ClusterLostError, "closed",
+                           "client closed mid-fit")
     t0 = time.monotonic()  # and a closed client given to a new fit
     with pytest.raises(RuntimeError, match="closed"):
         de.LinearRegression(client=client).fit(X, y)
@@ -186,15 +195,9 @@ def test_client_closed_mid_fit_is_a_clear_error(cli, monkeypatch):
 def test_scheduler_killed_is_a_clear_error(cli, monkeypatch):
     """The last test of the module: it kills the CLI scheduler (mid-fit), then fits against the dead address."""
     c, client = cli
-    X, y = _data()
-    de.LogisticRegression(client=client).fit(X, y)  # the workers are warm
-    state = _kill_at_round(monkeypatch, 3, lambda ev: c.kill("scheduler"))
-    with pytest.raises(ClusterLostError, match="scheduler"):
-        de.LogisticRegression(client=client, **TIGHT).fit(X, y)
-    took = time.monotonic() - state["t0"]
-    print(f"scheduler killed mid-fit: ClusterLostError after {took:.1f} s")
-    assert took < BOUND, took
-    monkeypatch.undo()
+    de.LogisticRegression(client=client).fit(*_data())  # the workers are warm
+    X, y = _fit_fails_soon(monkeypatch, client, lambda ev: c.kill("scheduler"), ClusterLostError, "scheduler",
+                           "scheduler killed mid-fit")
     t0 = time.monotonic()  # the same client, once the scheduler is gone
     with pytest.raises((ClusterLostError, RuntimeError)):
         de.LogisticRegression(client=client).fit(X, y)
@@ -344,15 +347,9 @@ def test_tls_refuses_clients_without_the_certificate(tls_cluster):
 def test_only_worker_killed_mid_fit_is_a_clear_error(tls_cluster, monkeypatch):
     """The last test of the module: the only worker (no nanny) is killed in the middle of a fit."""
     c, client, _ = tls_cluster
-    X, y = _data()
-    de.LogisticRegression(client=client).fit(X, y)  # warm
-    state = _kill_at_round(monkeypatch, 3, lambda ev: c.kill("worker-0"))
-    with pytest.raises(WorkerLostError, match="no worker is left"):
-        de.LogisticRegression(client=client, **TIGHT).fit(X, y)
-    took = time.monotonic() - state["t0"]
-    print(f"only worker killed mid-fit: WorkerLostError after {took:.1f} s")
-    assert took < BOUND, took
-    monkeypatch.undo()
+    de.LogisticRegression(client=client).fit(*_data())  # warm
+    X, y = _fit_fails_soon(monkeypatch, client, lambda ev: c.kill("worker-0"), WorkerLostError, "no worker is left",
+                           "only worker killed mid-fit")
     t0 = time.monotonic()  # a new fit on the cluster without workers
     with pytest.raises(WorkerLostError, match="has no worker"):
         de.LogisticRegression(client=client).fit(X, y)
