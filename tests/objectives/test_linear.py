@@ -318,11 +318,14 @@ def test_sum_over_cluster_shards_equals_whole(cfg, transport, client, rng):
 @configs
 @both
 @weighted
-def test_fused_and_torch_kernels_agree(cfg, fit_intercept, weighted, rng):
+@pytest.mark.parametrize("n", [1, 2, 257])
+def test_fused_and_torch_kernels_agree(cfg, fit_intercept, weighted, n, rng):
     """The one-pass numba kernels and the torch kernels give the same raw sums, curvature and Hessian products.
 
-    The point is drawn large, so that the binomial and multinomial losses reach their far tails too."""
-    X, y, s = make_data(cfg, rng, weighted, n=257)
+    The point is drawn large, so that the binomial and multinomial losses reach their far tails too.  The
+    numba kernels walk the rows as two halves at once; 1, 2 and 257 rows (odd: the middle row alone, and
+    more than one block) check that every row is counted once."""
+    X, y, s = make_data(cfg, rng, weighted, n=n)
     X[:3] *= 400.0  # margins of several hundred: log1p(exp(-800)) must stay finite in both
     spec_f, spec_t = make_spec(cfg, fit_intercept, "fused"), make_spec(cfg, fit_intercept, "torch")
     w = torch.as_tensor(rng.normal(size=spec_f.n_params))
