@@ -614,5 +614,9 @@ def test_warm_start_starts_from_previous_solution(cls_name, data, kw):
     coef, intercept = est.coef_.copy(), np.copy(est.intercept_)
     est.fit(X, y)
     assert first >= 5
-    assert np.max(est.n_iter_) <= 1, (first, est.n_iter_)
+    # With an L1 penalty L-BFGS-B runs on split variables and stops where f no longer decreases in float64
+    # (scipy's "RELATIVE REDUCTION OF F <= FACTR*EPSMCH"); restarted there with an empty memory it takes a
+    # few steps to see that again: how many depends on the rounding of the sums (lasso: 36 steps, then 4).
+    limit = 5 if kw.get("l1_ratio") else 1
+    assert np.max(est.n_iter_) <= limit, (first, est.n_iter_)
     assert_params(est, coef, intercept, rtol=1e-6, atol=1e-9)
