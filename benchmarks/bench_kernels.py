@@ -1,0 +1,99 @@
+"""Time of the fused one-pass kernels on one shard, one thread, next to the memory stream they read.
+
+    python benchmarks/bench_kernels.py              # 500k x 100 float64 (a 1M-row fit's shard on 2 workers)
+    python benchmarks/bench_kernels.py --rows 200000 --features 50 --repeat 9
+
+Each kernel is timed ``--repeat`` times in this process after one warm-up
+call (which compiles it); the minimum is reported, in milliseconds:
+
+* ``sum``: a plain sum of X's bytes (numba), the memory floor of one pass;
+* ``value_grad`` for the squared, binomial and multinomial (3 classes) losses;
+* ``hessp`` at the binomial and multinomial curvature.
+
+``--processes 2`` runs the same timings in two processes at once, each over
+its own X, as two workers do in a fit: then the kernels share the memory
+bandwidth.  Each process prints its own line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import time
+
+import numpy as np
+
+
+def _timings(rows, features, repeat, barrier=None):
+    import numba
+
+    from dask_estimators.objectives import _fused as F
+
+    @numba.njit(fastmath=True, nogil=True)
+    def plain_sum(a):
+        t = 0.0
+        for i in range(a.shape[0]):
+            t += a[i]
+        return t
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(rows, features))
+    y = (rng.random(rows) > 0.5).astype(float)[:, None].copy()
+    W, b, curv = rng.normal(size=(1, features)) * 0.05, np.array([0.1]), np.empty((rows, 1))
+    W3, b3, curv3 = rng.normal(size=(3, features)) * 0.05, np.zeros(3), np.empty((rows, 3))
+    codes = rng.integers(0, 3, rows)
+    kernels = {
+        "sum": lambda: plain_sum(X.reshape(-1)),
+        "value_grad squared": lambda: F.value_grad(X, y, None, W, b, "squared", 0.0, curv),
+        "value_grad binomial": lambda: F.value_grad(X, y, None, W, b, "binomial", 0.0, curv),
+        "value_grad multinomial": lambda: F.value_grad(X, codes, None, W3, b3, "multinomial", 0.0, curv3),
+        "hessp binomial": lambda: F.hessp(X, None, curv, W, b, "binomial"),
+        "hessp multinomial": lambda: F.hessp(X, None, curv3, W3, b3, "multinomial"),
+    }
+    out = {}
+    for name, f in kernels.items():
+        f()
+        ts = []
+        for _ in range(repeat):
+            if barrier is not None:
+                barrier.wait()
+            t0 = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t0)
+        out[name] = round(1e3 * min(ts), 2)
+    return out
+
+
+def _child(rows, features, repeat, barrier, queue):
+    queue.put(_timings(rows, features, repeat, barrier))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=500_000)
+    ap.add_argument("--features", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--processes", type=int, default=1)
+    args = ap.parse_args(argv)
+    print(f"{args.rows} x {args.features} float64 ({args.rows * args.features * 8 / 1e6:.0f} MB), one thread per "
+          f"process, {args.processes} process(es) at once; minimum of {args.repeat}, ms")
+    if args.processes == 1:
+        results = [_timings(args.rows, args.features, args.repeat)]
+    else:
+        ctx = mp.get_context("spawn")
+        barrier, queue = ctx.Barrier(args.processes), ctx.Queue()
+        procs = [ctx.Process(target=_child, args=(args.rows, args.features, args.repeat, barrier, queue))
+                 for _ in range(args.processes)]
+        for p in procs:
+            p.start()
+        results = [queue.get() for _ in procs]
+        for p in procs:
+            p.join()
+    for r in results:
+        print(json.dumps(r))
+    return results
+
+
+if __name__ == "__main__":
+    main()
