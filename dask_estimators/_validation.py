@@ -22,7 +22,7 @@ try:
 except ImportError:  # pragma: no cover - numba is a dependency
     numba = None
 
-__all__ = ["assert_all_finite"]
+__all__ = ["assert_all_finite", "classes_and_codes"]
 
 #: Below this many elements one thread and NumPy are as fast.
 _MIN_PARALLEL = 1 << 20
@@ -72,3 +72,104 @@ def assert_all_finite(X, *, input_name="X", estimator_name=None):
         sums = list(pool.map(_finite_sum, parts))
     if not all(math.isfinite(s) for s in sums):
         _assert_all_finite(X, input_name=input_name, estimator_name=estimator_name)
+
+
+def _int_range(y):
+    lo = y[0]
+    hi = y[0]
+    for i in range(y.shape[0]):
+        lo = min(lo, y[i])
+        hi = max(hi, y[i])
+    return lo, hi
+
+
+def _int_codes(y, lo, present, lut, out):
+    """Integer labels in a small range: which values occur (``present``), then ``out[i] = lut[y[i] - lo]``."""
+    for i in range(y.shape[0]):
+        present[np.int64(y[i]) - lo] = 1
+    c = 0
+    for v in range(present.shape[0]):
+        lut[v] = c
+        c += present[v]
+    for i in range(y.shape[0]):
+        out[i] = lut[np.int64(y[i]) - lo]
+
+
+def _few_distinct(y, cap):
+    """The distinct values of ``y`` in order of appearance, or an empty array when there are more than ``cap``."""
+    vals = np.empty(cap, dtype=y.dtype)
+    k = 0
+    for i in range(y.shape[0]):
+        v = y[i]
+        if k > 0 and v == vals[k - 1]:  # runs of one label cost one comparison
+            continue
+        seen = False
+        for t in range(k):
+            if vals[t] == v:
+                seen = True
+                break
+        if not seen:
+            if k == cap or v != v:  # too many, or NaN: the caller falls back to np.unique
+                return vals[:0]
+            vals[k] = v
+            k += 1
+    return vals[:k]
+
+
+def _codes(y, classes, out):
+    """``out[i] = the index of y[i] in the sorted, few ``classes``` (every y[i] is one of them): the number below it."""
+    k = classes.shape[0]
+    for i in range(y.shape[0]):
+        v = y[i]
+        c = 0
+        for t in range(k):
+            c += classes[t] < v
+        out[i] = c
+
+
+if numba is not None:
+    _int_range = numba.njit(cache=True, nogil=True)(_int_range)
+    _int_codes = numba.njit(cache=True, nogil=True, boundscheck=False)(_int_codes)
+    _few_distinct = numba.njit(cache=True, nogil=True)(_few_distinct)
+    _codes = numba.njit(cache=True, nogil=True, boundscheck=False)(_codes)
+
+#: Integer labels spanning at most this many values are counted in a table.
+_INT_SPAN = 1 << 12
+
+
+def classes_and_codes(y, max_classes=64):
+    """``(np.unique(y), np.searchsorted(np.unique(y), y))`` for a 1-D numeric ``y`` with few classes, in two passes.
+
+    ``np.unique`` hashes every element and ``searchsorted`` bisects for each
+    (1M labels: 28 ms together).  Integer labels in a small range take three
+    vectorisable passes (their range, a table of the values present, the
+    codes from it); other labels a pass that compares each with the few seen
+    so far, then one that counts the classes below each.  Returns None when ``y`` is not numeric and 1-D,
+    holds NaN, or has more classes (then use ``np.unique``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> classes, codes = classes_and_codes(np.array([3, 1, 3, 2]))
+    >>> classes.tolist(), codes.tolist()
+    ([1, 2, 3], [2, 0, 2, 1])
+    """
+    y = np.asarray(y)
+    if numba is None or y.ndim != 1 or y.dtype.kind not in "iuf" or y.size == 0:
+        return None
+    y = np.ascontiguousarray(y)
+    codes = np.empty(y.shape[0], dtype=np.intp)
+    if y.dtype.kind == "i" or (y.dtype.kind == "u" and y.dtype.itemsize < 8):  # y - lo fits an int64
+        lo, hi = _int_range(y)
+        if int(hi) - int(lo) < _INT_SPAN:
+            present = np.zeros(int(hi) - int(lo) + 1, dtype=np.intp)
+            _int_codes(y, np.int64(lo), present, np.empty_like(present), codes)
+            if present.sum() > max_classes:
+                return None
+            return (lo + np.flatnonzero(present)).astype(y.dtype), codes
+    distinct = _few_distinct(y, max_classes)
+    if distinct.size == 0:
+        return None
+    classes = np.sort(distinct)
+    _codes(y, classes, codes)
+    return classes, codes

@@ -1,10 +1,11 @@
-"""The threaded finiteness check gives scikit-learn's errors, on every layout it takes."""
+"""The threaded finiteness check gives scikit-learn's errors, on every layout it takes; the fast classes of y
+are numpy's."""
 
 import numpy as np
 import pytest
 from sklearn.utils.validation import _assert_all_finite
 
-from dask_estimators._validation import _MIN_PARALLEL, assert_all_finite
+from dask_estimators._validation import _INT_SPAN, _MIN_PARALLEL, assert_all_finite, classes_and_codes
 
 
 def _sklearn_message(X):
@@ -37,3 +38,42 @@ def test_small_and_strided_arrays_take_sklearns_path():
     big[7, 1] = np.inf
     with pytest.raises(ValueError, match="Input X contains infinity"):
         assert_all_finite(big)
+
+
+_rng = np.random.default_rng(0)
+_LABELS = {
+    "binary int64": _rng.integers(0, 2, 1000),
+    "negative and wide int8": _rng.choice(np.array([-128, -3, 0, 127], dtype=np.int8), 1000),
+    "uint8": _rng.choice(np.array([0, 7, 255], dtype=np.uint8), 1000),
+    "uint64 (no table)": _rng.choice(np.array([1, 2**63 + 5, 2**64 - 1], dtype=np.uint64), 1000),
+    "int span above the table": _rng.choice(np.array([-5, _INT_SPAN * 10]), 1000),
+    "float with -0.0": _rng.choice(np.array([-0.0, 0.0, 1.5, -2.0]), 1000),
+    "float32": _rng.choice(np.array([3.0, 1.0, 2.0], dtype=np.float32), 1000),
+    "one class": np.full(10, 4),
+    "one element": np.array([9]),
+    "64 classes": np.arange(640) % 64,
+}
+
+
+@pytest.mark.parametrize("name", list(_LABELS))
+def test_classes_and_codes_equal_unique_and_searchsorted(name):
+    y = _LABELS[name]
+    classes, codes = classes_and_codes(y)
+    expected = np.unique(y)
+    assert classes.dtype == y.dtype
+    np.testing.assert_array_equal(classes, expected)
+    np.testing.assert_array_equal(codes, np.searchsorted(expected, y))
+    np.testing.assert_array_equal(classes[codes], y)
+
+
+@pytest.mark.parametrize("y", [
+    np.arange(65),  # more classes than the fast path keeps
+    np.arange(65.0),
+    np.array([0.0, np.nan, 1.0]),  # NaN: numpy's unique decides
+    np.array(["a", "b"]),
+    np.array([True, False]),
+    np.zeros((4, 2)),
+    np.array([], dtype=np.int64),
+], ids=["65 ints", "65 floats", "NaN", "strings", "bool", "2-D", "empty"])
+def test_classes_and_codes_leaves_the_rest_to_unique(y):
+    assert classes_and_codes(y) is None

@@ -24,7 +24,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from .._validation import assert_all_finite
+from .._validation import assert_all_finite, classes_and_codes
 from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives.linear import weight_sum
@@ -95,7 +95,7 @@ class DistributedEstimator(BaseEstimator):
             ensure_all_finite=False,  # checked below, on every core
         )
         assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
-        classes = _checked_classes(y) if self._is_classifier else None
+        classes = _checked_classes(y) if self._is_classifier else None  # (classes, codes or None)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
         return (X, y, sample_weight, False) + ((classes,) if return_classes else ())
@@ -286,8 +286,9 @@ class DistributedLinearModel(DistributedEstimator):
         check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
         y_placed = y
         if classes is not None:
+            classes, codes = classes
             classes = self._check_classes(classes)
-            y_placed = np.searchsorted(classes, y)
+            y_placed = np.searchsorted(classes, y) if codes is None else codes
         with client_context(self.client) as client:
             placement = place(
                 client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
@@ -362,18 +363,29 @@ class DistributedLinearModel(DistributedEstimator):
 
 
 def _checked_classes(y):
-    """scikit-learn's ``check_classification_targets(y)``, and the sorted classes of ``y``, from one ``unique``."""
+    """scikit-learn's ``check_classification_targets(y)``, the sorted classes of ``y`` and its codes (or None).
+
+    The classes come from one pass for few numeric labels
+    (:func:`~dask_estimators._validation.classes_and_codes`, which also gives
+    the codes), else from one ``unique``; scikit-learn's check reuses them
+    (the ``unique`` that ``attach_unique`` keeps in the dtype's metadata).
+    """
     from sklearn.utils.multiclass import check_classification_targets
 
+    fast = classes_and_codes(y)
+    if fast is not None:
+        classes, codes = fast
+        check_classification_targets(y.view(np.dtype(y.dtype, metadata={"unique": classes})))
+        return classes, codes
     try:
         from sklearn.utils._unique import attach_unique  # the unique values ride along in the dtype's metadata
     except ImportError:  # pragma: no cover - a scikit-learn without it: two passes
         check_classification_targets(y)
-        return np.unique(y)
+        return np.unique(y), None
     y_view = attach_unique(y)
     check_classification_targets(y_view)
     meta = y_view.dtype.metadata
-    return np.asarray(meta["unique"]) if meta and "unique" in meta else np.unique(y)
+    return (np.asarray(meta["unique"]) if meta and "unique" in meta else np.unique(y)), None
 
 
 def _prepare_and_weigh(shard, loss, n_outputs, class_weight):
