@@ -437,7 +437,9 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     n_outputs_, n_layers_, out_activation_ : int, int, str
     n_features_in_, feature_names_in_
     fit_stats_ : dict
-        The strategy used, rows per shard, rounds and seconds.
+        The strategy used, rows per shard, rounds and seconds; with ``strategy="ddp"``
+        also how the gradients were summed (``allreduce``: ``"shared memory"`` between
+        workers of one host, else ``"gloo"`` or ``"nccl"``).
 
     Examples
     --------

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..engine import _shm_allreduce
 from ..objectives import module as M
 
 __all__ = ["TrainConfig", "Monitor", "make_optimizer", "run_epochs", "train_tree", "ddp_rank", "minimize_lbfgs"]
@@ -277,7 +278,6 @@ def ddp_rank(shard, comm, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
 
 def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
     """The epoch loop of one ddp rank (see :func:`ddp_rank`)."""
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     dev = shard.device
@@ -285,6 +285,36 @@ def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
     params = list(module.parameters())
     torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=spec.torch_dtype, device=dev), params)
     ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
+    shm = None
+    if not dev.startswith("cuda"):  # ranks on one host sum the gradients through shared memory, not gloo's TCP
+        shm = _shm_allreduce.create(comm.rank, comm.world_size, sum(p.numel() * p.element_size() for p in params),
+                                    comm.timeout)
+        if shm is not None:
+            ddp.register_comm_hook(shm, _shm_mean_hook)
+    try:
+        out = _ddp_epochs(shard, ddp, params, comm, spec, cfg, monitor, opt_state)
+        if out is not None:  # rank 0
+            out["allreduce"] = "shared memory" if shm is not None else ("nccl" if dev.startswith("cuda") else "gloo")
+        return out
+    finally:
+        if shm is not None:
+            shm.close()
+
+
+def _shm_mean_hook(shm, bucket):
+    """DDP communication hook: the mean of the bucket's gradients over the ranks, through shared memory."""
+    buf = shm.allreduce_(bucket.buffer())
+    buf.div_(shm.world)
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+def _ddp_epochs(shard, ddp, params, comm, spec, cfg, monitor, opt_state):
+    """The epochs of one ddp rank, with its ``DistributedDataParallel`` wrapper ``ddp`` (see :func:`ddp_rank`)."""
+    import torch.distributed as dist
+
+    dev = shard.device
     opt = make_optimizer(ddp.parameters(), cfg)
     if opt_state is not None:
         opt.load_state_dict(_torch_state(opt_state))

@@ -195,12 +195,25 @@ def test_consecutive_ddp_fits_do_not_hang():
     assert est.fit_stats_["strategy"] == "ddp"
 
 
-def test_tree_and_ddp_take_the_same_steps():
-    """Both strategies share the seeded batches and the objective: the same weights up to rounding."""
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm-allreduce", "gloo-allreduce"])
+def test_tree_and_ddp_take_the_same_steps(client, shared_memory):
+    """Both strategies share the seeded batches and the objective: the same weights up to rounding, whether
+    the ddp ranks sum their gradients through shared memory (the workers share this host) or through gloo."""
     X, y = _blobs(n=200, k=3)
     kw = dict(batch_size=50, max_iter=5)
     tree = _small("tree", **kw).fit(X, y)
-    ddp = _small("ddp", **kw).fit(X, y)
+
+    def switch(on):
+        import dask
+
+        dask.config.set({"dask-estimators.shared-memory": on})
+
+    client.run(switch, shared_memory)
+    try:
+        ddp = _small("ddp", **kw).fit(X, y)
+    finally:
+        client.run(switch, True)
+    assert ddp.fit_stats_["allreduce"] == ("shared memory" if shared_memory else "gloo")
     assert _max_diff(tree, ddp) < 1e-10
     np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
 

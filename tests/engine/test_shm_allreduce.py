@@ -1,0 +1,127 @@
+"""The shared-memory allreduce of the ddp strategy: gloo's sums on a real cluster, and errors, never hangs.
+
+The cluster tests run one rank per worker process of the session's LocalCluster and compare every sum with
+gloo's ``all_reduce`` of the same tensors in the same group.  The failure tests drive one rank by hand
+over an anonymous mapping, with the other rank dead, a zombie, or silent.
+"""
+
+import mmap
+import os
+import subprocess
+import sys
+import time
+
+import dask
+import numpy as np
+import pytest
+import torch
+
+from dask_estimators.engine import _shm, place
+from dask_estimators.engine import _shm_allreduce as A
+from dask_estimators.engine.collective import process_group, run_collective
+
+pytestmark = pytest.mark.skipif(not _shm._available() or A.platform.machine().lower() not in ("x86_64", "amd64"),
+                                reason="needs /dev/shm on x86-64")
+
+# sizes of successive calls: odd and even call numbers use the two slot sets; the largest fills the slots
+SIZES = [10_302, 1, 5_000, 10_302, 3, 7_777, 10_302, 2, 10_302, 64, 999]
+
+
+def _tensor(rank, k, n):
+    return torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(1000 * k + rank))
+
+
+def _rank_body(shard, comm, sizes, shared_memory):
+    import torch.distributed as dist
+
+    with process_group(comm):
+        with dask.config.set({"dask-estimators.shared-memory": shared_memory}):
+            ar = A.create(comm.rank, comm.world_size, 8 * max(sizes), comm.timeout)
+        if ar is None:
+            return None
+        try:
+            out = []
+            for k, n in enumerate(sizes):
+                t = _tensor(comm.rank, k, n)
+                ref = t.clone()
+                dist.all_reduce(ref)
+                got = ar.allreduce_(t)
+                assert got is t  # in place
+                out.append((t.numpy().copy(), ref.numpy()))
+            return out
+        finally:
+            ar.close()
+
+
+@pytest.fixture
+def two_ranks(client):
+    with place(client, {"X": np.zeros((4, 1))}) as p:
+        assert len(p.shards) == 2
+        yield p
+
+
+def test_sums_equal_gloos_and_every_rank_gets_the_same_bits(two_ranks):
+    outs = run_collective(two_ranks, _rank_body, SIZES, True)
+    assert all(o is not None for o in outs)  # both workers of the LocalCluster share this host
+    for k, n in enumerate(SIZES):
+        expected = sum(_tensor(r, k, n).numpy() for r in range(2))
+        for rank_out in outs:
+            got, gloo = rank_out[k]
+            np.testing.assert_array_equal(got, gloo)  # two ranks: a + b, the same as gloo's
+            np.testing.assert_allclose(got, expected, rtol=0, atol=0)
+        assert outs[0][k][0].tobytes() == outs[1][k][0].tobytes()
+
+
+def test_switched_off_every_rank_keeps_gloo(two_ranks):
+    assert run_collective(two_ranks, _rank_body, [8], False) == [None, None]
+
+
+# ---------------------------------------------------------------- failures, one rank driven by hand
+def _one_rank(pids, timeout, capacity=64):
+    world = len(pids)
+    mm = mmap.mmap(-1, world * A._LINE + 2 * world * capacity)
+    return A.SharedMemoryAllreduce(mm, 0, world, capacity, pids, timeout)
+
+
+def _exited_child(reap):
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    if reap:
+        p.wait()
+        return p
+    deadline = time.monotonic() + 10
+    while A._alive(p.pid):  # exited but not reaped: a zombie
+        assert time.monotonic() < deadline, "the child did not exit"
+        time.sleep(0.01)
+    return p
+
+
+@pytest.mark.parametrize("reap", [True, False], ids=["gone", "zombie"])
+def test_a_dead_rank_is_an_error_within_a_second(reap):
+    child = _exited_child(reap)
+    try:
+        ar = _one_rank([os.getpid(), child.pid], timeout=60)
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"Rank\(s\) \[1\] of the process group exited"):
+            ar.allreduce_(torch.ones(8, dtype=torch.float64))
+        assert time.monotonic() - t0 < 1.0
+        ar.close()
+    finally:
+        child.wait()
+
+
+def test_a_silent_rank_is_an_error_after_the_timeout():
+    ar = _one_rank([os.getpid(), os.getpid()], timeout=0.5)  # alive, but never publishes
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank\(s\) \[1\] did not arrive within 0.5 s"):
+        ar.allreduce_(torch.ones(8, dtype=torch.float64))
+    assert 0.5 <= time.monotonic() - t0 < 2.0
+    ar.close()
+
+
+def test_one_rank_alone_sums_nothing_and_a_tensor_over_capacity_is_refused():
+    ar = _one_rank([os.getpid()], timeout=1.0)
+    t = torch.arange(8, dtype=torch.float64)
+    assert ar.allreduce_(t) is t and t.tolist() == list(range(8))
+    with pytest.raises(ValueError, match="72 bytes over slots of 64"):
+        ar.allreduce_(torch.zeros(9, dtype=torch.float64))
+    ar.close()
