@@ -23,11 +23,26 @@ class ShardActor:
         self.shard = shard
         self.children: list = []
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dask-estimators-kernel")
+        self._waiting: set = set()  # the children's calls a reduce waits for
+        self._loop = None
 
     def set_children(self, children) -> int:
-        """Set the actors whose subtotals this actor adds (the tree below it)."""
+        """Set the actors whose subtotals this actor adds (the tree below it).
+
+        A reduce still waiting for the old children is stopped: after the
+        loss of a worker its child's call never returns (distributed waits
+        for the lost actor's key to come back), and the stuck call would keep
+        this actor, and the client's handle to it, alive after the fit.
+        """
+        self._stop_waiting()
         self.children = list(children)
         return len(self.children)
+
+    def _stop_waiting(self):
+        loop, waiting = self._loop, list(self._waiting)
+        if loop is not None and waiting and not loop.is_closed():
+            for t in waiting:
+                loop.call_soon_threadsafe(t.cancel)
 
     async def _run(self, body, fn, args):
         loop = asyncio.get_running_loop()
@@ -35,16 +50,21 @@ class ShardActor:
 
     async def reduce(self, fn, args):
         """Run ``fn(shard, *args)`` here and below, return the sum (NumPy float64)."""
+        self._loop = asyncio.get_running_loop()
         pending = [asyncio.ensure_future(c.reduce(fn, args)) for c in self.children]
+        self._waiting.update(pending)
         try:
             out = await self._run(_worker.run_kernel, fn, args)
-        except BaseException:
+            for p in pending:
+                try:
+                    out = _worker.add(out, await p)
+                except asyncio.CancelledError:
+                    raise RuntimeError("The actor tree was relinked or closed during this round.") from None
+            return out
+        finally:
             for p in pending:
                 p.cancel()
-            raise
-        for p in pending:
-            out = _worker.add(out, await p)
-        return out
+            self._waiting.difference_update(pending)
 
     async def run(self, fn, args):
         """Run ``fn(shard, *args)`` on this shard only (results as NumPy float64)."""
@@ -55,7 +75,8 @@ class ShardActor:
         return await self._run(_worker.apply, fn, args)
 
     def close(self) -> bool:
-        """Drop the shard and the children (called when the fit ends)."""
+        """Drop the shard and the children (called when the fit ends); stop a reduce still waiting."""
+        self._stop_waiting()
         self.shard = None
         self.children = []
         self._pool.shutdown(wait=False)
