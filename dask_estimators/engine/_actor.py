@@ -24,7 +24,6 @@ class ShardActor:
         self.children: list = []
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dask-estimators-kernel")
         self._waiting: set = set()  # the children's calls a reduce waits for
-        self._loop = None
 
     def set_children(self, children) -> int:
         """Set the actors whose subtotals this actor adds (the tree below it).
@@ -39,9 +38,9 @@ class ShardActor:
         return len(self.children)
 
     def _stop_waiting(self):
-        loop, waiting = self._loop, list(self._waiting)
-        if loop is not None and waiting and not loop.is_closed():
-            for t in waiting:
+        for t in list(self._waiting):  # called from the actor's thread: cancel on the tasks' own loop
+            loop = t.get_loop()
+            if not loop.is_closed():
                 loop.call_soon_threadsafe(t.cancel)
 
     async def _run(self, body, fn, args):
@@ -50,7 +49,6 @@ class ShardActor:
 
     async def reduce(self, fn, args):
         """Run ``fn(shard, *args)`` here and below, return the sum (NumPy float64)."""
-        self._loop = asyncio.get_running_loop()
         pending = [asyncio.ensure_future(c.reduce(fn, args)) for c in self.children]
         self._waiting.update(pending)
         try:

@@ -95,10 +95,10 @@ class DistributedEstimator(BaseEstimator):
             ensure_all_finite=False,  # checked below, on every core
         )
         assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
-        classes = _checked_classes(y) if self._is_classifier else None  # (classes, codes or None)
+        labels = _checked_classes(y) if self._is_classifier else None  # (classes, codes or None)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
-        return (X, y, sample_weight, False) + ((classes,) if return_classes else ())
+        return (X, y, sample_weight, False) + ((labels,) if return_classes else ())
 
     def _check_dask_features(self, X, reset):
         """``n_features_in_`` and ``feature_names_in_`` for a dask array or dataframe, as validate_data does."""
@@ -282,11 +282,11 @@ class DistributedLinearModel(DistributedEstimator):
         self : object
             The fitted estimator.
         """
-        X, y, sample_weight, dask_input, classes = self._validate_input(X, y, sample_weight, return_classes=True)
+        X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
         check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
-        y_placed = y
-        if classes is not None:
-            classes, codes = classes
+        y_placed, classes = y, None
+        if labels is not None:
+            classes, codes = labels
             classes = self._check_classes(classes)
             y_placed = np.searchsorted(classes, y) if codes is None else codes
         with client_context(self.client) as client:

@@ -72,18 +72,8 @@ def _pointwise(code, z, y, eps):
 
 
 @_jit_inline
-def _margins(X, i, W, b, out, at):
-    """``out[at + k] = b[k] + X[i] . W[k]`` for every output k: the row's predictions."""
-    for k in range(W.shape[0]):
-        acc = b[k]
-        for j in range(X.shape[1]):
-            acc += X[i, j] * W[k, j]
-        out[at + k] = acc
-
-
-@_jit_inline
 def _margins2(X, i, i2, W, b, out, at, at2):
-    """:func:`_margins` of rows ``i`` and ``i2`` at once (``out[at + k]``, ``out[at2 + k]``)."""
+    """``out[at + k] = b[k] + X[i] . W[k]`` and ``out[at2 + k]`` the same for row ``i2``: two rows' predictions."""
     for k in range(W.shape[0]):
         acc = b[k]
         acc2 = b[k]
@@ -95,15 +85,8 @@ def _margins2(X, i, i2, W, b, out, at, at2):
 
 
 @_jit_inline
-def _add_row(G, k, c, X, i):
-    """``G[k] += c * X[i]``: a row's contribution to a gradient or Hessian product."""
-    for j in range(X.shape[1]):
-        G[k, j] += c * X[i, j]
-
-
-@_jit_inline
 def _add_rows2(G, k, c, X, i, c2, i2):
-    """``G[k] += c * X[i] + c2 * X[i2]``: :func:`_add_row` of two rows in one pass over ``G[k]``."""
+    """``G[k] += c * X[i] + c2 * X[i2]``: two rows' contributions to a gradient or Hessian product, one pass."""
     for j in range(X.shape[1]):
         G[k, j] += c * X[i, j] + c2 * X[i2, j]
 
@@ -277,7 +260,7 @@ def _hessp(X, S, curv, P, pb, coupled, hW, hb):
     for i in range(h):
         i2 = i + h if i + h < n else i  # the middle row of an odd n pairs with itself, with weight 0
         _margins2(X, i, i2, P, pb, v, 0, K)
-        for r in range(2):
+        for r in range(2 if i2 != i else 1):
             row = i if r == 0 else i2
             at = r * K
             if coupled:  # softmax: q = p * v - p * <p, v>
@@ -290,7 +273,10 @@ def _hessp(X, S, curv, P, pb, coupled, hW, hb):
                 for k in range(K):
                     v[at + k] = curv[row, k] * v[at + k]
             for k in range(K):
-                v[at + k] *= (S[row, k if ws > 1 else 0] if ws > 0 else 1.0) if r == 0 or i2 != i else 0.0
+                v[at + k] *= S[row, k if ws > 1 else 0] if ws > 0 else 1.0
+        if i2 == i:
+            for k in range(K):
+                v[K + k] = 0.0
         for k in range(K):
             hb[k] += v[k] + v[K + k]
             _add_rows2(hW, k, v[k], X, i, v[K + k], i2)

@@ -294,7 +294,7 @@ def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
     try:
         out = _ddp_epochs(shard, ddp, params, comm, spec, cfg, monitor, opt_state)
         if out is not None:  # rank 0
-            out["allreduce"] = "shared memory" if shm is not None else ("nccl" if dev.startswith("cuda") else "gloo")
+            out["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
         return out
     finally:
         if shm is not None:
