@@ -339,11 +339,15 @@ def _ddp_epochs(shard, ddp, params, comm, spec, cfg, monitor, opt_state):
         X, y, sw = M.take(shard, M.batch_rows(shard, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)))
         opt.zero_grad(set_to_none=True)
         local = spec.loss(ddp(X), y, sw) if X.shape[0] else ddp(X).sum() * 0.0
-        penalty = 0.5 * cfg.alpha * sum(((p * p).sum() for p in weights), torch.zeros((), device=dev)) / w_b
         # DDP averages the ranks' gradients: scale the local sum by the world size
-        (local * (world / w_b) + penalty).backward()
+        (local * (world / w_b)).backward()
+        part = float(local.detach()) / w_b
+        with torch.no_grad():  # the L2 term is the same on every rank: added after the mean, outside autograd
+            for p in weights:
+                p.grad.add_(p, alpha=cfg.alpha / w_b)
+            if comm.rank == 0 and cfg.alpha:
+                part += 0.5 * cfg.alpha * sum(float(torch.dot(p.reshape(-1), p.reshape(-1))) for p in weights) / w_b
         opt.step()
-        part = float(local.detach()) / w_b + (float(penalty.detach()) if comm.rank == 0 else 0.0)
         return part * n_b
 
     def reduce_epoch(v):
