@@ -176,7 +176,8 @@ def main(argv=None):
     out["engine"] = bench_engine.main(q)
     rows, model = bench_scaling.main(q + ["--cores", str(args.cores)])
     out["scaling"] = {"rows": rows, "model": model}
-    out["mlp"] = bench_mlp.main(q + ["--cores", str(args.cores), "--out", str(args.out)])
+    # a failed MLP contestant (e.g. the plain-DDP anchor aborting in gloo's teardown) must not lose the suite's tables
+    out["mlp"] = bench_mlp.main(q + ["--cores", str(args.cores), "--out", str(args.out)], raise_on_failure=False)
     out["seconds"] = time.perf_counter() - t0
     args.out.mkdir(parents=True, exist_ok=True)
     name = "suite-quick" if args.quick else "suite"
@@ -185,6 +186,10 @@ def main(argv=None):
     md = markdown(out)
     (args.out / f"{name}.md").write_text(md)
     print(md)
+    failed = [r["key"] for r in out["mlp"]["results"] if "error" in r]
+    if failed:
+        raise RuntimeError(f"The suite's tables are written, but MLP contestant(s) {', '.join(failed)} failed "
+                           f"(see {args.out / name}.json).")
     return out
 
 
