@@ -439,7 +439,8 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     fit_stats_ : dict
         The strategy used, rows per shard, rounds and seconds; with ``strategy="ddp"``
         also how the gradients were summed (``allreduce``: ``"shared memory"`` between
-        workers of one host, else ``"gloo"`` or ``"nccl"``).
+        workers of one host, else ``"gloo"`` or ``"nccl"``) and computed (``gradient``:
+        ``"hand-written"``, the network's own backward into one flat buffer).
 
     Examples
     --------

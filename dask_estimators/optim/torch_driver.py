@@ -277,24 +277,38 @@ def ddp_rank(shard, comm, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
 
 
 def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
-    """The epoch loop of one ddp rank (see :func:`ddp_rank`)."""
+    """The epoch loop of one ddp rank (see :func:`ddp_rank`).
+
+    A spec with a hand-written gradient (``loss_grad_``, the MLPs) trains on
+    one flat parameter buffer: the optimizer's per-layer parameters are views
+    of it, the gradient is written into a twin buffer by the spec, and one
+    allreduce of that buffer per step does what ``DistributedDataParallel``
+    does with its one bucket, without the autograd graph and reducer hooks
+    around it (0.26 against 0.60-0.69 ms for a 128-row step of a 100-100-1
+    network, docs/performance.md).  Other specs (the character LSTM) train
+    through ``DistributedDataParallel``.
+    """
     from torch.nn.parallel import DistributedDataParallel
 
     dev = shard.device
     module = spec.build(dev)
     params = list(module.parameters())
     torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=spec.torch_dtype, device=dev), params)
-    ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
     shm = None
     if not dev.startswith("cuda"):  # ranks on one host sum the gradients through shared memory, not gloo's TCP
         shm = _shm_allreduce.create(comm.rank, comm.world_size, sum(p.numel() * p.element_size() for p in params),
                                     comm.timeout)
-        if shm is not None:
-            ddp.register_comm_hook(shm, _shm_mean_hook)
     try:
-        out = _ddp_epochs(shard, ddp, params, comm, spec, cfg, monitor, opt_state)
+        if hasattr(spec, "loss_grad_"):
+            out = _ddp_epochs(shard, _FlatGradient(spec, params, shm), comm, spec, cfg, monitor, opt_state)
+        else:
+            ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
+            if shm is not None:
+                ddp.register_comm_hook(shm, _shm_mean_hook)
+            out = _ddp_epochs(shard, _DDPGradient(spec, ddp, params, comm), comm, spec, cfg, monitor, opt_state)
         if out is not None:  # rank 0
             out["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
+            out["gradient"] = "hand-written" if hasattr(spec, "loss_grad_") else "DistributedDataParallel"
         return out
     finally:
         if shm is not None:
@@ -310,16 +324,72 @@ def _shm_mean_hook(shm, bucket):
     return fut
 
 
-def _ddp_epochs(shard, ddp, params, comm, spec, cfg, monitor, opt_state):
-    """The epochs of one ddp rank, with its ``DistributedDataParallel`` wrapper ``ddp`` (see :func:`ddp_rank`)."""
+class _DDPGradient:
+    """The step's gradient through ``DistributedDataParallel``: autograd, the mean over the ranks in its hooks."""
+
+    work = None  # no kept buffers: autograd allocates its own
+
+    def __init__(self, spec, ddp, params, comm):
+        self.spec, self.ddp, self.params, self.world = spec, ddp, params, comm.world_size
+
+    def __call__(self, X, y, sw, w_b):
+        """Leave the gradient of the batch's total loss / ``w_b`` in ``.grad``; return this rank's loss sum."""
+        for p in self.params:
+            p.grad = None
+        local = self.spec.loss(self.ddp(X), y, sw) if X.shape[0] else self.ddp(X).sum() * 0.0
+        # DDP averages the ranks' gradients: scale the local sum by the world size
+        (local * (self.world / w_b)).backward()
+        return float(local.detach())
+
+    def flat(self):
+        return torch.nn.utils.parameters_to_vector(self.params).detach()
+
+
+class _FlatGradient:
+    """The step's gradient by the spec's own backward into one flat buffer, summed over the ranks in one allreduce.
+
+    The optimizer gets leaf views of the flat parameters ``w`` shaped as the
+    module's ``params`` (its per-layer layout, so its state is the same as
+    with the other strategies), their ``.grad`` views of the gradient
+    buffer, which every step overwrites.
+    """
+
+    def __init__(self, spec, params, shm):
+        self.spec, self.shm, self.work = spec, shm, {}  # work: the activations kept between steps
+        self.w = torch.nn.utils.parameters_to_vector(params).detach()
+        self.g = torch.zeros_like(self.w)
+        sizes, shapes = [p.numel() for p in params], [p.shape for p in params]
+        self.views = [v.view(s) for v, s in zip(self.w.split(sizes), shapes)]  # what the spec reads
+        self.grads = [v.view(s) for v, s in zip(self.g.split(sizes), shapes)]  # what it writes
+        self.params = [v.detach().requires_grad_() for v in self.views]  # what the optimizer steps
+        for p, gv in zip(self.params, self.grads):
+            p.grad = gv
+
+    def __call__(self, X, y, sw, w_b):
+        loss = self.spec.loss_grad_(self.views, X, y, sw, self.grads, 1.0 / w_b, self.work)
+        if self.shm is not None:
+            self.shm.allreduce_(self.g)
+        else:
+            import torch.distributed as dist
+
+            dist.all_reduce(self.g)
+        return float(loss)
+
+    def flat(self):
+        return self.w
+
+
+def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state):
+    """The epochs of one ddp rank; ``gradient`` computes each step's gradient (see :func:`_ddp_loop`)."""
     import torch.distributed as dist
 
     dev = shard.device
-    opt = make_optimizer(ddp.parameters(), cfg)
+    params = gradient.params
+    opt = make_optimizer(params, cfg)
     if opt_state is not None:
         opt.load_state_dict(_torch_state(opt_state))
     weights = [p for p, keep in zip(params, spec.weight_flags()) if keep]
-    world, f64 = comm.world_size, torch.float64
+    f64 = torch.float64
     per_step = {}
 
     def allreduce(t):
@@ -336,16 +406,12 @@ def _ddp_epochs(shard, ddp, params, comm, spec, cfg, monitor, opt_state):
                 rows[1, j] = idx.numel() if sw is None else sw[idx].sum()
             per_step["rows"] = allreduce(rows).cpu().numpy()
         n_b, w_b = per_step["rows"][:, k]
-        X, y, sw = M.take(shard, M.batch_rows(shard, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)))
-        opt.zero_grad(set_to_none=True)
-        local = spec.loss(ddp(X), y, sw) if X.shape[0] else ddp(X).sum() * 0.0
-        # DDP averages the ranks' gradients: scale the local sum by the world size
-        (local * (world / w_b)).backward()
-        part = float(local.detach()) / w_b
-        with torch.no_grad():  # the L2 term is the same on every rank: added after the mean, outside autograd
+        X, y, sw = M.take(shard, M.batch_rows(shard, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)), gradient.work)
+        part = gradient(X, y, sw, w_b) / w_b
+        with torch.no_grad():  # the L2 term is the same on every rank: added after the sum, outside autograd
             for p in weights:
                 p.grad.add_(p, alpha=cfg.alpha / w_b)
-            if comm.rank == 0 and cfg.alpha:
+            if k % comm.world_size == comm.rank and cfg.alpha:  # its value on one rank, each rank in turn
                 part += 0.5 * cfg.alpha * sum(float(torch.dot(p.reshape(-1), p.reshape(-1))) for p in weights) / w_b
         opt.step()
         return part * n_b
@@ -354,10 +420,10 @@ def _ddp_epochs(shard, ddp, params, comm, spec, cfg, monitor, opt_state):
         return float(allreduce(torch.tensor([v], dtype=f64, device=dev))[0])
 
     def flat():
-        return torch.nn.utils.parameters_to_vector(params).detach().to("cpu", f64)
+        return gradient.flat().to("cpu", f64)
 
     def validate():
-        stats = M.validation_stats(shard, torch.nn.utils.parameters_to_vector(params).detach(), spec).to(dev)
+        stats = M.validation_stats(shard, gradient.flat(), spec).to(dev)
         return M.validation_score(spec, allreduce(stats).cpu().numpy())
 
     def report(rec):

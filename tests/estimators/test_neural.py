@@ -214,6 +214,7 @@ def test_tree_and_ddp_take_the_same_steps(client, shared_memory):
     finally:
         client.run(switch, True)
     assert ddp.fit_stats_["allreduce"] == ("shared memory" if shared_memory else "gloo")
+    assert ddp.fit_stats_["gradient"] == "hand-written"  # the flat-buffer step, not the DDP wrapper
     assert _max_diff(tree, ddp) < 1e-10
     np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
 

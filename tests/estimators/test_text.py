@@ -223,6 +223,7 @@ def by_strategy(fitted, ddp):
 def test_strategies_equivalent(by_strategy):
     tree, ddp = by_strategy["tree"], by_strategy["ddp"]
     assert tree.fit_stats_["strategy"] == "tree" and ddp.fit_stats_["strategy"] == "ddp"
+    assert ddp.fit_stats_["gradient"] == "DistributedDataParallel"  # a spec without a hand-written backward
     assert list(tree.classes_) == list(ddp.classes_)
     np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-3)
     assert tree.score(HELD_OUT) == pytest.approx(ddp.score(HELD_OUT), rel=1e-3)

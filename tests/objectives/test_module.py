@@ -231,6 +231,37 @@ def test_value_grad_matches_independent_torch(case_id):
     np.testing.assert_allclose(g, ref_g, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("weighted", [True, False], ids=["sw", "nosw"])
+@pytest.mark.parametrize("activation", M.ACTIVATIONS)
+@pytest.mark.parametrize("case_id", CASE_IDS)
+def test_hand_written_gradient_equals_autograd_on_the_module(case_id, activation, weighted, dtype):
+    """``loss_grad_`` (forward and backward by hand, into a flat buffer) against autograd through
+    ``build_module`` and ``loss_sum``: the same loss and gradient, scaled, every entry of the buffer written;
+    also for an empty batch and for a network without hidden layers."""
+    case = BY_ID[case_id]
+    rng = np.random.default_rng(11)
+    X, y, s = make_data(case, rng, weighted=weighted)
+    tol = 1e-12 if dtype == "float64" else 2e-5
+    for hidden, rows in [((5, 4), None), ((), None), ((3,), torch.zeros(0, dtype=torch.int64))]:
+        spec = M.MLPSpec(D, hidden, case.n_outputs, activation=activation, out=case.out, dtype=dtype)
+        shard, _ = make_shard(X, y, s, spec)
+        Xt, yt, st = M.take(shard, rows)
+        w = torch.tensor(random_w(spec, rng), dtype=spec.torch_dtype)
+        module = spec.build()
+        params = list(module.parameters())
+        torch.nn.utils.vector_to_parameters(w.clone(), params)
+        ref = spec.loss(module(Xt), yt, st)
+        ref.backward()
+        ref_g = torch.cat([p.grad.reshape(-1) for p in params]).double()
+        g = torch.full_like(w, float("nan"))
+        loss = spec.loss_grad_(M.param_views(spec, w), Xt, yt, st, M.param_views(spec, g), 0.25)
+        assert g.dtype == w.dtype and not torch.isnan(g).any()
+        assert float(loss) == pytest.approx(float(ref.detach()), rel=tol, abs=tol)
+        scale = max(1.0, float(ref_g.abs().max()))
+        np.testing.assert_allclose(g.double().numpy(), 0.25 * ref_g.numpy(), rtol=0, atol=tol * scale)
+
+
 # ------------------------------------------------------------------ shard sums
 @pytest.mark.parametrize("weighted", [True, False], ids=["sw", "nosw"])
 @pytest.mark.parametrize("case_id", CASE_IDS)
