@@ -18,10 +18,10 @@ the other, on the same data:
    Dask: the floor of synchronous data parallelism on this machine (its wall
    time includes starting the processes);
 4. skorch's ``NeuralNetClassifier`` with the same module (float64 and float32);
-5. a bound, not a contestant: one ddp rank's step of ours in one process,
-   with a DDP comm hook that returns the gradient unchanged (communication
-   free and instant); ``batch`` / its time is the most samples/s the ddp
-   strategy can reach here, however fast its allreduce (:func:`step_floor`);
+5. a bound, not a contestant: ours' ddp rank alone in a group of one (no
+   other rank to wait for), ``batch // cores`` rows a step; ``batch`` / its
+   time is the most samples/s the ddp strategy can reach here, however fast
+   its allreduce (:func:`step_floor`);
 6. ours, ``dask_estimators.MLPClassifier(strategy="tree")`` and ``"ddp"`` on a
    ``LocalCluster(n_workers=--cores, threads_per_worker=1)`` started after the
    anchors and before ours is timed, closed at the end.
@@ -259,85 +259,66 @@ def fit_torch_ddp(X, y, epochs, batch, world):
                    final_loss=loss)
 
 
-def _floor_proc(rank, port, X, y, local, steps, queue):
-    """One step of ours' ddp rank as in ``_ddp_epochs``, minus Dask and the communication (see step_floor)."""
+def _floor_proc(rank, port, X, y, local, epochs, queue):
+    """Ours' ddp rank itself (``ddp_rank``) alone in a group of one, on all rows, ``local`` rows a step (see step_floor)."""
     import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
+    from dask_estimators.engine._worker import Shard
+    from dask_estimators.engine.collective import Comm
     from dask_estimators.objectives import module as M
+    from dask_estimators.optim import torch_driver as T
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    try:
-        spec = M.MLPSpec(X.shape[1], (HIDDEN,), 1, activation="relu", out="logistic")  # binary, as ours fits it
-        Xt = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64))
-        yt = torch.from_numpy(np.asarray(y, dtype=np.float64).reshape(-1, 1))
-        module = spec.build()
-        weights = [p for p, keep in zip(module.parameters(), spec.weight_flags()) if keep]
-        ddp = DistributedDataParallel(module)
-
-        def no_comm(state, bucket):  # the bucket as it is: an allreduce that costs nothing
-            fut = torch.futures.Future()
-            fut.set_result(bucket.buffer())
-            return fut
-
-        ddp.register_comm_hook(None, no_comm)
-        opt = torch.optim.Adam(ddp.parameters(), lr=LR, fused=True)
-        perm = torch.randperm(len(Xt), generator=torch.Generator().manual_seed(0))
-        n_starts = len(Xt) - local
-
-        def step(i):
-            start = (i * local) % n_starts
-            idx = perm[start:start + local]
-            xb, yb = torch.index_select(Xt, 0, idx), torch.index_select(yt, 0, idx)
-            opt.zero_grad(set_to_none=True)
-            out = spec.loss(ddp(xb), yb, None)
-            (out * (1.0 / local)).backward()
-            with torch.no_grad():
-                for p in weights:
-                    p.grad.add_(p, alpha=1e-4 / local)
-            opt.step()
-            return float(out.detach())
-
-        for i in range(300):
-            step(i)
-        best = math.inf
-        for _ in range(5):
-            t = time.perf_counter()
-            for i in range(steps):
-                step(i)
-            best = min(best, (time.perf_counter() - t) / steps)
-        queue.put(best)
-    finally:
-        dist.destroy_process_group()
+    spec = M.MLPSpec(X.shape[1], (HIDDEN,), 1, activation="relu", out="logistic")  # binary, as ours fits it
+    shard = Shard({"X": X, "y": y}, device="cpu")
+    M.prepare(shard, spec, 0.0, 0, 0)
+    steps = len(X) // local
+    cfg = T.TrainConfig(learning_rate_init=LR, max_iter=epochs, tol=0.0, n_iter_no_change=10**9,
+                        n_steps=steps, n_train=len(X))
+    w0 = M.glorot_init(spec, np.random.RandomState(0))
+    out = T.ddp_rank(shard, Comm(0, 1, "127.0.0.1", port), spec, w0, cfg, T.Monitor(0.0, 10**9, False))
+    queue.put((min(h["seconds"] for h in out["history"]) / steps, out["gradient"]))
 
 
-def step_floor(X, y, batch, world, steps=2000):
-    """The least time one ddp step of ours can take here: one rank's step with free, instant communication.
+def step_floor(X, y, batch, world, epochs=3):
+    """The least time one ddp step of ours can take here: one rank's step with no other rank to wait for.
 
-    One process runs what each of ours' ``world`` ranks runs per step (gather
-    ``batch // world`` rows, forward, loss, backward through
-    ``DistributedDataParallel`` with a comm hook that returns the gradient
-    unchanged, the L2 term, fused Adam) on one thread, best of 5 x ``steps``.
-    The ranks run in parallel, so a step of ours cannot take less than this,
-    and ``batch / floor`` bounds ours' samples/s from above on this machine.
+    One process runs ours' ddp rank (:func:`~dask_estimators.optim.torch_driver.ddp_rank`,
+    the very code of the fit) in a group of one: ``batch // world`` rows a
+    step, the gradient, the allreduce (a copy, with no other rank), the L2
+    term and the optimizer, on one thread, with the allocator setting of a
+    Dask worker (``MALLOC_TRIM_THRESHOLD_``); the fastest of ``epochs``
+    epochs over all rows.  The ranks run in parallel, so a step of ours
+    cannot take less than this, and ``batch / floor`` bounds ours'
+    samples/s from above on this machine.
     """
     import socket
 
+    import dask.config
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     queue = mp.get_context("spawn").SimpleQueue()
+    environ = {k: str(v) for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()}
+    saved = {k: os.environ.get(k) for k in environ}
+    os.environ.update(environ)  # the child starts with a worker's environment
     t0 = time.perf_counter()
-    mp.spawn(_floor_proc, args=(port, X, y, batch // world, steps, queue), nprocs=1)
+    try:
+        mp.spawn(_floor_proc, args=(port, X, y, batch // world, epochs, queue), nprocs=1)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     wall = time.perf_counter() - t0
-    floor = queue.get()
-    return dict(what=f"bound: one ddp rank's step of ours, communication free ({batch // world} rows, 1 thread)",
+    floor, gradient = queue.get()
+    return dict(what=f"bound: one ddp rank's step of ours, no other rank ({batch // world} rows, 1 thread)",
                 wall_s=wall, samples_per_s=batch / floor, steady_samples_per_s=None, seconds_per_step=floor,
-                final_loss=float("nan"), epochs=None, steps_measured=5 * steps)
+                final_loss=float("nan"), epochs=None, steps_measured=epochs * (len(X) // (batch // world)),
+                gradient=gradient)
 
 
 def fit_skorch(X, y, epochs, batch, dtype_name):
@@ -519,8 +500,7 @@ def main(argv=None, raise_on_failure=True):
                 run(f"skorch-{dt}", lambda dt=dt: fit_skorch(X, y, epochs, batch, dt),
                     lambda dt=dt: fit_skorch(X[small], y[small], 1, batch, dt))
         if "floor" not in args.skip:
-            floor_steps = 500 if args.quick else 2000
-            run("ddp-floor", lambda: step_floor(X, y, batch, cores, steps=floor_steps), lambda: None)
+            run("ddp-floor", lambda: step_floor(X, y, batch, cores, epochs=2 if args.quick else 3), lambda: None)
         worker_env = None
         if {"tree", "ddp"} - set(args.skip):
             with LocalCluster(n_workers=cores, threads_per_worker=1, processes=True, dashboard_address=None) \

@@ -80,7 +80,7 @@ def summary_rows(out):
                  "ours / anchor": red["tree"]["seconds"] / red["gather"]["seconds"]})
     for r in out["mlp"]["results"]:
         if r["key"] in ("ours-tree", "ours-ddp", "ddp-floor") and "error" not in r:
-            label = ("MLP ddp's bound (one rank's step, communication free), samples/s" if r["key"] == "ddp-floor"
+            label = ("MLP ddp's bound (one rank's step, no other rank), samples/s" if r["key"] == "ddp-floor"
                      else f"MLP {r['key'][5:]}, samples/s")
             for key in ("sklearn", "skorch-float64"):
                 a = next((x for x in out["mlp"]["results"] if x["key"] == key and "error" not in x), None)
