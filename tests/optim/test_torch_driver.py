@@ -15,7 +15,14 @@ from sklearn.neural_network import MLPClassifier, MLPRegressor
 from dask_estimators.engine import LocalEvaluator
 from dask_estimators.engine._worker import Shard
 from dask_estimators.objectives import module as M
-from dask_estimators.optim.torch_driver import Monitor, TrainConfig, make_optimizer, minimize_lbfgs, train_tree
+from dask_estimators.optim.torch_driver import (
+    Monitor,
+    TrainConfig,
+    fast_step,
+    make_optimizer,
+    minimize_lbfgs,
+    train_tree,
+)
 
 D = 3
 HISTORY_KEYS = {"epoch", "loss", "validation_score", "seconds", "samples_per_s"}
@@ -301,6 +308,50 @@ def test_make_optimizer_settings():
     assert plain.param_groups[0]["nesterov"] is False  # Nesterov needs momentum
     with pytest.raises(ValueError, match="lbfgs"):
         make_optimizer(p, TrainConfig(solver="lbfgs"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_adam_step_equals_torch_optim(dtype):
+    """fast_step's direct call of the fused kernel takes torch.optim's steps to the bit, state_dict included,
+    also after a change of the learning rate; what it does not cover keeps opt.step."""
+    rng = torch.Generator().manual_seed(0)
+    shapes = [(4, 3), (4,), (1, 4), (1,)]
+
+    def make():
+        params = [torch.zeros(s, dtype=dtype).requires_grad_() for s in shapes]
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        return params, make_optimizer(params, TrainConfig(solver="adam", learning_rate_init=0.05))
+
+    ref_params, ref = make()
+    params, opt = make()
+    step = fast_step(opt)
+    assert step != opt.step  # the fast path applies to scikit-learn's Adam settings
+    for k in range(6):
+        if k == 4:
+            for o in (ref, opt):
+                o.param_groups[0]["lr"] = 0.01
+        for p, q in zip(ref_params, params):
+            g = torch.randn(p.shape, generator=rng, dtype=torch.float64).to(dtype)
+            p.grad.copy_(g)
+            q.grad.copy_(g)  # in place: the fast path keeps the gradient tensors
+        ref.step()
+        step()
+        for p, q in zip(ref_params, params):
+            assert torch.equal(p, q)
+    a, b = ref.state_dict(), opt.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    for i in a["state"]:
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(a["state"][i][key], b["state"][i][key])
+    assert float(b["state"][0]["step"]) == 6
+    sgd = make_optimizer(ref_params, TrainConfig(solver="sgd"))
+    assert fast_step(sgd) == sgd.step
+    amsgrad = torch.optim.Adam(ref_params, amsgrad=True)
+    assert fast_step(amsgrad) == amsgrad.step
+    hooked = make_optimizer(ref_params, TrainConfig(solver="adam"))
+    hooked.register_step_post_hook(lambda *a: None)
+    assert fast_step(hooked) == hooked.step
 
 
 @pytest.mark.parametrize("solver", ["sgd", "adam"])
