@@ -260,7 +260,7 @@ def fit_torch_ddp(X, y, epochs, batch, world):
 
 
 def _floor_proc(rank, port, X, y, local, epochs, queue):
-    """Ours' ddp rank itself (``ddp_rank``) alone in a group of one, on all rows, ``local`` rows a step (see step_floor)."""
+    """Ours' ddp rank itself (``ddp_rank``) alone in a group of one, all rows, ``local`` rows a step (step_floor)."""
     import torch
 
     from dask_estimators.engine._worker import Shard

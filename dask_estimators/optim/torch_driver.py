@@ -31,7 +31,8 @@ import torch
 from ..engine import _shm_allreduce
 from ..objectives import module as M
 
-__all__ = ["TrainConfig", "Monitor", "make_optimizer", "fast_step", "run_epochs", "train_tree", "ddp_rank", "minimize_lbfgs"]
+__all__ = ["TrainConfig", "Monitor", "make_optimizer", "fast_step", "run_epochs", "train_tree", "ddp_rank",
+           "minimize_lbfgs"]
 
 
 @dataclass
@@ -344,9 +345,9 @@ def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
     of it, the gradient is written into a twin buffer by the spec, and one
     allreduce of that buffer per step does what ``DistributedDataParallel``
     does with its one bucket, without the autograd graph and reducer hooks
-    around it (0.26 against 0.60-0.69 ms for a 128-row step of a 100-100-1
-    network, docs/performance.md).  Other specs (the character LSTM) train
-    through ``DistributedDataParallel``.
+    around it (a 128-row step of a 100-100-1 network, one thread: 0.26 ms
+    against 0.60 ms with autograd, before DDP's own cost; docs/performance.md).
+    Other specs (the character LSTM) train through ``DistributedDataParallel``.
     """
     from torch.nn.parallel import DistributedDataParallel
 
@@ -358,8 +359,9 @@ def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
     if not dev.startswith("cuda"):  # ranks on one host sum the gradients through shared memory, not gloo's TCP
         shm = _shm_allreduce.create(comm.rank, comm.world_size, sum(p.numel() * p.element_size() for p in params),
                                     comm.timeout)
+    by_hand = hasattr(spec, "loss_grad_")
     try:
-        if hasattr(spec, "loss_grad_"):
+        if by_hand:
             out = _ddp_epochs(shard, _FlatGradient(spec, params, shm), comm, spec, cfg, monitor, opt_state)
         else:
             ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
@@ -368,7 +370,7 @@ def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
             out = _ddp_epochs(shard, _DDPGradient(spec, ddp, params, comm), comm, spec, cfg, monitor, opt_state)
         if out is not None:  # rank 0
             out["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
-            out["gradient"] = "hand-written" if hasattr(spec, "loss_grad_") else "DistributedDataParallel"
+            out["gradient"] = "hand-written" if by_hand else "DistributedDataParallel"
         return out
     finally:
         if shm is not None:
