@@ -294,6 +294,8 @@ def step_floor(X, y, batch, world, epochs=3):
     """
     import socket
 
+    from unittest import mock
+
     import dask.config
     import torch.multiprocessing as mp
 
@@ -302,17 +304,9 @@ def step_floor(X, y, batch, world, epochs=3):
         port = s.getsockname()[1]
     queue = mp.get_context("spawn").SimpleQueue()
     environ = {k: str(v) for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()}
-    saved = {k: os.environ.get(k) for k in environ}
-    os.environ.update(environ)  # the child starts with a worker's environment
     t0 = time.perf_counter()
-    try:
+    with mock.patch.dict(os.environ, environ):  # the child starts with a worker's environment
         mp.spawn(_floor_proc, args=(port, X, y, batch // world, epochs, queue), nprocs=1)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     wall = time.perf_counter() - t0
     floor, gradient = queue.get()
     return dict(what=f"bound: one ddp rank's step of ours, no other rank ({batch // world} rows, 1 thread)",
