@@ -67,6 +67,7 @@ class SharedMemoryAllreduce:
         self._seqs = np.frombuffer(mm, dtype=np.int64, count=head // 8)[:: _LINE // 8]
         self._slots = np.frombuffer(mm, dtype=np.uint8, offset=head).reshape(2, world, capacity)
         self._seq = 0
+        self._views = {}  # (slot set, bytes, dtype) -> the slots as arrays of that dtype
 
     def allreduce_(self, t):
         """Replace the contiguous CPU tensor ``t`` by its sum over the ranks (the same bits on every rank)."""
@@ -74,13 +75,17 @@ class SharedMemoryAllreduce:
         if a.nbytes > self.capacity:
             raise ValueError(f"allreduce of {a.nbytes} bytes over slots of {self.capacity}")
         self._seq += 1
-        slots = self._slots[self._seq & 1, :, : a.nbytes].view(a.dtype)
+        key = (self._seq & 1, a.nbytes, a.dtype)
+        slots = self._views.get(key)
+        if slots is None:
+            slots = self._views[key] = self._slots[key[0], :, : a.nbytes].view(a.dtype)
         slots[self.rank] = a
         self._seqs[self.rank] = self._seq  # published after the data (x86-64 keeps stores in order)
         self._wait(self._seq)
-        np.copyto(a, slots[0])
-        for r in range(1, self.world):
-            a += slots[r]
+        if self.world > 1:
+            np.add(slots[0], slots[1], out=a)  # in rank order, so every rank gets the same bits
+            for r in range(2, self.world):
+                a += slots[r]
         return t
 
     def _wait(self, seq):
@@ -107,6 +112,7 @@ class SharedMemoryAllreduce:
 
     def close(self):
         self._seqs = self._slots = None
+        self._views = {}
         mm, self._mm = self._mm, None
         if mm is not None:
             try:

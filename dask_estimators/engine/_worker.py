@@ -67,6 +67,7 @@ def setup_threads() -> int:
     if _setup_done["threads"] == n:
         return n
     with _setup_lock:
+        import scipy.linalg.cython_blas  # noqa: F401 - scipy's own BLAS (the numba kernels' np.dot) is limited too
         import torch
         from threadpoolctl import threadpool_limits
 

@@ -32,7 +32,7 @@ def train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state=No
     """Train ``spec`` on the placed shards with the given strategy; returns (result, round statistics)."""
     if strategy == "ddp":
         outs = run_collective(placement, ddp_rank, spec, w0, cfg, monitor, opt_state, on_event=progress)
-        return outs[0], {"allreduce": outs[0].get("allreduce"), "gradient": outs[0].get("gradient")}
+        return outs[0], {k: outs[0][k] for k in ("allreduce", "gradient", "kernel") if k in outs[0]}
     evaluator = DistributedEvaluator(placement)
     res = train_tree(evaluator, spec, w0, cfg, monitor, opt_state, report=progress)
     return res, evaluator.stats.as_dict()

@@ -440,7 +440,8 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         The strategy used, rows per shard, rounds and seconds; with ``strategy="ddp"``
         also how the gradients were summed (``allreduce``: ``"shared memory"`` between
         workers of one host, else ``"gloo"`` or ``"nccl"``) and computed (``gradient``:
-        ``"hand-written"``, the network's own backward into one flat buffer).
+        ``"hand-written"``, the network's own backward into one flat buffer; ``kernel``:
+        ``"numba"``, one compiled call per step for float64 on CPU, or ``"torch"``, torch ops).
 
     Examples
     --------

@@ -32,6 +32,8 @@ import numpy as np
 import torch
 from scipy.special import expit, softmax
 
+from . import _fused_mlp
+
 __all__ = [
     "ACTIVATIONS",
     "MLPSpec",
@@ -43,6 +45,7 @@ __all__ = [
     "prepare",
     "value_grad",
     "loss_grad_",
+    "loss_grad_kernel",
     "param_views",
     "validation_stats",
     "batch_slice",
@@ -105,13 +108,14 @@ class MLPSpec:
         """For each tensor of ``module.parameters()``: penalised or not."""
         return [True, False] * len(self.shapes)
 
-    def loss_grad_(self, params, X, y, sw, grads, scale=1.0, work=None):
-        """The loss sum of :meth:`loss`, its gradient times ``scale`` written into ``grads``; no autograd.
+    def loss_grad_(self, w, X, y, sw, g, scale=1.0, work=None):
+        """The loss sum of :meth:`loss` at the flat parameters ``w``, its gradient times ``scale`` written
+        into the flat ``g``; no autograd.
 
         Optional in the interface: a spec that offers it is trained on one
         flat parameter buffer (see :func:`loss_grad_`).
         """
-        return loss_grad_(self, params, X, y, sw, grads, scale, work)
+        return loss_grad_(self, w, X, y, sw, g, scale, work)
 
 
 def _activation_module(name):
@@ -258,19 +262,34 @@ def _scratch(work, key, rows, cols, like):
     return buf[:rows]
 
 
-def loss_grad_(spec: MLPSpec, params, X, y, sw, grads, scale=1.0, work=None):
-    """Forward and backward of the network by hand: the loss sum, and ``scale`` times its gradient in ``grads``.
+def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None) -> float:
+    """Forward and backward of the network by hand: the loss sum, and ``scale`` times its gradient in ``g``.
 
     The same numbers as autograd on :func:`build_module` and :func:`loss_sum`
-    (scikit-learn's ``_backprop``), with none of its graph: a whole 128-row
-    Adam step of a 100-100-1 network (one thread) takes 0.26 ms this way
-    against 0.60 ms through autograd (docs/performance.md).  ``params`` and
-    ``grads`` are the tensors of ``module.parameters()`` (for example
-    :func:`param_views` of flat vectors), in ``spec``'s dtype on X's device,
-    not requiring grad; every entry of ``grads`` is overwritten.  ``work``, a
-    dict kept by the caller, holds the activations between calls (see
-    :func:`_scratch`).  Returns the loss sum as a 0-d tensor.
+    (scikit-learn's ``_backprop``), with none of its graph.  ``w`` and ``g``
+    are flat vectors (layout: :func:`param_views`) in ``spec``'s dtype on X's
+    device; every entry of ``g`` is overwritten.  ``work``, a dict kept by
+    the caller, holds the activations between calls (see :func:`_scratch`).
+    Returns the loss sum.
+
+    A float64 batch on CPU goes through one numba call (:mod:`._fused_mlp`):
+    a 128-row step of a 100-100-1 network, one thread, takes 0.15 ms there
+    against 0.24 ms as the torch ops below, which serve GPUs, float32 and
+    installs without numba (docs/performance.md).
     """
+    if loss_grad_kernel(X) == "numba" and X.is_contiguous():
+        return _fused_mlp.loss_grad(spec, w.numpy(), X.numpy(), y.numpy(), None if sw is None else sw.numpy(),
+                                    g.numpy(), scale, {} if work is None else work)
+    return float(_loss_grad_torch(spec, param_views(spec, w), X, y, sw, param_views(spec, g), scale, work))
+
+
+def loss_grad_kernel(X) -> str:
+    """Which way :func:`loss_grad_` computes on batches like ``X``: ``"numba"`` (float64 on CPU) or ``"torch"``."""
+    return "numba" if _fused_mlp.AVAILABLE and X.dtype == torch.float64 and X.device.type == "cpu" else "torch"
+
+
+def _loss_grad_torch(spec: MLPSpec, params, X, y, sw, grads, scale, work):
+    """:func:`loss_grad_` as torch ops on the tensors of ``module.parameters()``; the loss sum as a 0-d tensor."""
     n, n_layers = X.shape[0], len(spec.shapes)
     acts, a = [X], X
     for k in range(n_layers):
@@ -446,7 +465,7 @@ def value_grad(shard, w, spec: MLPSpec, batch=None):
     if fused:
         w = w.to(device=X.device, dtype=spec.torch_dtype)
         grad = torch.empty_like(w)
-        return spec.loss_grad_(param_views(spec, w), X, y, sw, param_views(spec, grad), work=work), grad, weight, n
+        return spec.loss_grad_(w, X, y, sw, grad, work=work), grad, weight, n
     module = shard_module(shard, spec)
     params = list(module.parameters())
     torch.nn.utils.vector_to_parameters(w.to(spec.torch_dtype), params)

@@ -371,6 +371,8 @@ def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
         if out is not None:  # rank 0
             out["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
             out["gradient"] = "hand-written" if by_hand else "DistributedDataParallel"
+            if by_hand:
+                out["kernel"] = M.loss_grad_kernel(shard.get("X"))
         return out
     finally:
         if shm is not None:
@@ -421,14 +423,12 @@ class _FlatGradient:
         self.w = torch.nn.utils.parameters_to_vector(params).detach()
         self.g = torch.zeros_like(self.w)
         sizes, shapes = [p.numel() for p in params], [p.shape for p in params]
-        self.views = [v.view(s) for v, s in zip(self.w.split(sizes), shapes)]  # what the spec reads
-        self.grads = [v.view(s) for v, s in zip(self.g.split(sizes), shapes)]  # what it writes
-        self.params = [v.detach().requires_grad_() for v in self.views]  # what the optimizer steps
-        for p, gv in zip(self.params, self.grads):
-            p.grad = gv
+        self.params = [v.view(s).detach().requires_grad_() for v, s in zip(self.w.split(sizes), shapes)]
+        for p, gv in zip(self.params, self.g.split(sizes)):
+            p.grad = gv.view(p.shape)
 
     def __call__(self, X, y, sw, w_b):
-        loss = self.spec.loss_grad_(self.views, X, y, sw, self.grads, 1.0 / w_b, self.work)
+        loss = self.spec.loss_grad_(self.w, X, y, sw, self.g, 1.0 / w_b, self.work)
         if self.shm is not None:
             self.shm.allreduce_(self.g)
         else:
@@ -451,6 +451,8 @@ def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state):
     if opt_state is not None:
         opt.load_state_dict(_torch_state(opt_state))
     weights = [p for p, keep in zip(params, spec.weight_flags()) if keep]
+    w_det = [p.detach() for p in weights]  # views of the parameters, outside autograd
+    w_flat = [v.view(-1) for v in w_det]
     # the flat path's gradients stay the same tensors between steps; DDP's are made anew by each backward
     step_opt = fast_step(opt) if isinstance(gradient, _FlatGradient) else opt.step
     f64 = torch.float64
@@ -472,11 +474,11 @@ def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state):
         n_b, w_b = per_step["rows"][:, k]
         X, y, sw = M.take(shard, M.batch_rows(shard, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)), gradient.work)
         part = gradient(X, y, sw, w_b) / w_b
-        with torch.no_grad():  # the L2 term is the same on every rank: added after the sum, outside autograd
-            for p in weights:
-                p.grad.add_(p, alpha=cfg.alpha / w_b)
-            if k % comm.world_size == comm.rank and cfg.alpha:  # its value on one rank, each rank in turn
-                part += 0.5 * cfg.alpha * sum(float(torch.dot(p.reshape(-1), p.reshape(-1))) for p in weights) / w_b
+        # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
+        if weights:
+            torch._foreach_add_([p.grad for p in weights], w_det, alpha=cfg.alpha / w_b)
+        if k % comm.world_size == comm.rank and cfg.alpha:
+            part += 0.5 * cfg.alpha * sum(float(torch.dot(v, v)) for v in w_flat) / w_b
         step_opt()
         return part * n_b
 

@@ -34,6 +34,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
 import dask_estimators as de
+from dask_estimators.objectives import _fused_mlp
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
@@ -215,6 +216,7 @@ def test_tree_and_ddp_take_the_same_steps(client, shared_memory):
         client.run(switch, True)
     assert ddp.fit_stats_["allreduce"] == ("shared memory" if shared_memory else "gloo")
     assert ddp.fit_stats_["gradient"] == "hand-written"  # the flat-buffer step, not the DDP wrapper
+    assert ddp.fit_stats_["kernel"] == ("numba" if _fused_mlp.AVAILABLE else "torch")  # float64 on CPU workers
     assert _max_diff(tree, ddp) < 1e-10
     np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
 
@@ -757,6 +759,9 @@ def test_float32_input_fits_and_predicts(strategy):
     assert np.mean(pred32 == est64.predict(X)) >= 0.97
     assert abs(est32.score(X, y) - est64.score(X, y)) <= 0.02
     assert est32.score(X, y) > 0.7
+    if strategy == "ddp":  # float32 batches take the torch ops, float64 ones the numba kernel where it exists
+        assert est32.fit_stats_["kernel"] == "torch"
+        assert est64.fit_stats_["kernel"] == ("numba" if _fused_mlp.AVAILABLE else "torch")
 
 
 # ---------------------------------------------------------- 14. fit_stats_

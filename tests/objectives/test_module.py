@@ -20,6 +20,7 @@ from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from dask_estimators.engine import LocalEvaluator
 from dask_estimators.engine._worker import Shard
+from dask_estimators.objectives import _fused_mlp
 from dask_estimators.objectives import module as M
 
 D = 4
@@ -231,14 +232,31 @@ def test_value_grad_matches_independent_torch(case_id):
     np.testing.assert_allclose(g, ref_g, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def _counting(fn, calls):
+    def wrapped(*args):
+        calls.append(1)
+        return fn(*args)
+
+    return wrapped
+
+
+@pytest.mark.parametrize("path", ["numba-float64", "torch-float64", "torch-float32"])
 @pytest.mark.parametrize("weighted", [True, False], ids=["sw", "nosw"])
 @pytest.mark.parametrize("activation", M.ACTIVATIONS)
 @pytest.mark.parametrize("case_id", CASE_IDS)
-def test_hand_written_gradient_equals_autograd_on_the_module(case_id, activation, weighted, dtype):
+def test_hand_written_gradient_equals_autograd_on_the_module(case_id, activation, weighted, path, monkeypatch):
     """``loss_grad_`` (forward and backward by hand, into a flat buffer) against autograd through
     ``build_module`` and ``loss_sum``: the same loss and gradient, scaled, every entry of the buffer written;
-    also for an empty batch and for a network without hidden layers."""
+    also for an empty batch and for a network without hidden layers.  Both ways it computes: one numba
+    call (float64 on CPU) and the torch ops (GPUs, float32, no numba)."""
+    kernel, dtype = path.split("-")
+    if kernel == "numba":
+        if not _fused_mlp.AVAILABLE:
+            pytest.skip("numba is not installed")
+        calls = []
+        monkeypatch.setattr(_fused_mlp, "_kernel", _counting(_fused_mlp._kernel, calls))
+    else:
+        monkeypatch.setattr(_fused_mlp, "AVAILABLE", False)
     case = BY_ID[case_id]
     rng = np.random.default_rng(11)
     X, y, s = make_data(case, rng, weighted=weighted)
@@ -255,11 +273,17 @@ def test_hand_written_gradient_equals_autograd_on_the_module(case_id, activation
         ref.backward()
         ref_g = torch.cat([p.grad.reshape(-1) for p in params]).double()
         g = torch.full_like(w, float("nan"))
-        loss = spec.loss_grad_(M.param_views(spec, w), Xt, yt, st, M.param_views(spec, g), 0.25)
-        assert g.dtype == w.dtype and not torch.isnan(g).any()
-        assert float(loss) == pytest.approx(float(ref.detach()), rel=tol, abs=tol)
-        scale = max(1.0, float(ref_g.abs().max()))
-        np.testing.assert_allclose(g.double().numpy(), 0.25 * ref_g.numpy(), rtol=0, atol=tol * scale)
+        work = {}
+        for _ in range(2):  # the second call reuses the kept buffers
+            g.fill_(float("nan"))
+            loss = spec.loss_grad_(w, Xt, yt, st, g, 0.25, work)
+            assert isinstance(loss, float)
+            assert g.dtype == w.dtype and not torch.isnan(g).any()
+            assert loss == pytest.approx(float(ref.detach()), rel=tol, abs=tol)
+            scale = max(1.0, float(ref_g.abs().max()))
+            np.testing.assert_allclose(g.double().numpy(), 0.25 * ref_g.numpy(), rtol=0, atol=tol * scale)
+    if kernel == "numba":
+        assert len(calls) == 4  # every non-empty call above went through the numba kernel
 
 
 # ------------------------------------------------------------------ shard sums
