@@ -231,9 +231,40 @@ def add(*parts):
         return {k: add(*(p[k] for p in parts)) for k in first}
     if first is None:
         return None
-    total = first
-    for p in parts[1:]:
-        total = total + p
+    if len(parts) == 1:
+        return first
+    total = first + parts[1]  # a new array: the parts are left as they are
+    return _accumulate(total, parts[2:])
+
+
+def add_into(*parts):
+    """:func:`add`, written into the first part's arrays where possible; that part must be owned by the caller.
+
+    The tree's adds above its first level get as first operand a sum that an
+    earlier add of the same tree made, which nothing else reads: adding into
+    it saves allocating a new array of the result's size at every level (at
+    10M parameters, 80 MB that are page-faulted in each time).
+    """
+    first = parts[0]
+    if isinstance(first, tuple):
+        return tuple(add_into(*items) for items in zip(*parts))
+    if isinstance(first, list):
+        return [add_into(*items) for items in zip(*parts)]
+    if isinstance(first, dict):
+        return {k: add_into(*(p[k] for p in parts)) for k in first}
+    if first is None:
+        return None
+    return _accumulate(first, parts[1:])
+
+
+def _accumulate(total, rest):
+    """``total`` plus each of ``rest``, in place when ``total`` is a writeable NumPy array that can hold the sum."""
+    for p in rest:
+        if (isinstance(total, np.ndarray) and isinstance(p, (np.ndarray, np.generic)) and total.flags.writeable
+                and p.shape == total.shape and np.result_type(total, p) == total.dtype):
+            np.add(total, p, out=total)
+        else:
+            total = total + p
     return total
 
 

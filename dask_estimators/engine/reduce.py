@@ -19,7 +19,9 @@ def tree_sum(client, parts, workers, fan_in: int = 2):
     """Add ``parts`` (futures, with the worker of each) pairwise on the workers.
 
     Returns the future of the total.  Every add task is pinned to the worker
-    holding its first operand, so one of its inputs is already local.
+    holding its first operand, so one of its inputs is already local.  An add
+    whose first operand is a sum made by this tree adds into it
+    (:func:`~._worker.add_into`); the parts themselves are never written.
 
     Examples
     --------
@@ -29,7 +31,7 @@ def tree_sum(client, parts, workers, fan_in: int = 2):
     """
     if fan_in < 2:
         raise ValueError(f"fan_in must be >= 2, got {fan_in}.")
-    level = list(zip(parts, workers))
+    level = [(f, w, False) for f, w in zip(parts, workers)]  # (future, its worker, made by this tree)
     while len(level) > 1:
         nxt = []
         for i in range(0, len(level), fan_in):
@@ -37,11 +39,12 @@ def tree_sum(client, parts, workers, fan_in: int = 2):
             if len(group) == 1:
                 nxt.append(group[0])
                 continue
-            w = group[0][1]
+            w, owned = group[0][1], group[0][2]
             fut = client.submit(
-                _worker.add, *(f for f, _ in group), workers=[w], allow_other_workers=False, pure=False
+                _worker.add_into if owned else _worker.add, *(f for f, _, _ in group), workers=[w],
+                allow_other_workers=False, pure=False,
             )
-            nxt.append((fut, w))
+            nxt.append((fut, w, True))
         level = nxt
     return level[0][0]
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster, get_task_stream
 
-from dask_estimators.engine import REDUCTIONS, DistributedEvaluator, place
+from dask_estimators.engine import REDUCTIONS, DistributedEvaluator, _worker, place
 from dask_estimators.engine.reduce import reduce_parts, tree_sum
 
 PART_COUNTS = [1, 2, 3, 5, 8]
@@ -113,9 +113,12 @@ def test_tree_sum_equals_np_sum(client, rng, n_parts, fan_in, payload):
         total = tree_sum(client, futs, workers, fan_in=fan_in)
         got = total.result()
     _assert_sum(got, values, payload)
+    _assert_parts_unchanged(client, futs, values, payload)
     # a tree whose every add takes 2..fan_in operands: between ceil((n-1)/(f-1)) and n-1 adds
     adds = [t for t in ts.data if str(t["key"]).startswith("add")]
     assert -(-(n_parts - 1) // (fan_in - 1)) <= len(adds) <= n_parts - 1
+    # the adds whose first operand is a sum of the tree's own add into it; the others make a new sum
+    assert sum(str(t["key"]).startswith("add_into") for t in adds) == _adds_into(n_parts, fan_in)
     assert {t["worker"] for t in adds} <= set(workers)
     if n_parts > 1:  # the total stays on a worker that held an operand; only the client's result() fetches it
         assert set(client.who_has([total])[total.key]) <= set(workers)
@@ -127,6 +130,52 @@ def test_tree_sum_on_four_workers(client4, rng, n_parts, fan_in):
     values = _values(rng, n_parts, "array")
     futs, workers = _parts(client4, values)
     _assert_sum(tree_sum(client4, futs, workers, fan_in=fan_in).result(), values, "array")
+    _assert_parts_unchanged(client4, futs, values, "array")
+
+
+def _adds_into(n, fan_in):
+    """How many of a tree's adds have as first operand a sum the tree made (the leftover of a level moves up)."""
+    level, count = [False] * n, 0
+    while len(level) > 1:
+        nxt = []
+        for i in range(0, len(level), fan_in):
+            group = level[i : i + fan_in]
+            count += len(group) > 1 and group[0]
+            nxt.append(group[0] if len(group) == 1 else True)
+        level = nxt
+    return count
+
+
+def _assert_parts_unchanged(client, futs, values, payload):
+    """The parts on the workers are the values they were made from: no add wrote into them."""
+    for got, v in zip(client.gather(futs), values):
+        if payload == "array":
+            np.testing.assert_array_equal(got, v)
+        else:
+            assert got[0] == v[0]
+            np.testing.assert_array_equal(got[1], v[1])
+
+
+def test_add_leaves_its_parts_and_add_into_writes_into_the_first():
+    a, b, c = np.arange(3.0), np.full(3, 10.0), np.full(3, 100.0)
+    total = _worker.add(a, b, c)
+    np.testing.assert_array_equal(total, [110.0, 111.0, 112.0])
+    np.testing.assert_array_equal(a, [0.0, 1.0, 2.0])  # no operand written
+    assert total is not a and total is not b and total is not c
+    first = a.copy()
+    out = _worker.add_into((1.0, first), (2.0, b), (3.0, c))
+    assert out[0] == 6.0 and out[1] is first  # the array in place, the float added
+    np.testing.assert_array_equal(first, [110.0, 111.0, 112.0])
+    np.testing.assert_array_equal(b, [10.0, 10.0, 10.0])
+    # a first operand that cannot hold the sum (int + float, a read-only array) gets a new array instead
+    ints = np.arange(3)
+    out = _worker.add_into(ints, np.full(3, 0.5))
+    np.testing.assert_array_equal(ints, [0, 1, 2])
+    np.testing.assert_array_equal(out, [0.5, 1.5, 2.5])
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    np.testing.assert_array_equal(_worker.add_into(ro, b), b)
+    np.testing.assert_array_equal(ro, 0.0)
 
 
 @pytest.mark.parametrize("method", REDUCTIONS)
