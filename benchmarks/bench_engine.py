@@ -145,47 +145,69 @@ def _sum_all(*parts):
     return total
 
 
+#: The reductions compared, in the table's order.  "tree" is the engine's (shared memory between the
+#: workers of one host); "tree-tcp" the same tree with that off; "gather" is a plain ``client.gather`` (through
+#: the scheduler, as Dask does by default), the anchor; "gather-direct" fetches from the workers directly.
+REDUCTION_STRATEGIES = ("tree", "tree-tcp", "gather", "gather-direct", "as_completed", "single")
+
+
 def bench_reductions(client, sizes, parts_per_worker, repeat):
-    """Time to sum 2 partial results per worker held on the workers, by strategy and size."""
-    from distributed import as_completed
+    """Time to sum ``parts_per_worker`` partial results per worker held on the workers, by strategy and size.
+
+    Every repeat sums fresh parts, made and finished before the clock starts:
+    summing the same futures again would find copies of them already on the
+    workers that fetched them the last time (Dask keeps replicas), and time
+    less transfer than a real round has.
+    """
+    import dask
+    from distributed import as_completed, wait
 
     from dask_estimators.engine.reduce import tree_sum
 
     workers = sorted(client.scheduler_info()["workers"])
+
+    def tree(futs, where):
+        return tree_sum(client, futs, where, fan_in=2).result()
+
+    def tree_tcp(futs, where):
+        with dask.config.set({"dask-estimators.shared-memory": False}):
+            return tree(futs, where)
+
+    def completed(futs, where):
+        total = None
+        for f in as_completed(futs):
+            r = f.result()
+            total = r.copy() if total is None else total + r
+        return total
+
+    fns = {
+        "tree": tree,
+        "tree-tcp": tree_tcp,
+        "gather": lambda futs, where: _sum_all(*client.gather(futs)),
+        "gather-direct": lambda futs, where: _sum_all(*client.gather(futs, direct=True)),
+        "as_completed": completed,
+        "single": lambda futs, where: client.submit(_sum_all, *futs, workers=[where[0]], pure=False).result(),
+    }
     rows = []
     for size in sizes:
-        placed = [(w, client.submit(_part, size, i * 1000 + j, workers=[w], pure=False))
-                  for i, w in enumerate(workers) for j in range(parts_per_worker)]
-        futs = [f for _, f in placed]
-        where = [w for w, _ in placed]
-        client.gather(client.submit(_noop, None, pure=False))  # settle
-        from distributed import wait
-
-        wait(futs)
         expected = None
-
-        def tree():
-            return tree_sum(client, futs, where, fan_in=2).result()
-
-        def gather():
-            return _sum_all(*client.gather(futs))
-
-        def completed():
-            total = None
-            for f in as_completed(futs):
-                r = f.result()
-                total = r.copy() if total is None else total + r
-            return total
-
-        def single():
-            return client.submit(_sum_all, *futs, workers=[where[0]], pure=False).result()
-
-        for name, fn in [("tree", tree), ("gather", gather), ("as_completed", completed), ("single", single)]:
-            out = fn()
-            expected = out if expected is None else expected
-            np.testing.assert_allclose(out, expected, rtol=1e-10)
-            t = _median_seconds(fn, repeat, warmup=1)
-            rows.append(dict(parameters=size, parts=len(futs), workers=len(workers), strategy=name, seconds=t))
+        for name in REDUCTION_STRATEGIES:
+            times = []
+            for r in range(repeat + 1):  # the first is a warm-up, and checked
+                placed = [(w, client.submit(_part, size, 1000 * i + j + 17 * r, workers=[w], pure=False))
+                          for i, w in enumerate(workers) for j in range(parts_per_worker)]
+                futs, where = [f for _, f in placed], [w for w, _ in placed]
+                wait(futs)
+                t0 = time.perf_counter()
+                out = fns[name](futs, where)
+                times.append(time.perf_counter() - t0)
+                if r == 0:
+                    if expected is None:
+                        expected = _sum_all(*client.gather(futs, direct=True))
+                    np.testing.assert_allclose(out, expected, rtol=1e-10)
+                del placed, futs, out
+            rows.append(dict(parameters=size, parts=len(workers) * parts_per_worker, workers=len(workers),
+                             strategy=name, seconds=statistics.median(times[1:])))
     for size in sizes:
         base = next(r["seconds"] for r in rows if r["parameters"] == size and r["strategy"] == "gather")
         for r in rows:

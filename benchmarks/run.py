@@ -74,10 +74,11 @@ def summary_rows(out):
                  "anchor": f"per example {b['per_example_ms']:.3g}", "ours / anchor": 1 / b["speedup"]})
     top = max(r["parameters"] for r in eng["reductions"])
     red = {r["strategy"]: r for r in eng["reductions"] if r["parameters"] == top}
-    rows.append({"benchmark": f"tree-sum, {top:.0e} parameters, {red['tree']['parts']} parts on "
-                              f"{red['tree']['workers']} workers, s", "ours": red["tree"]["seconds"],
-                 "anchor": f"gather {red['gather']['seconds']:.3g}",
-                 "ours / anchor": red["tree"]["seconds"] / red["gather"]["seconds"]})
+    for anchor in ("gather", "gather-direct"):
+        rows.append({"benchmark": f"tree-sum, {top:.0e} parameters, {red['tree']['parts']} parts on "
+                                  f"{red['tree']['workers']} workers, s", "ours": red["tree"]["seconds"],
+                     "anchor": f"{anchor} {red[anchor]['seconds']:.3g}",
+                     "ours / anchor": red["tree"]["seconds"] / red[anchor]["seconds"]})
     for r in out["mlp"]["results"]:
         if r["key"] in ("ours-tree", "ours-ddp", "ddp-floor") and "error" not in r:
             label = ("MLP ddp's bound (one rank's step, no other rank), samples/s" if r["key"] == "ddp-floor"
@@ -114,7 +115,7 @@ def plots(out, folder):
 
     red = out["engine"]["reductions"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for strategy in ("tree", "gather", "as_completed", "single"):
+    for strategy in bench_engine.REDUCTION_STRATEGIES:
         pts = sorted((r["parameters"], r["seconds"]) for r in red if r["strategy"] == strategy)
         ax.plot([p for p, _ in pts], [s for _, s in pts], "o-", label=strategy)
     ax.set_xscale("log")

@@ -10,6 +10,8 @@ import threading
 
 import numpy as np
 
+from . import _shared
+
 ALIGN = 64
 _setup_lock = threading.Lock()
 _setup_done = {"threads": None}
@@ -220,15 +222,29 @@ def run_kernel(fn, shard: Shard, *args):
     return to_host(fn(shard, *(to_device(shard, a) for a in args)))
 
 
-def add(*parts):
-    """Elementwise sum of result trees (tuples, lists, dicts of arrays and floats)."""
+def add(*parts, share=None):
+    """Elementwise sum of result trees (tuples, lists, dicts of arrays and floats).
+
+    ``share`` (the tree-sum's adds, see :mod:`._shared`): ``"map"`` or
+    ``"copy"`` returns the sum with its large arrays in shared memory, for a
+    consumer on this host that maps them (another worker's add) or copies them
+    out (the client).  Parts that are such sums made in this process are read
+    in place.
+    """
+    parts = tuple(_shared.unwrap(p) for p in parts)
+    if share:
+        return _shared.shared_sum(parts, share == "copy", _add)
+    return _add(*parts)
+
+
+def _add(*parts):
     first = parts[0]
     if isinstance(first, tuple):
-        return tuple(add(*items) for items in zip(*parts))
+        return tuple(_add(*items) for items in zip(*parts))
     if isinstance(first, list):
-        return [add(*items) for items in zip(*parts)]
+        return [_add(*items) for items in zip(*parts)]
     if isinstance(first, dict):
-        return {k: add(*(p[k] for p in parts)) for k in first}
+        return {k: _add(*(p[k] for p in parts)) for k in first}
     if first is None:
         return None
     if len(parts) == 1:
@@ -237,21 +253,32 @@ def add(*parts):
     return _accumulate(total, parts[2:])
 
 
-def add_into(*parts):
+def add_into(*parts, share=None):
     """:func:`add`, written into the first part's arrays where possible; that part must be owned by the caller.
 
     The tree's adds above its first level get as first operand a sum that an
     earlier add of the same tree made, which nothing else reads: adding into
     it saves allocating a new array of the result's size at every level (at
-    10M parameters, 80 MB that are page-faulted in each time).
+    10M parameters, 80 MB that are page-faulted in each time).  A first part in
+    shared memory stays there: the sum is returned in its segments.
     """
+    first, rest = parts[0], tuple(_shared.unwrap(p) for p in parts[1:])
+    total = _add_into(_shared.unwrap(first), *rest)
+    if not share:
+        return total
+    if isinstance(first, _shared.Shared):
+        return first.update(total, share == "copy")
+    return _shared.shared_sum((total,), share == "copy", _add)
+
+
+def _add_into(*parts):
     first = parts[0]
     if isinstance(first, tuple):
-        return tuple(add_into(*items) for items in zip(*parts))
+        return tuple(_add_into(*items) for items in zip(*parts))
     if isinstance(first, list):
-        return [add_into(*items) for items in zip(*parts)]
+        return [_add_into(*items) for items in zip(*parts)]
     if isinstance(first, dict):
-        return {k: add_into(*(p[k] for p in parts)) for k in first}
+        return {k: _add_into(*(p[k] for p in parts)) for k in first}
     if first is None:
         return None
     return _accumulate(first, parts[1:])

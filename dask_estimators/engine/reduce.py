@@ -8,7 +8,9 @@ sums) and ``"single"`` (one task sums all parts) exist for comparison.
 
 from __future__ import annotations
 
-from . import _worker
+import dask
+
+from . import _shared, _worker
 
 REDUCTIONS = ("tree", "gather", "single")
 
@@ -23,6 +25,12 @@ def tree_sum(client, parts, workers, fan_in: int = 2):
     whose first operand is a sum made by this tree adds into it
     (:func:`~._worker.add_into`); the parts themselves are never written.
 
+    Between processes of one host, the tree's sums travel through shared
+    memory (:mod:`._shared`): an add whose sum goes on to a worker or client
+    on its host writes it into reused memory segments that the receiver maps,
+    so only a few numbers per array cross the network.  Set the Dask config
+    ``dask-estimators.shared-memory`` to False to send them over it.
+
     Examples
     --------
     >>> futs = [client.submit(np.ones, 3, workers=[w]) for w in ws]  # doctest: +SKIP
@@ -31,7 +39,24 @@ def tree_sum(client, parts, workers, fan_in: int = 2):
     """
     if fan_in < 2:
         raise ValueError(f"fan_in must be >= 2, got {fan_in}.")
-    level = [(f, w, False) for f, w in zip(parts, workers)]  # (future, its worker, made by this tree)
+    adds, where = _plan(len(parts), list(workers), fan_in)
+    shares = _shares(client, adds, where, len(parts))
+    futs = list(parts)
+    for (group, w, owned), share in zip(adds, shares):
+        futs.append(client.submit(
+            _worker.add_into if owned else _worker.add, *(futs[i] for i in group), share=share, workers=[w],
+            allow_other_workers=False, pure=False,
+        ))
+    return futs[-1]
+
+
+def _plan(n: int, workers: list, fan_in: int):
+    """The tree's adds, bottom up, as (operand indices, worker, first operand made by the tree).
+
+    Index ``i < n`` is part ``i``; index ``n + k`` is the sum of add ``k``.
+    ``where`` gives the worker of every index.
+    """
+    level, where, made, adds = list(range(n)), list(workers), [False] * n, []
     while len(level) > 1:
         nxt = []
         for i in range(0, len(level), fan_in):
@@ -39,14 +64,53 @@ def tree_sum(client, parts, workers, fan_in: int = 2):
             if len(group) == 1:
                 nxt.append(group[0])
                 continue
-            w, owned = group[0][1], group[0][2]
-            fut = client.submit(
-                _worker.add_into if owned else _worker.add, *(f for f, _, _ in group), workers=[w],
-                allow_other_workers=False, pure=False,
-            )
-            nxt.append((fut, w, True))
+            adds.append((group, where[group[0]], made[group[0]]))
+            where.append(where[group[0]])
+            made.append(True)
+            nxt.append(n + len(adds) - 1)
         level = nxt
-    return level[0][0]
+    return adds, where
+
+
+def _shares(client, adds, where, n):
+    """For each add: "map" or "copy" when its sum should go out in shared memory, else None.
+
+    An add's sum is written into by the adds that take it as first operand, so
+    where it ends up is where the last of those sends it: to the next add
+    (which maps it) or, from the root, to the client (which copies it out).
+    """
+    if not adds or not dask.config.get("dask-estimators.shared-memory", True):
+        return [None] * len(adds)
+    tokens = _host_tokens(client, sorted(set(where)))
+    parent = {}
+    for k, (group, _, _) in enumerate(adds):
+        for i in group:
+            parent[i] = k
+    out = []
+    for k in range(len(adds)):
+        node = n + k
+        while node in parent and adds[parent[node]][0][0] == node:  # it is summed into: follow it up
+            node = n + parent[node]
+        if node in parent:
+            dest, share = tokens.get(where[adds[parent[node]][0][0]]), "map"
+        else:  # the root: its total goes to the client
+            dest, share = _shared.host_token(), "copy"
+        mine = tokens.get(where[n + k])
+        out.append(share if mine is not None and mine == dest else None)
+    return out
+
+
+_TOKENS: dict = {}  # worker address -> its host_token (None: cannot share); a worker's address is its process's
+
+
+def _host_tokens(client, workers) -> dict:
+    missing = [w for w in workers if w not in _TOKENS]
+    if missing:
+        try:
+            _TOKENS.update(client.run(_shared.host_token, workers=missing))
+        except Exception:  # a worker that cannot answer: send its sums over the network, as before
+            _TOKENS.update({w: None for w in missing if w not in _TOKENS})
+    return {w: _TOKENS.get(w) for w in workers}
 
 
 def reduce_parts(client, parts, workers, method: str = "tree", fan_in: int = 2, timeout=None):

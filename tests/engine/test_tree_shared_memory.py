@@ -1,0 +1,180 @@
+"""The tree-sum's same-host hand-over through shared memory (engine/_shared.py).
+
+On the session's process-based cluster: sums of large arrays travel as
+segment references and equal np.sum; the client's total is its own memory and
+stays right after the segments are reused by later trees; parts are never
+written; a worker on "another host" gets its sums over the network; the
+config switch turns it off.  In one process: pickles are small, a reused
+segment is an error and never another sum's numbers, and segments are pooled.
+"""
+
+import gc
+import pickle
+
+import dask
+import numpy as np
+import pytest
+from distributed import wait
+
+from dask_estimators.engine import _shared, _worker, reduce
+from dask_estimators.engine.reduce import tree_sum
+
+BIG = _shared.MIN_BYTES // 8 + 3  # float64 elements: just above the size that goes through shared memory
+
+
+def _workers(c):
+    return sorted(c.scheduler_info()["workers"])
+
+
+def _make(seed, size):
+    return (float(seed), np.random.default_rng(seed).standard_normal(size), np.arange(3.0) * seed)
+
+
+def _parts(client, n, size, seed0=0, where=None):
+    ws = _workers(client)
+    where = where or [ws[i % len(ws)] for i in range(n)]
+    futs = [client.submit(_make, seed0 + i, size, workers=[w], pure=False) for i, w in enumerate(where)]
+    wait(futs)
+    return futs, where, [_make(seed0 + i, size) for i in range(n)]
+
+
+def _expected(values):
+    return (sum(v[0] for v in values), np.sum([v[1] for v in values], axis=0), np.sum([v[2] for v in values], axis=0))
+
+
+def _assert_total(got, values):
+    want = _expected(values)
+    assert got[0] == pytest.approx(want[0], rel=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-12, atol=1e-12)
+
+
+def _held(dask_worker, key):
+    """The type of what a worker holds under ``key`` and how many of its arrays are in segments."""
+    if key not in dask_worker.data:
+        return None
+    v = dask_worker.data[key]
+    leaves = []
+    if isinstance(v, _shared.Shared):
+        _shared._map(lambda x: leaves.append(isinstance(x, _shared._Leaf)), v._leaves)
+    return type(v).__name__, sum(leaves)
+
+
+def _held_on_workers(client, key):
+    return [h for h in client.run(_held, key=key).values() if h is not None]
+
+
+# --------------------------------------------------------------------- on the cluster
+@pytest.mark.parametrize("fan_in", [2, 3])
+@pytest.mark.parametrize("n_parts", [2, 5])
+def test_tree_sum_of_large_arrays_travels_through_shared_memory(client, n_parts, fan_in):
+    futs, where, values = _parts(client, n_parts, BIG)
+    total = tree_sum(client, futs, where, fan_in=fan_in)
+    wait(total)
+    # the total is held on its worker as a Shared: only references to its segments leave that process
+    assert _held_on_workers(client, total.key) == [("Shared", 1)]
+    got = total.result()
+    _assert_total(got, values)
+    assert got[1].flags.owndata and got[1].flags.writeable  # the client copied it out: its own memory
+    for part, v in zip(client.gather(futs), values):  # no add wrote into a part
+        np.testing.assert_array_equal(part[1], v[1])
+
+
+def test_client_total_survives_reuse_of_the_segments(client):
+    """A later tree reuses the segments; a total already returned must not change with them."""
+    futs, where, values = _parts(client, 4, BIG)
+    first = tree_sum(client, futs, where).result()
+    snapshot = first[1].copy()
+    del futs
+    for k in range(3):  # the same sizes: the pooled segments of the first tree are taken again
+        futs2, where2, values2 = _parts(client, 4, BIG, seed0=100 + 10 * k)
+        _assert_total(tree_sum(client, futs2, where2).result(), values2)
+        del futs2
+    np.testing.assert_array_equal(first[1], snapshot)
+    _assert_total(first, values)
+
+
+def test_sums_for_another_host_go_over_the_network(client, monkeypatch):
+    """A worker whose host token differs from its consumer's hands over plain arrays (and the sum is right)."""
+    ws = _workers(client)
+    monkeypatch.setitem(reduce._TOKENS, ws[1], "another-host")
+    monkeypatch.setitem(reduce._TOKENS, ws[0], _shared.host_token())
+    futs, where, values = _parts(client, 4, BIG, where=[ws[0], ws[0], ws[1], ws[1]])
+    adds, placed_on = reduce._plan(4, where, 2)
+    shares = reduce._shares(client, adds, placed_on, 4)
+    # add 0 on ws0 feeds the root on ws0 and then the client (same host): "copy"; add 1 on ws1 feeds ws0: plain
+    assert [a[1] for a in adds] == [ws[0], ws[1], ws[0]]
+    assert shares == ["copy", None, "copy"]
+    _assert_total(tree_sum(client, futs, where).result(), values)
+
+
+def test_shared_memory_switch_off_sends_plain_arrays(client):
+    futs, where, values = _parts(client, 3, BIG)
+    with dask.config.set({"dask-estimators.shared-memory": False}):
+        total = tree_sum(client, futs, where)
+        wait(total)
+        assert _held_on_workers(client, total.key) == [("tuple", 0)]
+        _assert_total(total.result(), values)
+
+
+def test_small_results_are_not_put_in_segments(client):
+    futs, where, values = _parts(client, 3, 10)
+    total = tree_sum(client, futs, where)
+    wait(total)
+    assert _held_on_workers(client, total.key) == [("Shared", 0)]
+    _assert_total(total.result(), values)
+
+
+# --------------------------------------------------------------------- in one process
+def test_a_shared_sum_pickles_as_references_and_maps_back():
+    a, b = np.random.default_rng(0).standard_normal((2, BIG))
+    s = _worker.add((1.0, a), (2.0, b), share="map")
+    assert isinstance(s, _shared.Shared)
+    blob = pickle.dumps(s)
+    assert len(blob) < 1000 < a.nbytes
+    got = pickle.loads(blob)  # in this process: its own segment, in place
+    assert got[0] == 3.0
+    np.testing.assert_array_equal(got[1], a + b)
+    assert np.shares_memory(got[1], s.tree[1])
+
+
+def test_a_reused_segment_is_an_error_not_another_sum():
+    a = np.ones(BIG)
+    s = _worker.add(a, a, share="copy")
+    blob = pickle.dumps(s)
+    del s
+    gc.collect()  # the key released: the segment goes back to the pool
+    t = _worker.add(a, 3 * a, share="copy")  # same size: takes that segment again, with a new lease
+    with pytest.raises(_shared.SharedMemoryError, match="reused"):
+        pickle.loads(blob)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(t)), 4.0)
+
+
+def test_segments_are_pooled_and_add_into_keeps_its_segment():
+    a = np.full(BIG, 2.0)
+    s = _worker.add(a, a, share="map")
+    fd = s._leaves.ref.fd
+    out = _worker.add_into(s, a, share="copy")
+    assert out is s and out.copy and out._leaves.ref.fd == fd  # summed in place, in the same segment
+    np.testing.assert_array_equal(out.tree, 6.0)
+    np.testing.assert_array_equal(a, 2.0)
+    del s, out
+    gc.collect()
+    again = _worker.add(a, a, share="map")
+    assert again._leaves.ref.fd == fd  # the freed segment was taken again
+    # a plain result of a shared first operand keeps its segment leased until it is dropped
+    plain = _worker.add_into(again, a)
+    del again
+    gc.collect()
+    assert any(k[0] == fd for k in _shared._live) and all(s.fd != fd for s in _shared._free)
+    np.testing.assert_array_equal(plain, 6.0)
+    del plain
+    gc.collect()
+    assert any(s.fd == fd for s in _shared._free)
+
+
+def test_sums_that_cannot_be_held_in_place_stay_plain():
+    ints, floats = np.arange(BIG), np.full(BIG, 0.5)
+    s = _worker.add(ints, floats, share="map")  # int + float: not a sum an int segment can hold
+    assert not isinstance(s._leaves, _shared._Leaf)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(s)), ints + 0.5)
