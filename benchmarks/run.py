@@ -140,8 +140,8 @@ def markdown(out):
             f"{out['seconds']:.0f} s in all.\n\n")
     parts = [head, "## Summary\n\n", _table(summary_rows(out), ["benchmark", "ours", "anchor", "ours / anchor"])]
     parts += ["\n## LogisticRegression\n\n",
-              _table(out["logistic"], ["n", "what", "seconds", "ratio_to_sklearn", "ours_speedup", "n_iter",
-                                       "accuracy", "log_loss"])]
+              _table(out["logistic"], ["n", "what", "seconds", "first_seconds", "ratio_to_sklearn", "ours_speedup",
+                                       "n_iter", "accuracy", "log_loss"])]
     for key, rows in out["engine"].items():
         title, cols = bench_engine.TABLES[key]
         parts += [f"\n## {title.format(workers=rows[0].get('workers', ''))}\n\n", _table(rows, cols)]

@@ -11,11 +11,10 @@ the total out, so what it returns is its own memory.
 
 Segments stay with their process and are reused: once nothing in the
 producer refers to a segment's memory any more (Dask released the key), it
-goes back to a per-process pool, and the next tree's add of the same size
-takes it with its pages already in memory (a fresh 80 MB segment costs about
-0.1 s of page allocation on the development machine, a reused one nothing).
-A segment is a memfd, not a file in /dev/shm, so a dead worker leaves
-nothing behind.  Each lease writes a random id into the segment's header and
+goes back to a per-process pool (:mod:`._memfd`), and the next tree's add of
+the same size takes it with its pages already in memory (a fresh 80 MB
+segment costs about 0.1 s of page allocation on the development machine, a
+reused one nothing).  A dead worker leaves nothing behind.  Each lease writes a random id into the segment's header and
 the reference carries it: a reference to a segment that was reused since is
 an error, never another sum's numbers.
 
@@ -34,15 +33,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _memfd
+
 #: Arrays below this many bytes travel with the message as before.
 MIN_BYTES = 1 << 20
 #: Bytes of the segment before the array: the lease id, padded to keep the array 64-byte aligned.
 HEADER = 64
-#: Free segments a process keeps for reuse, in bytes; more are closed.
-POOL_BYTES = 1 << 30
 
+#: Free segments of this process: at most 1 GiB, each closed after 30 s unused.
+_POOL = _memfd.Pool("dask-estimators-sum", max_bytes=1 << 30, idle_seconds=30.0)
 _lock = threading.Lock()
-_free: list = []  # idle _Segment objects, most recently freed last
 _live: dict = {}  # (fd, lease) -> weakref to the base array of a segment in use
 
 
@@ -72,49 +72,17 @@ def host_token():
     return f"{boot}:{pid_ns}:{os.getuid()}"
 
 
-class _Segment:
-    """One memfd of ``size`` bytes, mapped in this process."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.fd = os.memfd_create("dask-estimators-sum", getattr(os, "MFD_CLOEXEC", 0))
-        try:
-            os.ftruncate(self.fd, size)
-            self.mm = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-        except BaseException:
-            os.close(self.fd)
-            raise
-
-    def close(self):
-        try:
-            self.mm.close()
-        except BufferError:  # still exported (cannot happen once freed); the process exit frees it
-            return
-        os.close(self.fd)
-
-
-def _give_back(seg: _Segment, key) -> None:
+def _give_back(seg, key) -> None:
     with _lock:
         _live.pop(key, None)
-        _free.append(seg)
-        total = sum(s.size for s in _free)
-        while _free and total > POOL_BYTES:
-            old = _free.pop(0)
-            total -= old.size
-            old.close()
+    _POOL.give_back(seg)
 
 
 def _take(nbytes: int) -> tuple:
     """A segment for ``nbytes`` (pooled when one fits), its lease id, and the base array that keeps it leased."""
-    size = HEADER + nbytes
-    with _lock:
-        seg = next((s for s in reversed(_free) if s.size == size), None)
-        if seg is not None:
-            _free.remove(seg)
-    if seg is None:
-        seg = _Segment(size)
+    seg = _POOL.take(HEADER + nbytes)
     lease = int.from_bytes(os.urandom(8), "little")
-    base = np.frombuffer(seg.mm, dtype=np.uint8)
+    base = np.frombuffer(seg.mapping(), dtype=np.uint8)
     base[:8] = np.frombuffer(struct.pack("<Q", lease), dtype=np.uint8)
     key = (seg.fd, lease)
     weakref.finalize(base, _give_back, seg, key)

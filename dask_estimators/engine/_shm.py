@@ -1,28 +1,39 @@
-"""Same-host hand-over of NumPy arrays through files in /dev/shm.
+"""Same-host hand-over of NumPy arrays through shared memory.
 
-The client writes each array into a fresh file (with ``os.write``, so a full
-/dev/shm is a clean ``OSError`` and not a SIGBUS later); the worker maps it
+The client writes each array into a memfd (:mod:`._memfd`) taken from a pool
+(``os.pwrite``, so running out of memory is a clean ``OSError``, never a
+SIGBUS later); the worker opens ``/proc/<client pid>/fd/<fd>``, maps it
 read-write and uses the mapping as its array: page-aligned, C-contiguous,
-never pickled.  The client unlinks the files once the workers have mapped
-them, so nothing is left behind even if a worker dies later.
+never pickled.  The client gives the memfd back to its pool when the
+placement is released (:func:`release`), so the next fit of about the same
+size writes into pages already in memory: a plain copy, against 0.2-0.4 s
+of page allocation for 800 MB of fresh ones on the development machine.  A
+memfd has no name, so nothing is left behind even if a process dies.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import _memfd
+
 SHM_DIR = "/dev/shm"
-#: Arrays below this size are not worth a file: they travel with the task.
+#: Arrays below this size are not worth shared memory: they travel with the task.
 MIN_BYTES = 1 << 16
+#: A pooled memfd is reused for an array of at least 1 / SLACK of its size.
+SLACK = 1.25
+
+#: The client's free memfds: at most 4 GiB, each closed after 30 s unused.
+_POOL = _memfd.Pool("dask-estimators-data", max_bytes=4 << 30, idle_seconds=30.0)
+_in_use: dict = {}  # path -> Memfd written for a placement that is not yet released
 
 
 class NotShared(RuntimeError):
-    """The worker cannot open the client's file: it runs on another host or in another container."""
+    """The worker cannot open the client's memory: it runs on another host, container or user."""
 
 
 @dataclass(frozen=True)
@@ -33,37 +44,35 @@ class Handle:
 
 
 def _available() -> bool:
+    """A writable /dev/shm (the ddp strategy's shared-memory allreduce uses it)."""
     return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
 
 
-def write(a: np.ndarray) -> Handle | None:
-    """Copy ``a`` into a new /dev/shm file; None when that is not possible here.
+def _memfd_available() -> bool:
+    return hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 
-    ``os.write`` (not a fresh mapping) does the copy: it is twice as fast on
-    tmpfs (no page fault per 4 KiB page), and a full /dev/shm is a plain
-    ``OSError`` (ENOSPC) here, never a SIGBUS later.
-    """
+
+def write(a: np.ndarray) -> Handle | None:
+    """Copy ``a`` into a pooled memfd; None when that is not possible here."""
     a = np.ascontiguousarray(a)
-    path = os.path.join(SHM_DIR, f"dask-estimators-{uuid.uuid4().hex}")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        m = _POOL.take(a.nbytes, slack=SLACK)
     except OSError:
         return None
     try:
         view = memoryview(a.reshape(-1)).cast("B")
         offset = 0
         while offset < len(view):
-            offset += os.write(fd, view[offset : offset + (1 << 30)])
+            offset += os.pwrite(m.fd, view[offset : offset + (1 << 30)], offset)
     except OSError:
-        _unlink_path(path)
+        m.close()
         return None
-    finally:
-        os.close(fd)
-    return Handle(path, tuple(a.shape), a.dtype.str)
+    _in_use[m.path] = m
+    return Handle(m.path, tuple(a.shape), a.dtype.str)
 
 
 def read(h: Handle) -> np.ndarray:
-    """Map a client's file as a writable array (worker side)."""
+    """Map a client's array as a writable array (worker side)."""
     try:
         fd = os.open(h.path, os.O_RDWR)
     except OSError as e:
@@ -79,15 +88,14 @@ def read(h: Handle) -> np.ndarray:
 
 def write_parts(part: dict) -> dict | None:
     """Write every large numeric array of ``part``; small or non-numeric ones are kept inline."""
-    if not _available():
+    if not _memfd_available():
         return None
     out = {}
     for k, a in part.items():
         if isinstance(a, np.ndarray) and a.dtype.kind in "iuf" and a.nbytes >= MIN_BYTES:
             h = write(a)
             if h is None:
-                for v in out.values():
-                    unlink(v)
+                release(out)
                 return None
             out[k] = h
         else:
@@ -106,10 +114,18 @@ def _unlink_path(path):
         pass
 
 
-def unlink(h) -> None:
-    """Remove the file(s) behind a handle or a dict of handles; mappings already made stay valid."""
+def release(h) -> None:
+    """Give the memfd(s) behind a handle, a dict or a list of them back to the pool (client side).
+
+    The workers' mappings stay valid, but the next placement may write into
+    the same memory: call it once nothing reads the shards any more.
+    """
     if isinstance(h, dict):
-        for v in h.values():
-            unlink(v)
+        h = list(h.values())
+    if isinstance(h, list):
+        for v in h:
+            release(v)
     elif isinstance(h, Handle):
-        _unlink_path(h.path)
+        m = _in_use.pop(h.path, None)
+        if m is not None:
+            _POOL.give_back(m)

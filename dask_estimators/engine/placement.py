@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from collections import defaultdict
 
@@ -179,9 +180,13 @@ class Placement:
     shard is in the state the lost one was in.
     """
 
-    def __init__(self, client, shards, workers, transport="actors", sources=None, device="auto", timeout=None):
+    def __init__(self, client, shards, workers, transport="actors", sources=None, device="auto", timeout=None,
+                 buffers=None):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}.")
+        # the client's shared memory the shards map (_shm): back to its pool on release, or when this is collected
+        self._buffers = buffers if buffers is not None else []
+        weakref.finalize(self, _shm.release, self._buffers)
         self.client = client
         self.shards = list(shards)
         self.workers = list(workers)
@@ -374,7 +379,8 @@ class Placement:
             old = [self.shards[i]] + ([self._actor_futures[i]] if self._actor_futures else [])
             _watch._cancel(self.client, old)
             target = min(survivors, key=lambda w: (self.workers.count(w), w))
-            shard = _build_from_source(self.client, self.sources[i], target, self.device, self.timeout)
+            shard = _build_from_source(self.client, self.sources[i], target, self.device, self._buffers,
+                                       self.timeout)
             self.shards[i], self.workers[i] = shard, target
             if self.transport == "actors":
                 fut = self.client.submit(
@@ -405,6 +411,8 @@ class Placement:
         self._actor_futures, self.shards = [], []
         if futs:  # cancel (drops the keys even if someone else holds a future), unless a worker was lost
             _watch._cancel(self.client, futs, cancel=not self._lost)
+        _shm.release(self._buffers)  # nothing reads the shards now: the next placement may reuse the memory
+        self._buffers.clear()
 
     def __enter__(self):
         return self
@@ -512,19 +520,26 @@ def place(
 def _place_once(client, arrays, check, device, ws, transport, timeout):
     import dask
 
-    if any(is_dask_collection(a) for a in arrays.values()):
-        shards, used, sources = _place_dask(client, arrays, check, device, ws)
-    else:
-        shm = dask.config.get("dask-estimators.shared-memory", True)
-        shards, used, sources = _place_numpy(client, arrays, device, ws, shared_memory=shm)
+    buffers: list = []
     try:
-        return Placement(client, shards, used, transport, sources=sources, device=device, timeout=timeout)
+        if any(is_dask_collection(a) for a in arrays.values()):
+            shards, used, sources = _place_dask(client, arrays, check, device, ws)
+        else:
+            shm = dask.config.get("dask-estimators.shared-memory", True)
+            shards, used, sources = _place_numpy(client, arrays, device, ws, buffers, shared_memory=shm)
+    except BaseException:
+        _shm.release(buffers)
+        raise
+    try:
+        return Placement(client, shards, used, transport, sources=sources, device=device, timeout=timeout,
+                         buffers=buffers)
     except BaseException:
         _watch._cancel(client, shards)
+        _shm.release(buffers)
         raise
 
 
-def _place_numpy(client, arrays, device, ws, shared_memory=True):
+def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True):
     n = {k: np.shape(v)[0] for k, v in arrays.items()}
     if len(set(n.values())) != 1:
         raise ValueError(f"Found input variables with inconsistent numbers of samples: {n}")
@@ -535,7 +550,7 @@ def _place_numpy(client, arrays, device, ws, shared_memory=True):
     bounds = np.linspace(0, n_rows, n_parts + 1).astype(int)
     parts = [{k: np.asarray(v[bounds[i] : bounds[i + 1]]) for k, v in arrays.items()} for i in range(n_parts)]
     used = ws[:n_parts]
-    shards = _place_shared(client, parts, used, device) if shared_memory else [None] * n_parts
+    shards = _place_shared(client, parts, used, device, buffers) if shared_memory else [None] * n_parts
     for i, (part, w) in enumerate(zip(parts, used)):
         if shards[i] is None:  # not on this host (or no /dev/shm): send the bytes
             shards[i] = _scatter_part(client, part, w, device)
@@ -548,14 +563,17 @@ def _scatter_part(client, part, w, device):
     return client.submit(_build_shard, device, data, workers=[w], allow_other_workers=False, pure=False)
 
 
-def _build_from_source(client, source, worker, device, timeout=None):
-    """A new shard future on ``worker`` built from a shard's source (after the loss of its worker)."""
+def _build_from_source(client, source, worker, device, buffers, timeout=None):
+    """A new shard future on ``worker`` built from a shard's source (after the loss of its worker).
+
+    Shared memory it maps is added to ``buffers`` (the placement's).
+    """
     import dask
 
     kind, data = source
     if kind == "numpy":
         shm = dask.config.get("dask-estimators.shared-memory", True)
-        [fut] = _place_shared(client, [data], [worker], device) if shm else [None]
+        [fut] = _place_shared(client, [data], [worker], device, buffers) if shm else [None]
         if fut is None:
             fut = _scatter_part(client, data, worker, device)
         _watch.wait_done([fut], client, [worker], timeout)
@@ -578,19 +596,21 @@ def _build_from_source(client, source, worker, device, timeout=None):
     return fut
 
 
-def _place_shared(client, parts, workers, device):
-    """Hand each part to its worker through a file in /dev/shm when the worker can open it.
+def _place_shared(client, parts, workers, device, buffers):
+    """Hand each part to its worker through the client's shared memory when the worker can open it.
 
-    A worker on the client's host maps the file (page-aligned, so already
+    A worker on the client's host maps the memory (page-aligned, so already
     aligned for BLAS) and keeps the mapping as its shard: the bytes are copied
-    once, by the client, instead of pickled through a socket.  The files are
-    unlinked as soon as the shards are built; the workers' mappings live on
-    until the shards are released.  Parts whose worker cannot open the file
-    (another host or container) come back as None and are scattered instead.
+    once, by the client, into a pooled memfd (:mod:`._shm`), instead of
+    pickled through a socket.  The handles of the shards built are added to
+    ``buffers``: the placement gives them back to the pool when it is
+    released.  Parts whose worker cannot open the memory (another host,
+    container or user) come back as None and are scattered instead.
     """
     handles = []
+    kept = []
     try:
-        with ThreadPoolExecutor(min(len(parts), 4)) as pool:  # os.write releases the GIL
+        with ThreadPoolExecutor(min(len(parts), 4)) as pool:  # os.pwrite releases the GIL
             handles = list(pool.map(_shm.write_parts, parts))
         if any(h is None for h in handles):
             return [None] * len(parts)
@@ -600,17 +620,17 @@ def _place_shared(client, parts, workers, device):
         ]
         wait(futs, client, workers)
         out = []
-        for f in futs:
+        for f, h in zip(futs, handles):
             if f.status == "error" and isinstance(f.exception(), _shm.NotShared):
                 f.release()
                 out.append(None)
             else:
                 out.append(f)
+                kept.append(h)
         return out
     finally:
-        for h in handles:
-            if h is not None:
-                _shm.unlink(h)
+        buffers.extend(kept)
+        _shm.release([h for h in handles if h is not None and not any(h is k for k in kept)])
 
 
 def _build_shard_shared(device, handles):

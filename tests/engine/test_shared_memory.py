@@ -1,4 +1,5 @@
-"""Same-host placement through /dev/shm gives the same shards as scatter, and leaves no files behind."""
+"""Same-host placement through the client's shared memory gives the same shards as scatter, leaves no files
+behind, and reuses the memory of released placements only."""
 
 import os
 
@@ -23,9 +24,9 @@ def _files():
     return {f for f in os.listdir(_shm.SHM_DIR) if f.startswith("dask-estimators-")} if os.path.isdir(_shm.SHM_DIR) else set()
 
 
-@pytest.mark.skipif(not _shm._available(), reason="no writable /dev/shm")
+@pytest.mark.skipif(not _shm._memfd_available(), reason="no memfd")
 def test_shared_memory_and_scatter_agree(client, rng):
-    X = rng.normal(size=(20_000, 8))  # above MIN_BYTES, so X travels through /dev/shm
+    X = rng.normal(size=(20_000, 8))  # above MIN_BYTES, so X travels through shared memory
     y = rng.normal(size=20_000)
     before = _files()
     results = {}
@@ -35,24 +36,68 @@ def test_shared_memory_and_scatter_agree(client, rng):
                 assert p.n_samples == 20_000
                 assert all(a for a, _, _ in p.map(_layout))
                 results[shm] = DistributedEvaluator(p)(_sums, np.array([2.0]))
-                assert _files() == before  # unlinked once the shards were built
+                assert _files() == before  # memfds: no file in /dev/shm at any time
     expected = (X.T @ (2.0 * y), y.sum(), 20_000.0)
     for shm, got in results.items():
         for a, b in zip(got, expected):
             np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
-def test_write_read_roundtrip(rng):
-    if not _shm._available():
-        pytest.skip("no writable /dev/shm")
+def test_write_read_roundtrip_and_pooling(rng):
+    if not _shm._memfd_available():
+        pytest.skip("no memfd")
     a = rng.normal(size=(300, 50))
     h = _shm.write(a)
-    try:
-        b = _shm.read(h)
-        np.testing.assert_array_equal(a, b)
-        assert b.ctypes.data % 64 == 0 and b.flags.writeable
-    finally:
-        _shm.unlink(h)
-    assert not os.path.exists(h.path)
+    b = _shm.read(h)
+    np.testing.assert_array_equal(a, b)
+    assert b.ctypes.data % 64 == 0 and b.flags.writeable
+    assert h.path in _shm._in_use
+    _shm.release(h)
+    assert h.path not in _shm._in_use
+    # about the same size (within SLACK): the next write takes the same memory, and overwrites it
+    c = rng.normal(size=(290, 50))
+    h2 = _shm.write(c)
+    assert h2.path == h.path
+    np.testing.assert_array_equal(_shm.read(h2), c)
+    _shm.release(h2)
+    # much smaller: a memfd of its own
+    h3 = _shm.write(np.ones(10))
+    assert h3.path != h.path
+    _shm.release(h3)
     with pytest.raises(_shm.NotShared):
-        _shm.read(h)
+        _shm.read(_shm.Handle("/proc/self/fd/999999", (3,), "<f8"))
+
+
+def _mapped_sum(shard):
+    return float(shard.get("X").sum())
+
+
+@pytest.mark.skipif(not _shm._memfd_available(), reason="no memfd")
+def test_placements_reuse_the_client_memory_only_once_released(client, rng):
+    """A placement holds its memory until it is released; the next one of the same size then writes into it."""
+    X1, X2 = rng.normal(size=(20_000, 8)), rng.normal(size=(20_000, 8))
+    p1 = place(client, {"X": X1})
+    paths1 = {h["X"].path for h in p1._buffers}
+    assert len(paths1) == 2 and paths1 <= set(_shm._in_use)
+    with place(client, {"X": X2}) as p2:  # p1 still holds its memory: p2 gets other memfds
+        assert paths1.isdisjoint(h["X"].path for h in p2._buffers)
+        assert sum(p1.map(_mapped_sum)) == pytest.approx(X1.sum(), rel=1e-12)
+        assert sum(p2.map(_mapped_sum)) == pytest.approx(X2.sum(), rel=1e-12)
+    p1.release()
+    assert p1._buffers == [] and paths1.isdisjoint(_shm._in_use)
+    with place(client, {"X": X2}) as p3:  # released memory is taken again, and holds the new rows
+        assert {h["X"].path for h in p3._buffers} & paths1
+        assert sum(p3.map(_mapped_sum)) == pytest.approx(X2.sum(), rel=1e-12)
+
+
+@pytest.mark.skipif(not _shm._memfd_available(), reason="no memfd")
+def test_a_placement_never_released_gives_its_memory_back_when_collected(client, rng):
+    import gc
+
+    p = place(client, {"X": rng.normal(size=(20_000, 8))})
+    paths = {h["X"].path for h in p._buffers}
+    assert paths <= set(_shm._in_use)
+    p.shards, p.actors, p._actor_futures = [], [], []  # drop the futures without release()
+    del p
+    gc.collect()
+    assert paths.isdisjoint(_shm._in_use)

@@ -166,11 +166,11 @@ def test_segments_are_pooled_and_add_into_keeps_its_segment():
     plain = _worker.add_into(again, a)
     del again
     gc.collect()
-    assert any(k[0] == fd for k in _shared._live) and all(s.fd != fd for s in _shared._free)
+    assert any(k[0] == fd for k in _shared._live) and all(m.fd != fd for m, _ in _shared._POOL._free)
     np.testing.assert_array_equal(plain, 6.0)
     del plain
     gc.collect()
-    assert any(s.fd == fd for s in _shared._free)
+    assert any(m.fd == fd for m, _ in _shared._POOL._free)
 
 
 def test_sums_that_cannot_be_held_in_place_stay_plain():
