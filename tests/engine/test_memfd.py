@@ -1,0 +1,67 @@
+"""The memfd pool shared by the placement and the tree-sum: reuse by size, the byte cap, the idle expiry."""
+
+import os
+import time
+
+import pytest
+
+from dask_estimators.engine import _memfd
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd")
+
+
+def _is_open(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def test_reuse_within_slack_only():
+    pool = _memfd.Pool("test", max_bytes=1 << 30, idle_seconds=60)
+    m = pool.take(10_000)
+    assert m.size == 10_000 and os.fstat(m.fd).st_size == 10_000
+    pool.give_back(m)
+    for n in (20_000, 5_000):  # too small for it; far bigger than asked, with no slack
+        other = pool.take(n)
+        assert other is not m and other.size == n
+        other.close()
+    assert pool.take(7_000, slack=1.5) is m  # within 1.5 times
+    pool.give_back(m)
+    assert pool.take(10_000) is m
+
+
+def test_another_process_opens_it_through_proc():
+    m = _memfd.Memfd(4096)
+    m.mapping()[:5] = b"hello"
+    with open(m.path, "rb") as f:
+        assert f.read(5) == b"hello"
+    m.close()
+    assert not _is_open(m.fd)
+
+
+def test_cap_closes_the_oldest_free_ones():
+    pool = _memfd.Pool("test", max_bytes=25_000, idle_seconds=60)
+    ms = [pool.take(10_000) for _ in range(3)]
+    for m in ms:
+        pool.give_back(m)
+    assert pool.free_bytes() == 20_000
+    assert not _is_open(ms[0].fd) and _is_open(ms[1].fd) and _is_open(ms[2].fd)
+
+
+def test_free_ones_are_closed_after_idle_seconds():
+    pool = _memfd.Pool("test", max_bytes=1 << 30, idle_seconds=0.2)
+    a, b = pool.take(4096), pool.take(4096)
+    pool.give_back(a)
+    assert pool.free_bytes() == 4096
+    deadline = time.monotonic() + 5
+    while pool.free_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool.free_bytes() == 0 and not _is_open(a.fd)
+    assert _is_open(b.fd)  # in use: never closed by the pool
+    pool.give_back(b)  # the timer is armed again for later frees
+    deadline = time.monotonic() + 5
+    while pool.free_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _is_open(b.fd)
