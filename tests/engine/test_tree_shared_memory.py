@@ -23,7 +23,7 @@ BIG = _shared.MIN_BYTES // 8 + 3  # float64 elements: just above the size that g
 
 
 def _workers(c):
-    return sorted(c.scheduler_info()["workers"])
+    return sorted(c.ncores())  # asked now: the cached scheduler_info can predate a worker restart
 
 
 def _make(seed, size):
