@@ -89,9 +89,17 @@ class Pool:
             self._free.append((m, time.monotonic()))
             self._trim()
             if self._free and self._timer is None:
-                self._timer = threading.Timer(self.idle_seconds, self._expire)
-                self._timer.daemon = True
-                self._timer.start()
+                self._arm()
+
+    def _arm(self) -> None:
+        """Start the timer that closes idle memfds (not possible while the interpreter shuts down: then none)."""
+        timer = threading.Timer(self.idle_seconds, self._expire)
+        timer.daemon = True
+        try:
+            timer.start()
+        except RuntimeError:
+            return
+        self._timer = timer
 
     def free_bytes(self) -> int:
         with self._lock:
@@ -114,6 +122,4 @@ class Pool:
             self._timer = None
             self._trim(older_than=time.monotonic() - self.idle_seconds)
             if self._free:
-                self._timer = threading.Timer(self.idle_seconds, self._expire)
-                self._timer.daemon = True
-                self._timer.start()
+                self._arm()

@@ -85,7 +85,7 @@ def _take(nbytes: int) -> tuple:
     base = np.frombuffer(seg.mapping(), dtype=np.uint8)
     base[:8] = np.frombuffer(struct.pack("<Q", lease), dtype=np.uint8)
     key = (seg.fd, lease)
-    weakref.finalize(base, _give_back, seg, key)
+    weakref.finalize(base, _give_back, seg, key).atexit = False  # at exit the process frees it
     with _lock:
         _live[key] = weakref.ref(base)
     return seg, lease, base

@@ -186,7 +186,7 @@ class Placement:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}.")
         # the client's shared memory the shards map (_shm): back to its pool on release, or when this is collected
         self._buffers = buffers if buffers is not None else []
-        weakref.finalize(self, _shm.release, self._buffers)
+        weakref.finalize(self, _shm.release, self._buffers).atexit = False  # at exit the process frees them
         self.client = client
         self.shards = list(shards)
         self.workers = list(workers)
