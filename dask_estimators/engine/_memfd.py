@@ -64,7 +64,7 @@ class Pool:
     >>> pool = Pool("example", max_bytes=1 << 20, idle_seconds=10)
     >>> m = pool.take(4096)
     >>> pool.give_back(m)
-    >>> pool.take(4000) is m  # big enough, and not much bigger: reused
+    >>> pool.take(4000, slack=1.25) is m  # big enough, and at most 1.25 times bigger: reused
     True
     """
 
