@@ -14,9 +14,10 @@ producer refers to a segment's memory any more (Dask released the key), it
 goes back to a per-process pool (:mod:`._memfd`), and the next tree's add of
 the same size takes it with its pages already in memory (a fresh 80 MB
 segment costs about 0.1 s of page allocation on the development machine, a
-reused one nothing).  A dead worker leaves nothing behind.  Each lease writes a random id into the segment's header and
-the reference carries it: a reference to a segment that was reused since is
-an error, never another sum's numbers.
+reused one nothing).  A dead worker leaves nothing behind.  Each lease
+writes a random id into the segment's header and the reference carries it:
+a reference to a segment that was reused since is an error, never another
+sum's numbers.
 
 Whether two processes can do this is decided by :func:`host_token`: the same
 kernel boot, the same pid namespace and the same user.
