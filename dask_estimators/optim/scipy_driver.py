@@ -181,6 +181,35 @@ def _newton_cholesky(objective, x0, *, tol, max_iter):
     )
 
 
+class _Printing:
+    """``objective`` with each evaluation printed (``verbose``): its number, value and largest gradient entry."""
+
+    def __init__(self, objective):
+        self._objective, self._n = objective, 0
+
+    def __getattr__(self, name):
+        return getattr(self._objective, name)
+
+    def fun_and_grad(self, w):
+        f, g = self._objective.fun_and_grad(w)
+        self._n += 1
+        print(f"evaluation {self._n}: objective {f:.10g}, max |gradient| {np.max(np.abs(g), initial=0.0):.3g}",
+              flush=True)
+        return f, g
+
+
+def _no_iteration(objective, x0):
+    """The result of ``max_iter=0``: the starting point, evaluated once, not converged."""
+    f, g = objective.fun_and_grad(x0)
+    if objective.l1:
+        f = f + objective.l1 * float(np.abs(x0[objective.penalized]).sum())
+        g = None  # the L1 term has no gradient at zero
+    return optimize.OptimizeResult(
+        x=x0.copy(), fun=float(f), jac=g, nit=0, nfev=1, status=1, success=False,
+        message="max_iter=0: no iteration taken.",
+    )
+
+
 def check_solver(solver: str, *, l1: float, n_params: int) -> SolverInfo:
     """Return the registry entry for ``solver`` or raise a clear ``ValueError``."""
     try:
@@ -201,11 +230,15 @@ def check_solver(solver: str, *, l1: float, n_params: int) -> SolverInfo:
     return info
 
 
-def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True):
+def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True, verbose=0):
     """Minimise ``objective`` from ``x0`` with a registered solver.
 
-    Returns the :class:`scipy.optimize.OptimizeResult`.  A ``ConvergenceWarning``
-    is raised when the solver stops at ``max_iter``, or stops short of ``tol``
+    Returns the :class:`scipy.optimize.OptimizeResult`.  ``max_iter=0`` takes
+    no step: the result is ``x0`` (one evaluation, for the objective value)
+    with ``nit == 0``, as scikit-learn's solvers return their starting point.
+    ``verbose`` prints each evaluation of the objective (one
+    distributed round) and a line when the solver ends.  A ``ConvergenceWarning``
+    is raised when the solver stops at ``max_iter`` (``max_iter=0`` included), or stops short of ``tol``
     (max |gradient|) because the objective no longer decreases in floating
     point; a non-finite objective
     raises ``FloatingPointError``.
@@ -217,8 +250,16 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     """
     x0 = np.asarray(x0, dtype=np.float64)
     info = check_solver(solver, l1=objective.l1, n_params=x0.size)
+    if verbose:
+        objective = _Printing(objective)
     with np.errstate(invalid="ignore", over="ignore"):
-        res = info.fn(objective, x0, tol=tol, max_iter=max_iter)
+        if max_iter == 0:
+            res = _no_iteration(objective, x0)
+        else:
+            res = info.fn(objective, x0, tol=tol, max_iter=max_iter)
+    if verbose:
+        print(f"{solver}: {res.nit} iteration(s), {res.get('nfev', 0)} evaluation(s), objective {res.fun:.10g}: "
+              f"{res.message}", flush=True)
     if not np.all(np.isfinite(res.x)) or not np.isfinite(res.fun):
         raise FloatingPointError(
             f"Solver {solver!r} produced a non-finite objective or parameters; "
