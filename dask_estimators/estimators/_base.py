@@ -15,6 +15,7 @@ from numbers import Integral, Real
 
 import distributed
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
@@ -155,25 +156,44 @@ class DistributedEstimator(BaseEstimator):
         return classes
 
     def _map_rows(self, X, fn, n_cols):
-        """Apply ``fn`` (NumPy rows -> NumPy) to NumPy input now, or to dask input lazily, block by block."""
+        """Apply ``fn`` (NumPy rows -> NumPy) to NumPy input now, or to dask input lazily, block by block.
+
+        Float outputs come back in :meth:`_float_output_dtype` (float32 for
+        float32 input to a model with float32 parameters, as in scikit-learn).
+        """
         check_is_fitted(self)
         if is_dask_collection(X):
             self._check_dask_features(X, reset=False)
             arr = X.to_dask_array() if not hasattr(X, "rechunk") else X
             if arr.ndim == 2 and arr.numblocks[1] > 1:
                 arr = arr.rechunk({1: -1})
+            out_dtype = self._float_output_dtype(arr.dtype)
 
             def block(b):
-                return fn(check_array(b, dtype=np.float64, ensure_min_samples=0))
+                return _cast_float(fn(check_array(b, dtype=np.float64, ensure_min_samples=0)), out_dtype)
 
+            dtype = self._output_dtype(fn)
+            dtype = out_dtype if dtype is None else dtype
             if n_cols is None:
-                return arr.map_blocks(block, drop_axis=1, dtype=self._output_dtype(fn))
-            return arr.map_blocks(block, chunks=(arr.chunks[0], (n_cols,)), dtype=np.float64)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        return fn(X)
+                return arr.map_blocks(block, drop_axis=1, dtype=dtype)
+            return arr.map_blocks(block, chunks=(arr.chunks[0], (n_cols,)), dtype=dtype)
+        X = validate_data(self, X, reset=False, dtype=(np.float64, np.float32))
+        return _cast_float(fn(X), self._float_output_dtype(X.dtype))
 
     def _output_dtype(self, fn):
-        return np.float64
+        """The dtype of ``fn``'s output when it is not a float (labels), else None."""
+        return None
+
+    def _param_dtype(self):
+        """The dtype of the fitted parameters."""
+        return np.dtype(np.float64)
+
+    def _float_output_dtype(self, x_dtype):
+        """Float outputs' dtype for input of ``x_dtype``: NumPy's result type of the input and the parameters."""
+        x_dtype = np.dtype(x_dtype)
+        if x_dtype not in (np.float32, np.float64):
+            x_dtype = np.dtype(np.float64)
+        return np.result_type(x_dtype, self._param_dtype())
 
     def __sklearn_clone__(self):
         """Clone as scikit-learn does, passing a ``client=`` object through by reference (it cannot be copied)."""
@@ -282,6 +302,7 @@ class DistributedLinearModel(DistributedEstimator):
         self : object
             The fitted estimator.
         """
+        dtype = input_float_dtype(X)
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
         check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
         y_placed, classes = y, None
@@ -295,13 +316,13 @@ class DistributedLinearModel(DistributedEstimator):
                 timeout=self.timeout,
             )
             try:
-                stats = self._fit_placed(placement, y, dask_input, classes)
+                stats = self._fit_placed(placement, y, dask_input, classes, dtype)
             finally:
                 placement.release()
         self.fit_stats_ = stats
         return self
 
-    def _fit_placed(self, placement, y, dask_input, classes):
+    def _fit_placed(self, placement, y, dask_input, classes, dtype):
         n_classes = None
         class_weight = None
         if self._is_classifier:
@@ -322,12 +343,23 @@ class DistributedLinearModel(DistributedEstimator):
         objective = LinearObjective(evaluator, spec, weight_sums=tuple(map(sum, zip(*sums))))
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
         solver = self._resolved_solver(spec.n_params, objective.l1)
-        res = minimize(objective, self._initial_params(spec), solver=solver, tol=self.tol, max_iter=self.max_iter)
+        res = minimize(
+            objective, self._initial_params(spec), solver=solver, tol=self.tol, max_iter=self.max_iter,
+            verbose=getattr(self, "verbose", 0),
+        )
         self._set_params_from(res.x, spec, y_shape)
+        if self._keeps_float32 and dtype == np.float32:  # computed in float64, kept in X's dtype as scikit-learn does
+            self.coef_ = self.coef_.astype(np.float32)
+            self.intercept_ = (
+                np.float32(self.intercept_) if np.ndim(self.intercept_) == 0 else self.intercept_.astype(np.float32)
+            )
         self.n_iter_ = self._format_n_iter(int(res.nit))
         self.solver_ = solver
         stats = evaluator.stats.as_dict()
-        stats.update(n_shards=len(placement.shards), rows_per_shard=list(placement.n_rows), objective=float(res.fun))
+        stats.update(
+            n_shards=len(placement.shards), rows_per_shard=list(placement.n_rows), objective=float(res.fun),
+            weight_sum=float(objective.sw_sum),
+        )
         return stats
 
     def _format_n_iter(self, nit):
@@ -336,7 +368,8 @@ class DistributedLinearModel(DistributedEstimator):
     def _initial_params(self, spec: LinearSpec) -> np.ndarray:
         w0 = np.zeros(spec.n_params)
         if self.warm_start and hasattr(self, "coef_"):
-            coef = np.asarray(self.coef_, dtype=np.float64).reshape(-1)
+            coef = self.coef_.toarray() if sp.issparse(self.coef_) else self.coef_
+            coef = np.asarray(coef, dtype=np.float64).reshape(-1)
             K, d = spec.n_outputs, spec.n_features
             if coef.size == K * d:
                 w0[: K * d] = coef
@@ -356,10 +389,28 @@ class DistributedLinearModel(DistributedEstimator):
 
     # ------------------------------------------------------------ prediction
     def _decision(self, X):
-        """Raw linear predictions ``X @ coef_.T + intercept_`` as (n, K), on NumPy."""
+        """Raw linear predictions ``X @ coef_.T + intercept_`` as (n, K), on NumPy (``coef_`` dense or sparse)."""
         Xa = np.asarray(X, dtype=np.float64)
-        coef = np.atleast_2d(self.coef_)
-        return Xa @ coef.T + np.reshape(self.intercept_, (1, -1))
+        if sp.issparse(self.coef_):
+            z = np.asarray((self.coef_ @ Xa.T).T, dtype=np.float64)
+        else:
+            z = Xa @ np.atleast_2d(self.coef_).astype(np.float64, copy=False).T
+        return z + np.reshape(self.intercept_, (1, -1)).astype(np.float64, copy=False)
+
+    def _param_dtype(self):
+        return np.dtype(self.coef_.dtype)
+
+    #: Whether float32 X gives float32 ``coef_`` and ``intercept_`` (as in the scikit-learn counterpart).
+    _keeps_float32 = False
+
+    def _sklearn_fitted(self, est, names=("coef_", "intercept_", "n_iter_")):
+        """Give the scikit-learn estimator ``est`` copies of this model's fitted attributes; returns it."""
+        check_is_fitted(self)
+        for name in names + ("classes_", "n_features_in_", "feature_names_in_"):
+            if hasattr(self, name):
+                value = getattr(self, name)
+                setattr(est, name, value.copy() if hasattr(value, "copy") else value)
+        return est
 
 
 def _checked_classes(y):
@@ -434,3 +485,22 @@ def _as_dask_like(a, X, name):
             f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {a.shape[0]}]"
         )
     return da.from_array(a, chunks=(chunks[0],) + a.shape[1:])
+
+
+def _cast_float(out, dtype):
+    """``out`` in ``dtype`` when it is a float array (labels are left as they are)."""
+    out = np.asarray(out)
+    return out.astype(dtype, copy=False) if out.dtype.kind == "f" else out
+
+
+def input_float_dtype(X):
+    """float32 when X (array, dask collection or dataframe) is all float32, else float64: the dtype
+    scikit-learn's ``validate_data(..., dtype=[np.float64, np.float32])`` would keep."""
+    dtype = getattr(X, "dtype", None)
+    if dtype is None and hasattr(X, "dtypes"):
+        try:
+            kinds = {np.dtype(d) for d in X.dtypes}
+        except TypeError:  # extension dtypes
+            return np.dtype(np.float64)
+        dtype = kinds.pop() if len(kinds) == 1 else None
+    return np.dtype(np.float32) if dtype == np.float32 else np.dtype(np.float64)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from numbers import Real
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import expit, log_softmax, softmax
+from sklearn import get_config
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
@@ -26,8 +28,9 @@ _COMMON_DOC = """
         normalised objective is below ``tol``.
     max_iter : int, default={max_iter}
         Maximum solver iterations; a ``ConvergenceWarning`` is raised on reaching it.
+        0 returns the starting point (zeros, or the warm start) with ``n_iter_`` 0.
     warm_start : bool, default=False
-        Start from the previous ``coef_`` and ``intercept_`` when their shapes fit.
+        Start from the previous ``coef_`` and ``intercept_`` when their shapes fit.{random_state}
     client : distributed.Client, str or None, default=None
         The cluster to fit on: a client, a scheduler address, or None for the
         active client, else the embedded LocalCluster.  Never stored in the
@@ -54,7 +57,8 @@ _FITTED_DOC = """
     solver_ : str
         The solver used (resolves ``"auto"``).
     fit_stats_ : dict
-        Distributed rounds, seconds, bytes moved, shards and rows per shard.
+        Distributed rounds, seconds, bytes moved, shards and rows per shard,
+        the final objective and the sum of the sample weights.
 """
 
 
@@ -99,7 +103,49 @@ class _LinearClassifierMixin(ClassifierMixin):
         return self._map_rows(X, labels, None)
 
     def _output_dtype(self, fn):
-        return self.classes_.dtype if fn.__name__ == "labels" else np.float64
+        return self.classes_.dtype if fn.__name__ == "labels" else None
+
+    def sparsify(self):
+        """Store ``coef_`` as a scipy.sparse CSR matrix, which saves memory when most weights are zero.
+
+        :meth:`predict`, :meth:`decision_function` (and ``predict_proba``)
+        keep working; a warm start densifies it.  The sparse type follows
+        scikit-learn's ``sparse_interface`` setting, as its ``sparsify`` does.
+
+        Returns
+        -------
+        self : object
+            The estimator, with a sparse ``coef_``.
+
+        Examples
+        --------
+        >>> from dask_estimators import LogisticRegression
+        >>> clf = LogisticRegression(l1_ratio=1.0, C=0.1).fit(X, y).sparsify()  # doctest: +SKIP
+        >>> clf.coef_.format  # doctest: +SKIP
+        'csr'
+        """
+        check_is_fitted(self, msg="Estimator, %(name)s, must be fitted before sparsifying.")
+        kind = "array" if get_config().get("sparse_interface", "spmatrix") == "sparray" else "matrix"
+        self.coef_ = getattr(sp, f"csr_{kind}")(self.coef_)
+        return self
+
+    def densify(self):
+        """Store ``coef_`` as a dense NumPy array again (the default; a no-op when it is dense).
+
+        Returns
+        -------
+        self : object
+            The estimator, with a dense ``coef_``.
+
+        Examples
+        --------
+        >>> clf.sparsify().densify().coef_.shape  # doctest: +SKIP
+        (1, 30)
+        """
+        check_is_fitted(self, msg="Estimator, %(name)s, must be fitted before densifying.")
+        if sp.issparse(self.coef_):
+            self.coef_ = self.coef_.toarray()
+        return self
 
 
 class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
@@ -118,7 +164,7 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
     Parameters
     ----------
     C : float, default=1.0
-        Inverse of the regularisation strength; ``np.inf`` for none.
+        Inverse of the regularisation strength; ``np.inf`` for none (an unpenalised fit).
     l1_ratio : float in [0, 1], default=0.0
         0 is the L2 penalty, 1 the L1 (lasso) penalty, in between elastic-net.
         Needs ``solver="lbfgs"`` when positive.
@@ -145,11 +191,13 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
     True
     """
 
+    _keeps_float32 = True
     _parameter_constraints = {
         **DistributedLinearModel._parameter_constraints,
-        "C": [Interval(Real, 0, None, closed="neither")],
+        "C": [Interval(Real, 0, None, closed="right")],
         "l1_ratio": [Interval(Real, 0, 1, closed="both")],
         "class_weight": [dict, StrOptions({"balanced"}), None],
+        "random_state": ["random_state"],
     }
 
     def __init__(
@@ -163,6 +211,7 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
         tol=1e-4,
         max_iter=100,
         warm_start=False,
+        random_state=None,
         client=None,
         reduction="tree",
         device="auto",
@@ -176,6 +225,7 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
         self.tol = tol
         self.max_iter = max_iter
         self.warm_start = warm_start
+        self.random_state = random_state
         self.client = client
         self.reduction = reduction
         self.device = device
@@ -195,6 +245,35 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
 
     def _format_n_iter(self, nit):
         return np.array([nit], dtype=np.int32)
+
+    def to_sklearn(self):
+        """The equivalent fitted ``sklearn.linear_model.LogisticRegression``.
+
+        It has this model's parameters and fitted attributes, so its
+        predictions are these; it needs neither a cluster nor this package
+        (pickle it and load it where only scikit-learn is installed).
+        ``l1_ratio > 0`` maps to ``solver="saga"``, the scikit-learn solver
+        for that penalty (used only if the copy is fitted again).
+
+        Returns
+        -------
+        sklearn.linear_model.LogisticRegression
+
+        Examples
+        --------
+        >>> sk = LogisticRegression().fit(X, y).to_sklearn()  # doctest: +SKIP
+        >>> type(sk).__module__  # doctest: +SKIP
+        'sklearn.linear_model._logistic'
+        """
+        from sklearn.linear_model import LogisticRegression as SkLogisticRegression
+
+        check_is_fitted(self)
+        est = SkLogisticRegression(
+            C=self.C, l1_ratio=self.l1_ratio, fit_intercept=self.fit_intercept, class_weight=self.class_weight,
+            tol=self.tol, max_iter=self.max_iter, warm_start=self.warm_start, random_state=self.random_state,
+            solver=self.solver_ if self.l1_ratio == 0 else "saga",
+        )
+        return self._sklearn_fitted(est)
 
     def predict_proba(self, X):
         """Class probabilities, shape (n_samples, n_classes), columns in ``classes_`` order.
@@ -262,9 +341,13 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
     ----------
     penalty : {{"l2", "l1"}}, default="l2"
     C : float, default=1.0
-        Weight of the data term.
+        Weight of the data term; ``np.inf`` for no penalty (an unpenalised
+        fit, which scikit-learn's ``LinearSVC`` does not accept).
     fit_intercept : bool, default=True
     class_weight : dict, "balanced" or None, default=None
+    verbose : int, default=0
+        Print each evaluation of the objective (one distributed round: its
+        value and largest gradient entry) and the solver's result.
     {common}
     Attributes
     ----------
@@ -286,8 +369,10 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
     _parameter_constraints = {
         **DistributedLinearModel._parameter_constraints,
         "penalty": [StrOptions({"l1", "l2"})],
-        "C": [Interval(Real, 0, None, closed="neither")],
+        "C": [Interval(Real, 0, None, closed="right")],
         "class_weight": [dict, StrOptions({"balanced"}), None],
+        "verbose": ["verbose"],
+        "random_state": ["random_state"],
     }
 
     def __init__(
@@ -297,10 +382,12 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         C=1.0,
         fit_intercept=True,
         class_weight=None,
+        verbose=0,
         solver="auto",
         tol=1e-4,
         max_iter=1000,
         warm_start=False,
+        random_state=None,
         client=None,
         reduction="tree",
         device="auto",
@@ -310,10 +397,12 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         self.C = C
         self.fit_intercept = fit_intercept
         self.class_weight = class_weight
+        self.verbose = verbose
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter
         self.warm_start = warm_start
+        self.random_state = random_state
         self.client = client
         self.reduction = reduction
         self.device = device
@@ -323,8 +412,36 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         return 1 if n_classes == 2 else n_classes
 
     def _penalties(self, sw_sum):
-        scale = 1.0 / (self.C * sw_sum)
+        scale = 0.0 if np.isinf(self.C) else 1.0 / (self.C * sw_sum)
         return (scale, 0.0) if self.penalty == "l2" else (0.0, scale)
+
+    def to_sklearn(self):
+        """The equivalent fitted ``sklearn.svm.LinearSVC``.
+
+        It has this model's parameters and fitted attributes, so its
+        predictions are these; it needs neither a cluster nor this package.
+        Fitted again it would solve LIBLINEAR's problem, whose intercept is
+        penalised (see above).
+
+        Returns
+        -------
+        sklearn.svm.LinearSVC
+
+        Examples
+        --------
+        >>> sk = LinearSVC().fit(X, y).to_sklearn()  # doctest: +SKIP
+        >>> (sk.predict(X) == LinearSVC().fit(X, y).predict(X)).all()  # doctest: +SKIP
+        True
+        """
+        from sklearn.svm import LinearSVC as SkLinearSVC
+
+        check_is_fitted(self)
+        est = SkLinearSVC(
+            penalty=self.penalty, loss="squared_hinge", C=self.C, fit_intercept=self.fit_intercept,
+            class_weight=self.class_weight, verbose=self.verbose, random_state=self.random_state, tol=self.tol,
+            max_iter=self.max_iter,
+        )
+        return self._sklearn_fitted(est)
 
 
 class LinearRegression(RegressorMixin, DistributedLinearModel):
@@ -364,6 +481,7 @@ class LinearRegression(RegressorMixin, DistributedLinearModel):
 
     _multi_output = True
     _loss = "squared"
+    _keeps_float32 = True
     _parameter_constraints = {
         **DistributedLinearModel._parameter_constraints,
         "alpha": [Interval(Real, 0, None, closed="left")],
@@ -402,6 +520,45 @@ class LinearRegression(RegressorMixin, DistributedLinearModel):
 
     def _penalties(self, sw_sum):
         return self.alpha * (1.0 - self.l1_ratio), self.alpha * self.l1_ratio
+
+    def to_sklearn(self):
+        """The equivalent fitted scikit-learn model of this objective's family.
+
+        ``alpha=0``: ``LinearRegression``; ``l1_ratio=0``: ``Ridge(alpha=alpha * S)``
+        (``S`` the sum of the sample weights of the fit, see above);
+        ``l1_ratio=1``: ``Lasso(alpha)``; otherwise ``ElasticNet(alpha, l1_ratio)``.
+        It has this model's fitted attributes, so its predictions are these;
+        it needs neither a cluster nor this package.
+
+        Returns
+        -------
+        sklearn.linear_model.LinearRegression, Ridge, Lasso or ElasticNet
+
+        Examples
+        --------
+        >>> LinearRegression(alpha=0.1, l1_ratio=1.0).fit(X, y).to_sklearn()  # doctest: +SKIP
+        Lasso(alpha=0.1, max_iter=1000, tol=1e-06)
+        """
+        from sklearn import linear_model as lm
+
+        check_is_fitted(self)
+        common = dict(fit_intercept=self.fit_intercept)
+        iterative = dict(common, tol=self.tol, max_iter=self.max_iter)
+        n_targets = 1 if np.ndim(self.coef_) == 1 else self.coef_.shape[0]
+        if self.alpha == 0:
+            return self._sklearn_fitted(lm.LinearRegression(**common), names=("coef_", "intercept_"))
+        if self.l1_ratio == 0:
+            est = lm.Ridge(alpha=self.alpha * self.fit_stats_["weight_sum"], **iterative)
+            est = self._sklearn_fitted(est, names=("coef_", "intercept_"))
+            est.n_iter_ = np.full(n_targets, self.n_iter_, dtype=np.int32)
+            return est
+        if self.l1_ratio == 1:
+            est = lm.Lasso(alpha=self.alpha, warm_start=self.warm_start, **iterative)
+        else:
+            est = lm.ElasticNet(alpha=self.alpha, l1_ratio=self.l1_ratio, warm_start=self.warm_start, **iterative)
+        est = self._sklearn_fitted(est, names=("coef_", "intercept_"))
+        est.n_iter_ = self.n_iter_ if n_targets == 1 else [self.n_iter_] * n_targets
+        return est
 
     def _set_params_from(self, w, spec, y_shape):
         super()._set_params_from(w, spec, y_shape)
@@ -446,7 +603,8 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
     epsilon : float, default=0.0
         Half-width of the insensitive tube.
     C : float, default=1.0
-        Weight of the data term.
+        Weight of the data term; ``np.inf`` for no penalty (an unpenalised
+        fit, which scikit-learn's ``LinearSVR`` does not accept).
     fit_intercept : bool, default=True
     {common}
     Attributes
@@ -468,7 +626,8 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
     _parameter_constraints = {
         **DistributedLinearModel._parameter_constraints,
         "epsilon": [Interval(Real, 0, None, closed="left")],
-        "C": [Interval(Real, 0, None, closed="neither")],
+        "C": [Interval(Real, 0, None, closed="right")],
+        "random_state": ["random_state"],
     }
 
     def __init__(
@@ -481,6 +640,7 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
         tol=1e-4,
         max_iter=1000,
         warm_start=False,
+        random_state=None,
         client=None,
         reduction="tree",
         device="auto",
@@ -493,13 +653,37 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
         self.tol = tol
         self.max_iter = max_iter
         self.warm_start = warm_start
+        self.random_state = random_state
         self.client = client
         self.reduction = reduction
         self.device = device
         self.timeout = timeout
 
     def _penalties(self, sw_sum):
-        return 1.0 / (self.C * sw_sum), 0.0
+        return (0.0 if np.isinf(self.C) else 1.0 / (self.C * sw_sum)), 0.0
+
+    def to_sklearn(self):
+        """The equivalent fitted ``sklearn.svm.LinearSVR``.
+
+        It has this model's parameters and fitted attributes, so its
+        predictions are these; it needs neither a cluster nor this package.
+
+        Returns
+        -------
+        sklearn.svm.LinearSVR
+
+        Examples
+        --------
+        >>> sk = LinearSVR(C=10.0).fit(X, y).to_sklearn()  # doctest: +SKIP
+        """
+        from sklearn.svm import LinearSVR as SkLinearSVR
+
+        check_is_fitted(self)
+        est = SkLinearSVR(
+            epsilon=self.epsilon, loss="squared_epsilon_insensitive", C=self.C, fit_intercept=self.fit_intercept,
+            random_state=self.random_state, tol=self.tol, max_iter=self.max_iter,
+        )
+        return self._sklearn_fitted(est)
 
     def _set_params_from(self, w, spec, y_shape):
         super()._set_params_from(w, spec, y_shape)
@@ -531,6 +715,13 @@ _AUTO_DOC = {
 }
 
 
+_RANDOM_STATE_DOC = """
+    random_state : int, RandomState instance or None, default=None
+        Accepted and validated as in scikit-learn, where it seeds only its
+        randomised solvers.  Every solver here is deterministic, so it does
+        not change the fit."""
+
+
 def _fill_docs():
     for cls, default, tol, max_iter, n_iter in [
         (LogisticRegression, "lbfgs", "1e-4", 100, "ndarray of shape (1,)"),
@@ -541,6 +732,7 @@ def _fill_docs():
         auto = default.startswith("auto")
         default = "auto" if auto else default
         common = _COMMON_DOC.format(
+            random_state=_RANDOM_STATE_DOC if cls is not LinearRegression else "",
             auto=', "auto"' if auto else "",
             default=default,
             auto_doc=_AUTO_DOC[cls.__name__] if auto else "",

@@ -598,7 +598,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         return self._map_rows(X, labels, None)
 
     def _output_dtype(self, fn):
-        return self.classes_.dtype if fn.__name__ == "labels" else np.float64
+        return self.classes_.dtype if fn.__name__ == "labels" else None
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
