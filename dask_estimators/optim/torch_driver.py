@@ -31,6 +31,11 @@ import torch
 from ..engine import _shm_allreduce
 from ..objectives import module as M
 
+NON_FINITE_WEIGHTS = (
+    "Solver produced non-finite parameter weights. The input data may contain large values and need to be "
+    "preprocessed."
+)
+
 __all__ = ["TrainConfig", "Monitor", "make_optimizer", "fast_step", "run_epochs", "train_tree", "ddp_rank",
            "minimize_lbfgs"]
 
@@ -207,11 +212,10 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
         for k in range(cfg.n_steps):
             acc += step(epoch, k)
         loss = reduce_epoch(acc) / cfg.n_train
-        if not math.isfinite(loss):
-            raise FloatingPointError(
-                f"The training loss is not finite ({loss}) at epoch {epoch + 1}; lower learning_rate_init "
-                "or scale the features."
-            )
+        if not math.isfinite(loss) and not cfg.early_stopping and not np.all(np.isfinite(params())):
+            # diverged: non-finite weights stay non-finite, and without early stopping no earlier weights are
+            # kept, so the fit ends in scikit-learn's error now rather than after max_iter epochs
+            raise ValueError(NON_FINITE_WEIGHTS)
         score = validate() if cfg.early_stopping else None
         monitor.update(loss, score, params)
         t_seen += cfg.n_train
@@ -283,12 +287,7 @@ def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
             return 0.0
         wm = w * mask
         g = torch.as_tensor(g) / sw + cfg.alpha * wm / sw
-        batch_loss = loss / sw + 0.5 * cfg.alpha * float(wm @ wm) / sw
-        if not math.isfinite(batch_loss):
-            raise FloatingPointError(
-                f"The training loss is not finite at epoch {epoch + 1}, step {k + 1}; lower "
-                "learning_rate_init or scale the features."
-            )
+        batch_loss = loss / sw + 0.5 * cfg.alpha * float(wm @ wm) / sw  # may be inf or NaN: see run_epochs
         _grads_into(params, g)
         opt.step()
         return batch_loss * n
@@ -517,9 +516,7 @@ def minimize_lbfgs(evaluator, spec: M.MLPSpec, w0: np.ndarray, *, alpha, max_ite
     def fun(w):
         loss, g, sw, _ = evaluator(M.value_grad, w, spec, None)
         wm = w * mask
-        f = loss / sw + 0.5 * alpha * float(wm @ wm) / sw
-        if not math.isfinite(f):
-            raise FloatingPointError("The training loss is not finite; scale the features.")
+        f = loss / sw + 0.5 * alpha * float(wm @ wm) / sw  # inf or NaN: L-BFGS-B backtracks or stops, as in sklearn
         state["sw"] = sw
         return f, np.asarray(g) / sw + alpha * wm / sw
 
