@@ -270,13 +270,17 @@ def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None) -> float:
     are flat vectors (layout: :func:`param_views`) in ``spec``'s dtype on X's
     device; every entry of ``g`` is overwritten.  ``work``, a dict kept by
     the caller, holds the activations between calls (see :func:`_scratch`).
-    Returns the loss sum.
+    Returns the loss sum.  An empty batch (a shard's share of a global batch
+    smaller than the number of shards) has loss 0 and gradient 0.
 
     A float64 batch on CPU goes through one numba call (:mod:`._fused_mlp`):
     a 128-row step of a 100-100-1 network, one thread, takes 0.15 ms there
     against 0.24 ms as the torch ops below, which serve GPUs, float32 and
     installs without numba (docs/performance.md).
     """
+    if X.shape[0] == 0:
+        g.zero_()
+        return 0.0
     if loss_grad_kernel(X) == "numba" and X.is_contiguous():
         return _fused_mlp.loss_grad(spec, w.numpy(), X.numpy(), y.numpy(), None if sw is None else sw.numpy(),
                                     g.numpy(), scale, {} if work is None else work)
