@@ -25,6 +25,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, Options, StrOptions
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
@@ -172,8 +173,10 @@ class _BaseMLP(DistributedEstimator):
         hidden = self._hidden()
         first_call = not hasattr(self, "coefs_")
         reset = first_call or not (self.warm_start or incremental)
-        if incremental and self.solver == "lbfgs":
-            raise AttributeError("partial_fit is only available for stochastic optimizers; got solver='lbfgs'.")
+        if incremental:
+            self._check_solver()
+            if self.early_stopping:
+                raise ValueError("partial_fit does not support early_stopping=True")
         if not reset and getattr(self, "_hidden_fitted", hidden) != hidden:
             raise ValueError(
                 f"hidden_layer_sizes changed from {self._hidden_fitted} to {hidden}; a warm start or "
@@ -189,7 +192,7 @@ class _BaseMLP(DistributedEstimator):
             )
         dtype = "float32" if getattr(X, "dtype", None) == np.float32 else "float64"
         check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
-        y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset)
+        y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset, incremental)
         with client_context(self.client) as client:
             placement = place(
                 client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
@@ -197,7 +200,7 @@ class _BaseMLP(DistributedEstimator):
             )
             try:
                 if out is None:  # dask labels: found and encoded on the workers
-                    out, n_outputs = self._encode_on_workers(placement, classes, reset)
+                    out, n_outputs = self._encode_on_workers(placement, classes, reset, incremental)
                 spec = M.MLPSpec(self.n_features_in_, hidden, n_outputs, self.activation, out, dtype)
                 stats = self._fit_placed(client, placement, spec, reset, incremental)
             finally:
@@ -206,9 +209,17 @@ class _BaseMLP(DistributedEstimator):
         self.fit_stats_ = stats
         return self
 
-    def _encode_targets(self, y, dask_input, classes, reset):
+    def _encode_targets(self, y, dask_input, classes, reset, incremental):
         """(targets to place or None to encode on the workers, output link, n_outputs or None)."""
         raise NotImplementedError
+
+    def _check_solver(self):
+        """True for the stochastic solvers, else scikit-learn's AttributeError: ``partial_fit`` exists for those only."""
+        if self.solver not in ("sgd", "adam"):
+            raise AttributeError(
+                f"partial_fit is only available for stochastic optimizers. {self.solver} is not stochastic."
+            )
+        return True
 
     def _fit_placed(self, client, placement, spec, reset, incremental):
         if spec.n_outputs is None:  # regression on dask input: the targets' width, from a worker
@@ -219,17 +230,16 @@ class _BaseMLP(DistributedEstimator):
         rng = check_random_state(self.random_state)
         w0 = M.glorot_init(spec, rng) if reset else M.flatten(self.coefs_, self.intercepts_)
         seed = int(rng.randint(np.iinfo(np.int32).max))
-        early_stopping = self.early_stopping and not incremental
+        early_stopping = self.early_stopping
         vf = self.validation_fraction if early_stopping else 0.0
         counts = placement.map_each(M.prepare, [(spec, vf, seed, r) for r in range(len(placement.shards))])
         n_train = sum(c["n_train"] for c in counts)
         if early_stopping and sum(c["n_val"] for c in counts) < 2:
             raise ValueError(
-                f"The validation part is too small: validation_fraction={self.validation_fraction} of "
-                f"{placement.n_samples} samples leaves fewer than 2 validation samples."
+                "The validation set is too small. Increase 'validation_fraction' or the size of your dataset."
             )
         if reset:
-            self.n_iter_, self.t_ = 0, 0
+            self.n_iter_, self.t_, self._epochs_run = 0, 0, 0
             self.n_outputs_, self.n_layers_ = spec.n_outputs, len(spec.hidden) + 2
             self.out_activation_ = spec.out
             self.history_, self.loss_curve_ = [], []
@@ -247,7 +257,8 @@ class _BaseMLP(DistributedEstimator):
             beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon, alpha=self.alpha,
             max_iter=self.max_iter, tol=self.tol, n_iter_no_change=self.n_iter_no_change,
             early_stopping=early_stopping, shuffle=self.shuffle, seed=seed,
-            n_steps=math.ceil(n_train / batch), n_train=n_train, epoch0=self.n_iter_, t0=self.t_,
+            n_steps=math.ceil(n_train / batch), n_train=n_train, epoch0=getattr(self, "_epochs_run", self.n_iter_),
+            t0=self.t_,
             incremental=incremental,
         )
         monitor = self._monitor(early_stopping, reset)
@@ -280,8 +291,11 @@ class _BaseMLP(DistributedEstimator):
     def _set_result(self, spec, res, early_stopping, incremental):
         monitor, history = res["monitor"], res["history"]
         w = monitor.best_params if early_stopping and monitor.best_params is not None else res["w"]
-        self.coefs_, self.intercepts_ = M.unflatten(spec, w)
-        self.n_iter_ += res["n_epochs"]
+        self._set_weights(spec, w)
+        # as scikit-learn: the epochs of this call (a warm start counts afresh, partial_fit gives 1); the batch
+        # seeds go on from all the epochs run so far
+        self.n_iter_ = res["n_epochs"]
+        self._epochs_run = getattr(self, "_epochs_run", 0) + res["n_epochs"]
         self.t_ = res["t"]
         self.history_ = list(self.history_) + history
         self.loss_curve_ = list(self.loss_curve_) + [r["loss"] for r in history]
@@ -318,7 +332,7 @@ class _BaseMLP(DistributedEstimator):
             )
         finally:
             progress.close()
-        self.coefs_, self.intercepts_ = M.unflatten(spec, res.x)
+        self._set_weights(spec, res.x, np.float64)  # scipy's L-BFGS-B works in float64; scikit-learn keeps that
         self.n_iter_ = int(res.nit)
         self.loss_ = float(res.fun)
         self.loss_curve_ = curve
@@ -331,6 +345,46 @@ class _BaseMLP(DistributedEstimator):
                 ConvergenceWarning,
             )
         return evaluator.stats.as_dict()
+
+    def _set_weights(self, spec, w, dtype=None):
+        """``coefs_`` and ``intercepts_`` from the flat vector, in X's float dtype (or ``dtype``) as scikit-learn.
+
+        Non-finite weights are scikit-learn's ValueError (a diverged fit; with
+        ``early_stopping`` the best weights, restored, are finite).
+        """
+        coefs, intercepts = M.unflatten(spec, w)
+        if not all(np.all(np.isfinite(a)) for a in coefs + intercepts):
+            raise ValueError(
+                "Solver produced non-finite parameter weights. The input data may contain large values and "
+                "need to be preprocessed."
+            )
+        dtype = np.dtype(spec.dtype if dtype is None else dtype)
+        self.coefs_ = [c.astype(dtype, copy=False) for c in coefs]
+        self.intercepts_ = [b.astype(dtype, copy=False) for b in intercepts]
+
+    def _param_dtype(self):
+        return np.dtype(self.coefs_[0].dtype)
+
+    def _sklearn_params(self):
+        """This model's parameters that scikit-learn's MLP has."""
+        skip = {"device", "strategy", "client", "timeout"}
+        return {k: v for k, v in self.get_params(deep=False).items() if k not in skip}
+
+    def _sklearn_fitted(self, est):
+        """Give the scikit-learn MLP ``est`` copies of this model's fitted attributes; returns it."""
+        check_is_fitted(self)
+        names = ["coefs_", "intercepts_", "n_layers_", "n_outputs_", "out_activation_", "n_iter_", "t_", "loss_",
+                 "loss_curve_", "best_loss_", "validation_scores_", "best_validation_score_", "n_features_in_",
+                 "feature_names_in_", "classes_"]
+        for name in names:
+            if hasattr(self, name):
+                value = getattr(self, name)
+                if isinstance(value, list):
+                    value = [v.copy() if isinstance(v, np.ndarray) else v for v in value]
+                elif isinstance(value, np.ndarray):
+                    value = value.copy()
+                setattr(est, name, value)
+        return est
 
     # ------------------------------------------------------------ prediction
     def _spec(self):
@@ -456,7 +510,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     _is_classifier = True
     _multi_output = True  # label-indicator matrices (multilabel)
 
-    def _encode_targets(self, y, dask_input, classes, reset):
+    def _encode_targets(self, y, dask_input, classes, reset, incremental):
         if dask_input:
             return y, None, None
         if np.ndim(y) == 2 and np.shape(y)[1] == 1:
@@ -464,12 +518,12 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         kind = type_of_target(y)
         if kind == "multilabel-indicator":
             Y = np.asarray(y)
-            self._set_classes(np.arange(Y.shape[1]), classes, reset, multilabel=True)
+            self._set_classes(np.arange(Y.shape[1]), classes, reset, incremental, multilabel=True)
             return Y.astype(np.float64), "logistic", Y.shape[1]
         if kind not in ("binary", "multiclass"):
             raise ValueError(f"Unknown label type: {kind!r}.")
         found = np.unique(y)
-        self._set_classes(found, classes, reset)
+        self._set_classes(found, classes, reset, incremental)
         codes = np.searchsorted(self.classes_, y)
         if np.any(codes >= len(self.classes_)) or not np.all(self.classes_[np.minimum(codes, len(self.classes_) - 1)] == y):
             raise ValueError(f"y has labels not in classes_ {list(self.classes_)}.")
@@ -477,9 +531,9 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
 
     def _out_for_classes(self):
         k = len(self.classes_)
-        return ("logistic", 1) if k == 2 else ("softmax", k)
+        return ("logistic", 1) if k <= 2 else ("softmax", k)  # one class: one logistic output, as scikit-learn
 
-    def _set_classes(self, found, classes, reset, multilabel=False):
+    def _set_classes(self, found, classes, reset, incremental, multilabel=False):
         self._multilabel = multilabel
         if not reset:
             if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
@@ -487,26 +541,36 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
                     f"`classes={list(classes)}` is not the same as on last call to partial_fit, was: "
                     f"{list(self.classes_)}"
                 )
-            if not set(found) <= set(self.classes_):
-                raise ValueError(f"y has labels {sorted(set(found) - set(self.classes_))} not in classes_.")
+            if self.warm_start:  # fit and partial_fit, as scikit-learn
+                if set(found) != set(self.classes_):
+                    raise ValueError(
+                        "warm_start can only be used where `y` has the same classes as in the previous call to "
+                        f"fit. Previously got {self.classes_}, `y` has {found}"
+                    )
+            elif not set(found) <= set(self.classes_):
+                raise ValueError(
+                    f"`y` has classes not in `self.classes_`. `self.classes_` has {self.classes_}. 'y' has {found}."
+                )
             return
         if classes is not None:
             classes = np.unique(classes)
             if not set(found) <= set(classes):
                 raise ValueError(f"`y` has classes not in `self.classes_`: {sorted(set(found) - set(classes))}")
             found = classes
-        if not multilabel:
-            self._check_classes(found)
         self.classes_ = found
 
-    def _encode_on_workers(self, placement, classes, reset):
+    def _encode_on_workers(self, placement, classes, reset, incremental):
         found = np.unique(np.concatenate(placement.map(T.unique_labels)))
-        self._set_classes(found, classes, reset)
+        self._set_classes(found, classes, reset, incremental)
         placement.map(T.encode_labels, self.classes_)
         return self._out_for_classes()
 
+    @available_if(lambda est: est._check_solver())
     def partial_fit(self, X, y, sample_weight=None, classes=None):
         """One epoch over the given data, continuing the optimizer's state.
+
+        Only for the stochastic solvers (``hasattr`` is False for ``"lbfgs"``)
+        and without ``early_stopping``, as in scikit-learn.
 
         Parameters
         ----------
@@ -590,6 +654,8 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
             z = self._forward(A, link=False)
             if multilabel:
                 return (z > 0).astype(int)
+            if len(classes) == 1:  # fitted on one class: always that class, as scikit-learn
+                return np.repeat(classes, len(z))
             idx = (z[:, 0] > 0).astype(int) if z.shape[1] == 1 else z.argmax(1)
             return classes[idx]
 
@@ -599,6 +665,36 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
 
     def _output_dtype(self, fn):
         return self.classes_.dtype if fn.__name__ == "labels" else None
+
+    def to_sklearn(self):
+        """The equivalent fitted ``sklearn.neural_network.MLPClassifier``.
+
+        The same parameters (less ``device``, ``strategy``, ``client`` and
+        ``timeout``) and fitted attributes (weights, ``classes_``, the label
+        binarizer scikit-learn predicts with, curves), so its predictions are
+        these; it needs neither a cluster nor this package (pickle it and
+        load it where only scikit-learn is installed).
+
+        Returns
+        -------
+        sklearn.neural_network.MLPClassifier
+
+        Examples
+        --------
+        >>> sk = MLPClassifier((20,), max_iter=300, random_state=0).fit(X, y).to_sklearn()  # doctest: +SKIP
+        >>> sk.predict(X[:3])  # doctest: +SKIP
+        """
+        from sklearn.neural_network import MLPClassifier as SkMLPClassifier
+        from sklearn.preprocessing import LabelBinarizer
+
+        est = self._sklearn_fitted(SkMLPClassifier(**self._sklearn_params()))
+        binarizer = LabelBinarizer()
+        if getattr(self, "_multilabel", False):
+            binarizer.fit(np.eye(len(self.classes_), dtype=int))
+        else:
+            binarizer.fit(self.classes_)
+        est._label_binarizer = binarizer
+        return est
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -697,8 +793,12 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         )
         self.loss = loss
 
+    @available_if(lambda est: est._check_solver())
     def partial_fit(self, X, y, sample_weight=None):
         """One epoch over the given data, continuing the optimizer's state.
+
+        Only for the stochastic solvers (``hasattr`` is False for ``"lbfgs"``)
+        and without ``early_stopping``, as scikit-learn intends.
 
         Parameters
         ----------
@@ -734,7 +834,27 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
 
         return self._map_rows(X, values, None if single else self.n_outputs_)
 
-    def _encode_targets(self, y, dask_input, classes, reset):
+    def to_sklearn(self):
+        """The equivalent fitted ``sklearn.neural_network.MLPRegressor``.
+
+        The same parameters (less ``device``, ``strategy``, ``client`` and
+        ``timeout``) and fitted attributes, so its predictions are these; it
+        needs neither a cluster nor this package.
+
+        Returns
+        -------
+        sklearn.neural_network.MLPRegressor
+
+        Examples
+        --------
+        >>> sk = MLPRegressor((50,), solver="lbfgs").fit(X, y).to_sklearn()  # doctest: +SKIP
+        >>> sk.predict(X[:3])  # doctest: +SKIP
+        """
+        from sklearn.neural_network import MLPRegressor as SkMLPRegressor
+
+        return self._sklearn_fitted(SkMLPRegressor(**self._sklearn_params()))
+
+    def _encode_targets(self, y, dask_input, classes, reset, incremental):
         out = "exp" if self.loss == "poisson" else "identity"
         if dask_input:
             return y, out, None

@@ -295,3 +295,203 @@ def test_to_sklearn_keeps_feature_names():
     sk.predict(df)  # no feature-name warning
     with pytest.warns(UserWarning, match="feature names"):
         sk.predict(X)
+
+
+# ===================================================================== MLPs
+MLP_STRATEGIES = ["tree", "ddp"]
+
+
+def _iris():
+    X, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+def _diabetes(n=150):
+    X, y = load_diabetes(return_X_y=True)
+    X = StandardScaler().fit_transform(X[:n])
+    y = y[:n]
+    return X, (y - y.mean()) / y.std()
+
+
+def _quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("solver", ["adam", "lbfgs"])
+@pytest.mark.parametrize("name", ["MLPClassifier", "MLPRegressor"])
+def test_mlp_float32_dtypes_as_sklearn(name, solver):
+    X, y = _iris() if name == "MLPClassifier" else _diabetes()
+    X32 = X.astype(np.float32)
+    kw = dict(hidden_layer_sizes=(5,), max_iter=5, random_state=0, solver=solver)
+    ours = _quiet(getattr(de, name)(**kw).fit, X32, y)
+    ref = _quiet(getattr(sk_nn, name)(**kw).fit, X32, y)
+    # float32 weights for the stochastic solvers; lbfgs (scipy's, float64) gives float64 in scikit-learn
+    expected = np.float32 if solver != "lbfgs" else np.float64
+    assert [c.dtype for c in ours.coefs_] == [c.dtype for c in ref.coefs_] == [expected] * 2
+    assert [b.dtype for b in ours.intercepts_] == [b.dtype for b in ref.intercepts_]
+    for m in ["predict", "predict_proba", "predict_log_proba"]:
+        if hasattr(ref, m):
+            assert getattr(ours, m)(X32).dtype == getattr(ref, m)(X32).dtype, m
+    # float64 input to a float32 model: float64 out, as NumPy's (and scikit-learn's) result type
+    assert ours.predict(X).dtype == ref.predict(X).dtype
+
+
+def test_mlp_partial_fit_only_for_stochastic_solvers():
+    for solver in ["lbfgs", "sgd", "adam"]:
+        assert hasattr(de.MLPClassifier(solver=solver), "partial_fit") == hasattr(
+            sk_nn.MLPClassifier(solver=solver), "partial_fit"
+        )
+        # scikit-learn's MLPRegressor forgets to call its check (hasattr is True for lbfgs there); ours does
+        assert hasattr(de.MLPRegressor(solver=solver), "partial_fit") == (solver != "lbfgs")
+    errors = []
+    for est in (de.MLPClassifier(solver="lbfgs"), sk_nn.MLPClassifier(solver="lbfgs")):
+        with pytest.raises(AttributeError) as info:
+            est.partial_fit
+        errors.append((str(info.value).replace(type(est).__module__, ""), str(info.value.__cause__)))
+    assert errors[0] == errors[1]
+    assert errors[0][1] == "partial_fit is only available for stochastic optimizers. lbfgs is not stochastic."
+
+
+@pytest.mark.parametrize("name", ["MLPClassifier", "MLPRegressor"])
+def test_mlp_partial_fit_rejects_early_stopping_as_sklearn(name):
+    X, y = _iris() if name == "MLPClassifier" else _diabetes()
+    kw = dict(hidden_layer_sizes=(5,), max_iter=3, early_stopping=True, random_state=0)
+    for cls in (getattr(de, name), getattr(sk_nn, name)):
+        est = _quiet(cls(**kw).fit, X, y)
+        with pytest.raises(ValueError, match="partial_fit does not support early_stopping=True"):
+            est.partial_fit(X, y)
+
+
+def test_mlp_validation_set_too_small_message_as_sklearn():
+    X, y = _iris()
+    msg = "The validation set is too small. Increase 'validation_fraction' or the size of your dataset."
+    for cls in (de.MLPClassifier, sk_nn.MLPClassifier):
+        with pytest.raises(ValueError, match=msg.replace(".", r"\.")):
+            cls(early_stopping=True, validation_fraction=0.01, max_iter=2).fit(X[:50], y[:50])
+
+
+@pytest.mark.parametrize("label", [0, "a"])
+def test_mlp_single_class_as_sklearn(label):
+    X, _ = _iris()
+    y = np.array([label] * len(X))
+    kw = dict(hidden_layer_sizes=(5,), max_iter=3, random_state=0)
+    ours = _quiet(de.MLPClassifier(**kw).fit, X, y)
+    ref = _quiet(sk_nn.MLPClassifier(**kw).fit, X, y)
+    np.testing.assert_array_equal(ours.classes_, ref.classes_)
+    assert (ours.n_outputs_, ours.out_activation_) == (ref.n_outputs_, ref.out_activation_)
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+    assert ours.predict_proba(X).shape == ref.predict_proba(X).shape == (len(X), 2)
+
+
+@pytest.mark.parametrize("strategy", MLP_STRATEGIES)
+def test_mlp_warm_start_with_other_classes_is_an_error_as_sklearn(strategy):
+    X, y = _iris()
+    msg = "warm_start can only be used where `y` has the same classes as in the previous call to fit"
+    ours = _quiet(de.MLPClassifier((5,), max_iter=3, warm_start=True, random_state=0, strategy=strategy).fit, X, y)
+    ref = _quiet(sk_nn.MLPClassifier((5,), max_iter=3, warm_start=True, random_state=0).fit, X, y)
+    for est in (ours, ref):
+        with pytest.raises(ValueError, match=msg):
+            est.fit(X[y < 2], y[y < 2])
+        with pytest.raises(ValueError, match=msg):  # partial_fit too, with warm_start=True
+            est.partial_fit(X[y < 2], y[y < 2])
+        est.fit(X, y)  # the same classes: fine
+    # without warm_start, partial_fit takes a subset of the classes, and an unknown one is scikit-learn's error
+    for est in (ours, ref):
+        est.set_params(warm_start=False).partial_fit(X[y < 2], y[y < 2])
+        with pytest.raises(ValueError, match="`y` has classes not in `self.classes_`"):
+            est.partial_fit(X, np.where(y == 2, 7, y))
+
+
+@pytest.mark.parametrize("strategy", MLP_STRATEGIES)
+def test_mlp_n_iter_across_warm_starts_as_sklearn(strategy):
+    X, y = _iris()
+    kw = dict(hidden_layer_sizes=(5,), max_iter=3, warm_start=True, random_state=0, n_iter_no_change=100)
+    ours = de.MLPClassifier(strategy=strategy, **kw)
+    ref = sk_nn.MLPClassifier(**kw)
+    seen = []
+    for est in (ours, ref):
+        _quiet(est.fit, X, y)
+        first = (est.n_iter_, est.t_, len(est.loss_curve_))
+        _quiet(est.fit, X, y)
+        second = (est.n_iter_, est.t_, len(est.loss_curve_))
+        est.partial_fit(X, y)
+        seen.append((first, second, (est.n_iter_, est.t_, len(est.loss_curve_))))
+    assert seen[0] == seen[1] == ((3, 450, 3), (3, 900, 6), (1, 1050, 7))
+
+
+@pytest.mark.parametrize("strategy", MLP_STRATEGIES)
+def test_mlp_diverging_loss_with_early_stopping_finishes_as_sklearn(strategy):
+    X, y = load_iris(return_X_y=True)
+    kw = dict(hidden_layer_sizes=100, activation="identity", solver="sgd", alpha=0.0001, learning_rate="constant",
+              learning_rate_init=1, shuffle=True, max_iter=20, early_stopping=True, n_iter_no_change=10,
+              random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = sk_nn.MLPRegressor(**kw).fit(X, y)
+        ours = de.MLPRegressor(strategy=strategy, **kw).fit(X, y)
+    assert ours.n_iter_ == ref.n_iter_ == 20
+    assert not np.all(np.isfinite(ours.loss_curve_)) and not np.all(np.isfinite(ref.loss_curve_))
+    assert all(np.all(np.isfinite(c)) for c in ours.coefs_ + ours.intercepts_)
+    assert np.isfinite(ours.best_validation_score_)
+    assert np.all(np.isfinite(ours.predict(X)))
+
+
+@pytest.mark.parametrize("solver,strategy", [("adam", "tree"), ("adam", "ddp"), ("lbfgs", "tree")])
+def test_mlp_nonfinite_params_is_sklearns_value_error(solver, strategy):
+    rng = np.random.RandomState(0)
+    X = np.finfo(np.float64).max * rng.uniform(size=(10, 2))
+    y = rng.standard_normal(size=10)
+    msg = ("Solver produced non-finite parameter weights. The input data may contain large values and need to "
+           "be preprocessed.")
+    for est in (de.MLPRegressor(solver=solver, strategy=strategy), sk_nn.MLPRegressor(solver=solver)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if solver != "lbfgs":
+                with pytest.raises(ValueError, match=msg):
+                    est.fit(X, y)
+            else:  # L-BFGS-B stops at its (finite) start on a NaN objective: a ConvergenceWarning, no error
+                with pytest.warns(ConvergenceWarning):
+                    est.fit(X, y)
+                assert est.n_iter_ == 0
+
+
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("MLPClassifier", {"solver": "adam"}),
+        ("MLPClassifier", {"solver": "lbfgs", "activation": "tanh"}),
+        ("MLPClassifier", {"solver": "sgd", "activation": "logistic", "early_stopping": True}),
+        ("MLPRegressor", {"solver": "adam"}),
+        ("MLPRegressor", {"solver": "lbfgs", "loss": "poisson"}),
+    ],
+)
+def test_to_sklearn_mlp(name, kw):
+    if name == "MLPClassifier":
+        X, y = _iris()
+        y = np.array(["setosa", "versicolor", "virginica"])[y]
+    else:
+        X, y = _diabetes()
+        if kw.get("loss") == "poisson":
+            y = np.exp(0.5 * y)
+    ours = _quiet(getattr(de, name)(hidden_layer_sizes=(7, 4), max_iter=30, random_state=0, **kw).fit, X, y)
+    sk = ours.to_sklearn()
+    assert type(sk) is getattr(sk_nn, name)
+    for k, v in sk.get_params().items():
+        assert v == ours.get_params()[k], k
+    for attr in ["coefs_", "intercepts_"]:
+        for a, b in zip(getattr(sk, attr), getattr(ours, attr)):
+            np.testing.assert_array_equal(a, b)
+    assert (sk.n_layers_, sk.n_outputs_, sk.out_activation_, sk.n_iter_) == (
+        ours.n_layers_, ours.n_outputs_, ours.out_activation_, ours.n_iter_)
+    _assert_same_predictions(ours, sk, X)
+
+
+@pytest.mark.parametrize("y_kind", ["binary", "multilabel"])
+def test_to_sklearn_mlp_classifier_label_kinds(y_kind):
+    X, y = _iris()
+    y = (y == 2).astype(int) if y_kind == "binary" else np.column_stack([y == 0, y == 2, X[:, 0] > 0]).astype(int)
+    ours = _quiet(de.MLPClassifier((6,), max_iter=20, random_state=0).fit, X, y)
+    _assert_same_predictions(ours, ours.to_sklearn(), X)
