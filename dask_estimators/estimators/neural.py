@@ -251,6 +251,9 @@ class _BaseMLP(DistributedEstimator):
             stats.update(self._fit_lbfgs(placement, spec, w0))
             return stats
         batch = self._batch_size(n_train)
+        # exact global batches of `batch` rows, also when smaller than the number of shards
+        cuts = M.batch_cuts([c["n_train"] for c in counts], batch)
+        placement.map_each(M.set_batch_cuts, [(row,) for row in cuts])
         cfg = TrainConfig(
             solver=self.solver, learning_rate_init=self.learning_rate_init, learning_rate=self.learning_rate,
             power_t=self.power_t, momentum=self.momentum, nesterovs_momentum=self.nesterovs_momentum,
@@ -432,8 +435,10 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     alpha : float, default=1e-4
         Strength of the L2 penalty on the weights (not the biases).
     batch_size : int or "auto", default="auto"
-        Rows of each global minibatch (``min(200, n_samples)`` for "auto");
-        every worker takes its share from its own shard.
+        Rows of each global minibatch (``min(200, n_samples)`` for "auto"),
+        exactly as scikit-learn's batches (the last one the remainder); every
+        worker takes its share, in proportion to its rows, from its own shard
+        (a batch smaller than the number of workers goes to some of them).
     learning_rate : {"constant", "invscaling", "adaptive"}, default="constant"
         SGD's schedule, as in scikit-learn.
     learning_rate_init : float, default=0.001

@@ -49,6 +49,8 @@ __all__ = [
     "param_views",
     "validation_stats",
     "batch_slice",
+    "batch_cuts",
+    "set_batch_cuts",
 ]
 
 ACTIVATIONS = ("identity", "logistic", "tanh", "relu")
@@ -395,6 +397,32 @@ def _mix(*ints) -> int:
     return h & 0x7FFFFFFFFFFFFFFF
 
 
+def batch_cuts(n_rows, batch_size: int) -> np.ndarray:
+    """Each shard's share of every global batch of ``batch_size`` rows: cumulative counts, (n_shards, n_steps + 1).
+
+    Global batch ``k`` has exactly ``batch_size`` rows (the last one the
+    remainder), as scikit-learn's ``gen_batches``, also when it is smaller
+    than the number of shards.  The shards' rows are interleaved in
+    proportion to their sizes (row ``j`` of a shard of ``n`` rows sits at
+    ``(j + 0.5) / n``, ties to the lower rank), so each shard's rows spread
+    evenly over the epoch; shard ``r`` gives batch ``k`` its rows
+    ``cuts[r, k]:cuts[r, k + 1]`` of its epoch order (see :func:`set_batch_cuts`).
+    """
+    n_rows = np.asarray(n_rows, dtype=np.int64)
+    total = int(n_rows.sum())
+    n_steps = max(1, -(-total // int(batch_size)))
+    keys = np.concatenate([(np.arange(n) + 0.5) / n for n in n_rows if n > 0] or [np.zeros(0)])
+    owner = np.repeat(np.arange(len(n_rows)), n_rows)
+    owner = owner[np.lexsort((owner, keys))]
+    bounds = np.minimum(np.arange(n_steps + 1, dtype=np.int64) * int(batch_size), total)
+    return np.stack([np.searchsorted(np.flatnonzero(owner == r), bounds) for r in range(len(n_rows))])
+
+
+def set_batch_cuts(shard, cuts) -> None:
+    """Give this shard its row of :func:`batch_cuts`: its batch shares replace :func:`batch_slice`'s this fit."""
+    shard.cache["mlp"]["cuts"] = np.asarray(cuts, dtype=np.int64)
+
+
 def batch_slice(n_rows: int, step: int, n_steps: int) -> tuple[int, int]:
     """This shard's share of step ``step`` of an epoch of ``n_steps``: rows [lo, hi) of its permutation."""
     return step * n_rows // n_steps, (step + 1) * n_rows // n_steps
@@ -424,7 +452,11 @@ def batch_rows(shard, batch):
     if batch is None:
         return state["train"]
     rows = _epoch_perm(shard, batch)
-    lo, hi = batch_slice(state["n_train"], batch[2], batch[3])
+    cuts = state.get("cuts")
+    if cuts is not None and len(cuts) == batch[3] + 1:
+        lo, hi = int(cuts[batch[2]]), int(cuts[batch[2] + 1])
+    else:
+        lo, hi = batch_slice(state["n_train"], batch[2], batch[3])
     return rows[lo:hi]
 
 

@@ -495,3 +495,53 @@ def test_to_sklearn_mlp_classifier_label_kinds(y_kind):
     y = (y == 2).astype(int) if y_kind == "binary" else np.column_stack([y == 0, y == 2, X[:, 0] > 0]).astype(int)
     ours = _quiet(de.MLPClassifier((6,), max_iter=20, random_state=0).fit, X, y)
     _assert_same_predictions(ours, ours.to_sklearn(), X)
+
+
+# ------------------------------------------------------ batches and shards
+@pytest.mark.parametrize("n_rows,batch", [([75, 75], 1), ([10, 3, 0, 7], 1), ([10, 3, 0, 7], 4), ([100, 37], 200),
+                                          ([50, 51], 7)])
+def test_batch_cuts_give_exact_global_batches(n_rows, batch):
+    from dask_estimators.objectives import module as M
+
+    cuts = M.batch_cuts(n_rows, batch)
+    total = sum(n_rows)
+    n_steps = -(-total // batch)
+    assert cuts.shape == (len(n_rows), n_steps + 1)
+    np.testing.assert_array_equal(cuts[:, 0], 0)
+    np.testing.assert_array_equal(cuts[:, -1], n_rows)
+    assert np.all(np.diff(cuts, axis=1) >= 0)
+    sizes = np.diff(cuts, axis=1).sum(0)
+    np.testing.assert_array_equal(sizes, [batch] * (n_steps - 1) + [total - batch * (n_steps - 1)])
+    # each shard's share of the first k batches stays within one row of its proportion
+    done = np.minimum(np.arange(n_steps + 1) * batch, total)
+    assert np.all(np.abs(cuts - np.outer(n_rows, done) / total) <= 1)
+
+
+def _global_order(rows_per_shard, batch=1):
+    """The rows of one unshuffled epoch in the order our batches take them (numpy input is placed in row blocks)."""
+    from dask_estimators.objectives import module as M
+
+    cuts = M.batch_cuts(rows_per_shard, batch)
+    offsets = np.concatenate([[0], np.cumsum(rows_per_shard)[:-1]])
+    order = []
+    for k in range(cuts.shape[1] - 1):
+        for r in range(len(rows_per_shard)):
+            order.extend(offsets[r] + np.arange(cuts[r, k], cuts[r, k + 1]))
+    return np.array(order)
+
+
+@pytest.mark.parametrize("strategy", MLP_STRATEGIES)
+def test_mlp_batch_size_one_is_sklearns_sgd(strategy):
+    """batch_size=1 on 2 workers: one row per step, the same steps as scikit-learn's SGD over the same order."""
+    X, y = _diabetes(n=40)
+    kw = dict(hidden_layer_sizes=(4,), solver="sgd", momentum=0.0, learning_rate_init=0.01, batch_size=1,
+              shuffle=False, max_iter=3, random_state=0, alpha=1e-3)
+    ours = _quiet(de.MLPRegressor(strategy=strategy, **kw).fit, X, y)
+    assert ours.fit_stats_["steps_per_epoch"] == len(X)
+    assert np.all(np.isfinite(ours.loss_curve_))
+    order = _global_order(ours.fit_stats_["rows_per_shard"])
+    np.testing.assert_array_equal(np.sort(order), np.arange(len(X)))
+    ref = _quiet(sk_nn.MLPRegressor(**kw).fit, X[order], y[order])
+    for a, b in zip(ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-9)
