@@ -350,18 +350,31 @@ def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: i
     sw = shard.get("sample_weight")
     if sw is not None and sw.dtype != dt:
         shard.put("sample_weight", sw.to(dt))
-    return init_rows(shard, validation_fraction, seed, rank)
+    # classes (one label per row) are stratified in the validation split, as scikit-learn's early stopping does
+    labels = y if spec.out == "softmax" else y[:, 0] if spec.out == "logistic" and spec.n_outputs == 1 else None
+    return init_rows(shard, validation_fraction, seed, rank, labels=labels)
 
 
-def init_rows(shard, validation_fraction: float, seed: int, rank: int) -> dict:
-    """Split this shard's rows into training and (seeded) validation rows; reset the per-fit cache."""
+def init_rows(shard, validation_fraction: float, seed: int, rank: int, labels=None) -> dict:
+    """Split this shard's rows into training and (seeded) validation rows; reset the per-fit cache.
+
+    With ``labels`` (a class per row) the split is stratified: each class
+    gets its share of the validation rows (largest remainders), drawn at
+    random among its rows.
+    """
     n = shard.n_rows
     n_val = int(round(validation_fraction * n)) if validation_fraction else 0
     n_val = min(n_val, n - 1) if n > 1 else 0
     if n_val:
         g = torch.Generator().manual_seed(_mix(seed, rank, -1))
         perm = torch.randperm(n, generator=g)
-        train, val = perm[n_val:].sort().values, perm[:n_val].sort().values
+        if labels is not None:
+            val = _stratified_pick(perm, labels.detach().to("cpu")[perm], n_val)
+            keep = torch.ones(n, dtype=torch.bool)
+            keep[val] = False
+            train, val = torch.arange(n)[keep], val.sort().values
+        else:
+            train, val = perm[n_val:].sort().values, perm[:n_val].sort().values
     else:
         train, val = None, None
     dev = shard.device
@@ -387,6 +400,17 @@ def init_rows(shard, validation_fraction: float, seed: int, rank: int) -> dict:
         "sw_train": wsum(train, n - n_val),
         "sw_val": wsum(val, n_val) if n_val else 0.0,
     }
+
+
+def _stratified_pick(perm, labels, n_val):
+    """``n_val`` entries of ``perm`` (rows in a random order, ``labels`` theirs), each class in proportion."""
+    classes, counts = torch.unique(labels, return_counts=True)
+    exact = counts.to(torch.float64) * n_val / len(perm)
+    quota = exact.floor().to(torch.int64)
+    short = n_val - int(quota.sum())
+    if short:
+        quota[torch.argsort(exact - quota, descending=True, stable=True)[:short]] += 1
+    return torch.cat([perm[labels == c][:q] for c, q in zip(classes, quota.tolist())])
 
 
 def _mix(*ints) -> int:

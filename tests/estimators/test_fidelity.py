@@ -545,3 +545,31 @@ def test_mlp_batch_size_one_is_sklearns_sgd(strategy):
     for a, b in zip(ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-9)
+
+
+def test_early_stopping_validation_split_is_stratified_for_classifiers():
+    """As scikit-learn's train_test_split(stratify=y): each class's share of the validation rows is its share
+    of the rows (within a row, per shard); regressors and multilabel targets are not stratified."""
+    from dask_estimators.engine._worker import Shard
+    from dask_estimators.objectives import module as M
+
+    rng = np.random.default_rng(0)
+    n = 200
+    y = np.where(rng.uniform(size=n) < 0.1, 2, rng.integers(0, 2, size=n))  # class 2 is rare
+    X = rng.normal(size=(n, 3))
+    spec = M.MLPSpec(3, (4,), 3, "relu", "softmax")
+    for seed in range(5):
+        shard = Shard({"X": X, "y": y.astype(np.float64)})
+        info = M.prepare(shard, spec, 0.1, seed, 0)
+        val = shard.cache["mlp"]["val"].numpy()
+        train = shard.cache["mlp"]["train"].numpy()
+        assert info["n_val"] == len(val) == 20
+        np.testing.assert_array_equal(np.sort(np.concatenate([train, val])), np.arange(n))
+        for c in range(3):
+            assert abs(np.sum(y[val] == c) - 20 * np.mean(y == c)) < 1
+    # scikit-learn's split, for comparison: the same rule
+    from sklearn.model_selection import train_test_split
+
+    _, y_val = train_test_split(y, test_size=0.1, stratify=y, random_state=0)
+    for c in range(3):
+        assert abs(np.sum(y_val == c) - 20 * np.mean(y == c)) < 1
