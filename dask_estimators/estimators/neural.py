@@ -387,6 +387,10 @@ class _BaseMLP(DistributedEstimator):
                 elif isinstance(value, np.ndarray):
                     value = value.copy()
                 setattr(est, name, value)
+        # what scikit-learn's own warm start / partial_fit reads back (private attributes of its MLPs)
+        est._best_coefs = [c.copy() for c in self.coefs_]
+        est._best_intercepts = [b.copy() for b in self.intercepts_]
+        est._no_improvement_count = int((getattr(self, "_monitor_state", None) or {}).get("no_improvement_count", 0))
         return est
 
     # ------------------------------------------------------------ prediction
@@ -487,8 +491,10 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     coefs_, intercepts_ : list of ndarray
         Weights (fan_in, fan_out) and biases of each layer.
     n_iter_ : int
+        Epochs (or lbfgs iterations) of the last call, as scikit-learn: a
+        warm-started ``fit`` counts afresh, ``partial_fit`` gives 1.
     t_ : int
-        Training samples seen.
+        Training samples seen, over all calls.
     loss_, loss_curve_, best_loss_ : float, list, float or None
     validation_scores_, best_validation_score_ : list or None, float or None
     history_ : list of dict

@@ -487,6 +487,13 @@ def test_to_sklearn_mlp(name, kw):
     assert (sk.n_layers_, sk.n_outputs_, sk.out_activation_, sk.n_iter_) == (
         ours.n_layers_, ours.n_outputs_, ours.out_activation_, ours.n_iter_)
     _assert_same_predictions(ours, sk, X)
+    # scikit-learn can go on from it: a warm-started fit starts from our weights
+    cont = pickle.loads(pickle.dumps(sk)).set_params(warm_start=True, max_iter=1)
+    _quiet(cont.fit, X, y)
+    assert cont.n_iter_ == 1
+    if kw["solver"] != "lbfgs":
+        moved = max(np.abs(a - b).max() for a, b in zip(cont.coefs_, ours.coefs_))
+        assert 0 < moved < 0.5
 
 
 @pytest.mark.parametrize("y_kind", ["binary", "multilabel"])
