@@ -230,7 +230,7 @@ class _BaseMLP(DistributedEstimator):
         rng = check_random_state(self.random_state)
         w0 = M.glorot_init(spec, rng) if reset else M.flatten(self.coefs_, self.intercepts_)
         seed = int(rng.randint(np.iinfo(np.int32).max))
-        early_stopping = self.early_stopping
+        early_stopping = self.early_stopping and self.solver != "lbfgs"  # lbfgs ignores it, as in scikit-learn
         vf = self.validation_fraction if early_stopping else 0.0
         counts = placement.map_each(M.prepare, [(spec, vf, seed, r) for r in range(len(placement.shards))])
         n_train = sum(c["n_train"] for c in counts)
@@ -461,9 +461,11 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     momentum : float, default=0.9
     nesterovs_momentum : bool, default=True
     early_stopping : bool, default=False
-        Hold out ``validation_fraction`` of each worker's rows; stop when the
-        validation accuracy, scored on the workers, stalls, and keep the best
-        weights.
+        Hold out ``validation_fraction`` of each worker's rows (stratified by
+        class for the classifier); stop when the validation accuracy, scored
+        on the workers, stalls, and keep the best weights.  For the
+        stochastic solvers only: ``"lbfgs"`` trains on all rows, as in
+        scikit-learn.
     validation_fraction : float, default=0.1
     beta_1, beta_2, epsilon : float
         Adam's parameters.

@@ -580,3 +580,16 @@ def test_early_stopping_validation_split_is_stratified_for_classifiers():
     _, y_val = train_test_split(y, test_size=0.1, stratify=y, random_state=0)
     for c in range(3):
         assert abs(np.sum(y_val == c) - 20 * np.mean(y == c)) < 1
+
+
+def test_mlp_lbfgs_ignores_early_stopping_as_sklearn():
+    """scikit-learn's lbfgs trains on all rows whatever early_stopping says (no split, no 'too small' error)."""
+    X, y = _iris()
+    kw = dict(hidden_layer_sizes=(5,), solver="lbfgs", max_iter=30, random_state=0)
+    plain = _quiet(de.MLPClassifier(**kw).fit, X, y)
+    for est in (de.MLPClassifier(early_stopping=True, **kw), sk_nn.MLPClassifier(early_stopping=True, **kw)):
+        _quiet(est.fit, X, y)
+        _quiet(est.set_params(validation_fraction=0.001).fit, X, y)  # too small for a split: no error either
+    ours = _quiet(de.MLPClassifier(early_stopping=True, **kw).fit, X, y)
+    for a, b in zip(ours.coefs_, plain.coefs_):
+        np.testing.assert_array_equal(a, b)
