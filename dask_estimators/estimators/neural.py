@@ -839,7 +839,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         ndarray or dask array of shape (n_samples,) or (n_samples, n_outputs)
         """
         check_is_fitted(self)
-        single = self.n_outputs_ == 1 and not getattr(self, "_y_2d", False)
+        single = self.n_outputs_ == 1  # one output: 1-D, also for y of shape (n, 1), as scikit-learn's MLPRegressor
 
         def values(A):
             out = self._forward(A)
@@ -872,9 +872,10 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         if dask_input:
             return y, out, None
         y2 = np.asarray(y, dtype=np.float64)
+        if y2.ndim == 2 and y2.shape[1] == 1:  # a column: scikit-learn's DataConversionWarning, one output
+            y2 = column_or_1d(y2, warn=True)
         if out == "exp" and np.any(y2 < 0):
             raise ValueError("loss='poisson' requires non-negative y.")
-        self._y_2d = y2.ndim == 2
         return y2, out, 1 if y2.ndim == 1 else y2.shape[1]
 
     def __sklearn_tags__(self):

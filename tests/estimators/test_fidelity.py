@@ -593,3 +593,16 @@ def test_mlp_lbfgs_ignores_early_stopping_as_sklearn():
     ours = _quiet(de.MLPClassifier(early_stopping=True, **kw).fit, X, y)
     for a, b in zip(ours.coefs_, plain.coefs_):
         np.testing.assert_array_equal(a, b)
+
+
+def test_mlp_regressor_one_output_predicts_1d_as_sklearn():
+    X, y = _diabetes()
+    kw = dict(hidden_layer_sizes=(4,), max_iter=3, random_state=0)
+    from sklearn.exceptions import DataConversionWarning
+
+    with pytest.warns(DataConversionWarning, match="A column-vector y was passed"):
+        ours = _quiet(de.MLPRegressor(**kw).fit, X, y[:, None])
+    with pytest.warns(DataConversionWarning, match="A column-vector y was passed"):
+        ref = _quiet(sk_nn.MLPRegressor(**kw).fit, X, y[:, None])
+    assert ours.predict(X).shape == ref.predict(X).shape == (len(X),)
+    _assert_same_predictions(ours, ours.to_sklearn(), X)
