@@ -421,7 +421,8 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         It has this model's parameters and fitted attributes, so its
         predictions are these; it needs neither a cluster nor this package.
         Fitted again it would solve LIBLINEAR's problem, whose intercept is
-        penalised (see above).
+        penalised (see above); with ``C=np.inf`` its ``fit`` refuses the
+        parameter (scikit-learn's constraint), its predictions do not.
 
         Returns
         -------
@@ -667,6 +668,8 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
 
         It has this model's parameters and fitted attributes, so its
         predictions are these; it needs neither a cluster nor this package.
+        With ``C=np.inf`` its ``fit`` refuses the parameter (scikit-learn's
+        constraint), its predictions do not.
 
         Returns
         -------
