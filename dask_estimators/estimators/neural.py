@@ -551,8 +551,8 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         if not reset:
             if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
                 raise ValueError(
-                    f"`classes={list(classes)}` is not the same as on last call to partial_fit, was: "
-                    f"{list(self.classes_)}"
+                    f"`classes={classes!r}` is not the same as on last call to partial_fit, was: "
+                    f"{self.classes_!r}"
                 )
             if self.warm_start:  # fit and partial_fit, as scikit-learn
                 if set(found) != set(self.classes_):
@@ -568,7 +568,9 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         if classes is not None:
             classes = np.unique(classes)
             if not set(found) <= set(classes):
-                raise ValueError(f"`y` has classes not in `self.classes_`: {sorted(set(found) - set(classes))}")
+                raise ValueError(
+                    f"`y` has classes not in `self.classes_`. `self.classes_` has {classes}. 'y' has {found}."
+                )
             found = classes
         self.classes_ = found
 

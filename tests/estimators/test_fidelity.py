@@ -396,7 +396,7 @@ def test_mlp_warm_start_with_other_classes_is_an_error_as_sklearn(strategy):
             est.fit(X[y < 2], y[y < 2])
         with pytest.raises(ValueError, match=msg):  # partial_fit too, with warm_start=True
             est.partial_fit(X[y < 2], y[y < 2])
-        est.fit(X, y)  # the same classes: fine
+        _quiet(est.fit, X, y)  # the same classes: fine
     # without warm_start, partial_fit takes a subset of the classes, and an unknown one is scikit-learn's error
     for est in (ours, ref):
         est.set_params(warm_start=False).partial_fit(X[y < 2], y[y < 2])
@@ -606,3 +606,19 @@ def test_mlp_regressor_one_output_predicts_1d_as_sklearn():
         ref = _quiet(sk_nn.MLPRegressor(**kw).fit, X, y[:, None])
     assert ours.predict(X).shape == ref.predict(X).shape == (len(X),)
     _assert_same_predictions(ours, ours.to_sklearn(), X)
+
+
+def test_mlp_partial_fit_class_errors_have_sklearns_text():
+    X, y = _iris()
+    messages = []
+    for cls in (de.MLPClassifier, sk_nn.MLPClassifier):
+        got = []
+        with pytest.raises(ValueError) as info:  # y has a class outside the first call's classes
+            cls(hidden_layer_sizes=(3,), random_state=0).partial_fit(X, y, classes=[0, 1])
+        got.append(str(info.value))
+        est = cls(hidden_layer_sizes=(3,), random_state=0).partial_fit(X, y, classes=[0, 1, 2])
+        with pytest.raises(ValueError) as info:  # other classes on a later call
+            est.partial_fit(X, y, classes=[0, 1, 2, 3])
+        got.append(str(info.value))
+        messages.append(got)
+    assert messages[0] == messages[1]
