@@ -11,7 +11,7 @@ One epoch loop, :func:`run_epochs`, serves both strategies:
   gradients and every rank steps the same optimizer on the same numbers.
 
 Both take the same seeded batches (each worker its share of each global batch,
-see :func:`~dask_estimators.objectives.module.batch_slice`) and apply
+see :func:`~dask_estimators.objectives.module.batch_cuts` and ``batch_slice``) and apply
 scikit-learn's rules: the epoch loss, ``tol``/``n_iter_no_change``, the
 validation score of ``early_stopping`` (best parameters restored), and the
 ``"invscaling"``/``"adaptive"`` learning rates of SGD.  Optimizer state is
