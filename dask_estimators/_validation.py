@@ -36,9 +36,42 @@ def _finite_sum(a):
     return s
 
 
+def _copy_finite_sum(src, dst):
+    """Copy the 1-D ``src`` into ``dst`` and return ``sum(src * 0)`` from the same pass (see :func:`_finite_sum`)."""
+    s = 0.0
+    for i in range(src.shape[0]):
+        v = src[i]
+        dst[i] = v
+        s += v * 0.0
+    return s
+
+
 if numba is not None:
     # reassoc vectorises the sum; no nnan/ninf, so NaN and inf are kept
     _finite_sum = numba.njit(fastmath={"reassoc", "contract"}, cache=True, nogil=True, boundscheck=False)(_finite_sum)
+    _copy_finite_sum = numba.njit(fastmath={"reassoc", "contract"}, cache=True, nogil=True,
+                                  boundscheck=False)(_copy_finite_sum)
+
+
+def copy_if_finite(src, dst) -> bool:
+    """Copy the float array ``src`` into ``dst`` (same shape, C-contiguous) and say whether it was all finite.
+
+    One pass over ``src`` where numba is available (the check rides along
+    with the copy); otherwise a copy and a check.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> dst = np.empty((2, 2))
+    >>> copy_if_finite(np.ones((2, 2)), dst), dst.sum()
+    (True, np.float64(4.0))
+    >>> copy_if_finite(np.array([[1.0, np.inf], [0.0, 1.0]]), dst)
+    False
+    """
+    if numba is None or not src.flags.c_contiguous or not dst.flags.c_contiguous or src.dtype != dst.dtype:
+        np.copyto(dst, src)
+        return bool(np.isfinite(dst).all())
+    return not np.isnan(_copy_finite_sum(src.reshape(-1), dst.reshape(-1)))
 
 
 def _n_threads():

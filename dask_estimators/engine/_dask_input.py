@@ -217,8 +217,21 @@ class _Buffers:
         self.numeric: dict = {}
         self.other: dict = {}
 
-    def write(self, piece: dict) -> None:
-        m = None
+    def reserve(self, name: str, shape, dtype):
+        """The rows of numeric input ``name`` that the next :meth:`write` fills, to be filled by the caller first.
+
+        None where ``name`` cannot be written in place (another dtype or shape than earlier rows).
+        """
+        buf = self.numeric.get(name)
+        if buf is None and name not in self.other:
+            buf = self.numeric[name] = pooled_empty((self.n_rows,) + tuple(shape[1:]), dtype)
+        if buf is None or buf.dtype != dtype or buf.shape[1:] != tuple(shape[1:]):
+            return None
+        return buf[self.done : self.done + shape[0]]
+
+    def write(self, piece: dict, rows: int | None = None) -> None:
+        """Append the rows of ``piece`` (``rows`` of them: inputs written in place with :meth:`reserve` included)."""
+        m = rows
         for name, a in piece.items():
             a = np.asarray(a)
             m = a.shape[0] if m is None else m
@@ -254,23 +267,54 @@ def build_shard(device, check, names, segments, n_rows, *blocks):
     """Task body: validate this worker's rows of every input and write them into one aligned shard.
 
     ``blocks`` are the input blocks the segments name (Dask brings the ones
-    held elsewhere).  Each segment is read in row chunks of about
-    :data:`CHUNK_BYTES` of X: ``check`` (validation and casting, as the
-    estimator's own) runs on a chunk and the chunk is copied into the shard
-    right after, while it is still in cache.
+    held elsewhere).  ``check`` (validation and casting, the estimator's own)
+    sees every segment.  A float NumPy X already of the checked dtype is
+    copied into the shard and checked for NaN and infinity in one pass
+    (:func:`_write_checked_fast`); other input (pandas, other dtypes) goes
+    through ``check`` in row chunks of about :data:`CHUNK_BYTES` of X, each
+    copied into the shard right after.
     """
     _worker.setup_threads()
     out = _Buffers(int(n_rows))
     first = names[0]
     for seg in segments:
-        lead = next(blocks[i] for name, i, _ in seg.starts if name == first)
-        step = max(1, CHUNK_BYTES // _row_bytes(lead))
+        whole = {name: _rows_of(blocks[i], s, s + seg.rows) for name, i, s in seg.starts}
+        if check is not None and _write_checked_fast(out, first, whole, check):
+            continue
+        # chunks of about CHUNK_BYTES: the conversions' temporaries stay small
+        step = max(1, CHUNK_BYTES // _row_bytes(whole[first]))
         for a in range(0, seg.rows, step):
-            m = min(step, seg.rows - a)
-            piece = {name: _rows_of(blocks[i], s + a, s + a + m) for name, i, s in seg.starts}
-            piece = check(piece) if check is not None else {k: to_numpy(v) for k, v in piece.items()}
-            out.write(piece)
+            piece = {name: _rows_of(b, a, a + step) for name, b in whole.items()}
+            out.write(check(piece) if check is not None else {k: to_numpy(v) for k, v in piece.items()})
     return _worker.Shard(out.arrays(), device=device)
+
+
+def _write_checked_fast(out, first, piece, check) -> bool:
+    """Copy a float NumPy ``first`` input and check it is finite in one pass; check the rest with ``check``.
+
+    ``check`` still sees every block, with ``first`` as a view of no rows, so
+    its rules on dtype and shape apply; the whole piece goes through ``check``
+    (for its error message) where the copy finds NaN or infinity.  Returns
+    False, having written nothing, where the fast way does not apply: ``first``
+    is not a 2-D float NumPy array of the dtype ``check`` gives it.
+    """
+    from .._validation import copy_if_finite
+
+    a = piece[first]
+    if type(a) is not np.ndarray or a.ndim != 2 or a.dtype.kind != "f":
+        return False
+    rest = check({**piece, first: a[:0]})
+    if rest[first].dtype != a.dtype:
+        return False
+    dst = out.reserve(first, a.shape, a.dtype)
+    if dst is None:
+        return False
+    if not copy_if_finite(np.ascontiguousarray(a), dst):
+        check(piece)  # raises the check's own error for NaN or infinity
+        rest = check({**piece, first: a[:0]})  # a check that allows them: the copy stands
+    del rest[first]
+    out.write(rest, rows=a.shape[0])
+    return True
 
 
 def _row_bytes(block) -> int:

@@ -180,3 +180,66 @@ def test_a_failing_block_raises_its_error(client, rng):
     dX = da.from_array(rng.standard_normal((40, 2)), chunks=(10, 2)).map_blocks(boom, dtype=float)
     with pytest.raises(ZeroDivisionError, match="block failed"):
         place(client, {"X": dX, "y": da.ones(40, chunks=10)})
+
+
+# ------------------------------------------------------- the shard build, in process
+class _Recording:
+    """A check that records the rows of X it was shown, then applies ``inner``."""
+
+    def __init__(self, inner):
+        self.inner, self.x_rows = inner, []
+
+    def __call__(self, arrays):
+        self.x_rows.append(np.shape(arrays["X"])[0])
+        return self.inner(arrays)
+
+
+def _build(check, X, y, cut=37):
+    segments, refs = D.segments_for([(0, len(y))], {"X": D.offsets_of([cut, len(y) - cut]),
+                                                     "y": D.offsets_of([len(y)])})
+    blocks = {"X": [X[:cut], X[cut:]], "y": [y]}
+    shard = D.build_shard("cpu", check, ["X", "y"], segments, len(y), *(blocks[k][j] for k, j in refs))
+    return shard
+
+
+def test_float_x_is_copied_and_checked_in_one_pass(rng):
+    X, y = rng.standard_normal((100, 3)), rng.standard_normal(100)
+    check = _Recording(check_regression)
+    shard = _build(check, X, y)
+    np.testing.assert_array_equal(shard.get("X").numpy(), X)
+    np.testing.assert_array_equal(shard.get("y").numpy(), y)
+    assert check.x_rows == [0, 0]  # the check saw each segment's y, and X only as a view of no rows
+
+
+def test_other_dtypes_go_through_the_check(rng):
+    X, y = rng.standard_normal((100, 3)).astype(np.float32), rng.standard_normal(100)
+    check = _Recording(check_regression)
+    shard = _build(check, X, y)
+    assert shard.get("X").dtype == torch_float64()
+    np.testing.assert_array_equal(shard.get("X").numpy(), X.astype(np.float64))
+    assert sum(check.x_rows) == 100
+
+
+def torch_float64():
+    import torch
+
+    return torch.float64
+
+
+@pytest.mark.parametrize("bad, message", [(np.nan, "Input X contains NaN"), (np.inf, "Input X contains infinity")])
+def test_non_finite_x_raises_the_checks_own_error(rng, bad, message):
+    X, y = rng.standard_normal((100, 3)), rng.standard_normal(100)
+    X[60, 1] = bad
+    with pytest.raises(ValueError, match=message):
+        _build(check_regression, X, y)
+
+
+def test_a_check_that_allows_nan_keeps_the_copy(rng):
+    X, y = rng.standard_normal((100, 3)), rng.standard_normal(100)
+    X[5, 0] = np.nan
+
+    def lenient(arrays):
+        return {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+
+    shard = _build(lenient, X, y)
+    np.testing.assert_array_equal(shard.get("X").numpy(), X)  # NaN where it was, every other value copied
