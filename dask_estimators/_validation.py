@@ -46,11 +46,28 @@ def _copy_finite_sum(src, dst):
     return s
 
 
+def _copy_finite_sum_2d(src, dst):
+    """:func:`_copy_finite_sum` for a 2-D ``src`` of any strides (a pandas block is column-major), by tiles."""
+    n, d = src.shape
+    s = 0.0
+    for i0 in range(0, n, 64):
+        i1 = min(i0 + 64, n)
+        for j0 in range(0, d, 64):
+            j1 = min(j0 + 64, d)
+            for i in range(i0, i1):
+                for j in range(j0, j1):
+                    v = src[i, j]
+                    dst[i, j] = v
+                    s += v * 0.0
+    return s
+
+
 if numba is not None:
     # reassoc vectorises the sum; no nnan/ninf, so NaN and inf are kept
-    _finite_sum = numba.njit(fastmath={"reassoc", "contract"}, cache=True, nogil=True, boundscheck=False)(_finite_sum)
-    _copy_finite_sum = numba.njit(fastmath={"reassoc", "contract"}, cache=True, nogil=True,
-                                  boundscheck=False)(_copy_finite_sum)
+    _fast = dict(fastmath={"reassoc", "contract"}, cache=True, nogil=True, boundscheck=False)
+    _finite_sum = numba.njit(**_fast)(_finite_sum)
+    _copy_finite_sum = numba.njit(**_fast)(_copy_finite_sum)
+    _copy_finite_sum_2d = numba.njit(**_fast)(_copy_finite_sum_2d)
 
 
 def copy_if_finite(src, dst) -> bool:
@@ -68,10 +85,12 @@ def copy_if_finite(src, dst) -> bool:
     >>> copy_if_finite(np.array([[1.0, np.inf], [0.0, 1.0]]), dst)
     False
     """
-    if numba is None or not src.flags.c_contiguous or not dst.flags.c_contiguous or src.dtype != dst.dtype:
+    if numba is None or not dst.flags.c_contiguous or src.dtype != dst.dtype or src.ndim > 2:
         np.copyto(dst, src)
         return bool(np.isfinite(dst).all())
-    return not np.isnan(_copy_finite_sum(src.reshape(-1), dst.reshape(-1)))
+    if src.flags.c_contiguous:
+        return not np.isnan(_copy_finite_sum(src.reshape(-1), dst.reshape(-1)))
+    return not np.isnan(_copy_finite_sum_2d(src.reshape(src.shape[0], -1), dst.reshape(src.shape[0], -1)))
 
 
 def _n_threads():

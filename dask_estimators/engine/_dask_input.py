@@ -289,19 +289,33 @@ def build_shard(device, check, names, segments, n_rows, *blocks):
     return _worker.Shard(out.arrays(), device=device)
 
 
+def _float_matrix(a):
+    """``a`` as a 2-D float NumPy array without a copy, else None: an ndarray, or a pandas frame of one float dtype."""
+    if type(a) is np.ndarray:
+        return a if a.ndim == 2 and a.dtype.kind == "f" else None
+    dtypes = getattr(a, "dtypes", None)
+    if dtypes is None or getattr(a, "ndim", 0) != 2 or len(dtypes) == 0:
+        return None
+    first = dtypes.iloc[0]
+    if not isinstance(first, np.dtype) or first.kind != "f" or any(dt != first for dt in dtypes):
+        return None
+    return a.to_numpy()  # a view of a frame of one block (parquet gives those); a copy otherwise, as check_array makes
+
+
 def _write_checked_fast(out, first, piece, check) -> bool:
-    """Copy a float NumPy ``first`` input and check it is finite in one pass; check the rest with ``check``.
+    """Copy a float ``first`` input and check it is finite in one pass; check the rest with ``check``.
 
     ``check`` still sees every block, with ``first`` as a view of no rows, so
     its rules on dtype and shape apply; the whole piece goes through ``check``
     (for its error message) where the copy finds NaN or infinity.  Returns
     False, having written nothing, where the fast way does not apply: ``first``
-    is not a 2-D float NumPy array of the dtype ``check`` gives it.
+    is not a 2-D float array (NumPy, or a pandas frame of one float block)
+    of the dtype ``check`` gives it.
     """
     from .._validation import copy_if_finite
 
-    a = piece[first]
-    if type(a) is not np.ndarray or a.ndim != 2 or a.dtype.kind != "f":
+    a = _float_matrix(piece[first])
+    if a is None:
         return False
     rest = check({**piece, first: a[:0]})
     if rest[first].dtype != a.dtype:
@@ -309,7 +323,7 @@ def _write_checked_fast(out, first, piece, check) -> bool:
     dst = out.reserve(first, a.shape, a.dtype)
     if dst is None:
         return False
-    if not copy_if_finite(np.ascontiguousarray(a), dst):
+    if not copy_if_finite(a, dst):
         check(piece)  # raises the check's own error for NaN or infinity
         rest = check({**piece, first: a[:0]})  # a check that allows them: the copy stands
     del rest[first]

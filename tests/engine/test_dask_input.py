@@ -243,3 +243,20 @@ def test_a_check_that_allows_nan_keeps_the_copy(rng):
 
     shard = _build(lenient, X, y)
     np.testing.assert_array_equal(shard.get("X").numpy(), X)  # NaN where it was, every other value copied
+
+
+@pytest.mark.parametrize("layout", ["one-block", "columns-apart"])
+def test_float_dataframe_blocks_take_the_one_pass_copy(rng, layout):
+    X, y = rng.standard_normal((100, 3)), rng.standard_normal(100)
+    if layout == "one-block":
+        frame = pd.DataFrame(X.T.copy().T, columns=list("abc"))  # column-major, as parquet gives it
+    else:
+        frame = pd.DataFrame({c: X[:, j].copy() for j, c in enumerate("abc")})
+    check = _Recording(check_regression)
+    segments, refs = D.segments_for([(0, 100)], {"X": D.offsets_of([100]), "y": D.offsets_of([100])})
+    shard = D.build_shard("cpu", check, ["X", "y"], segments, 100, frame, pd.Series(y))
+    np.testing.assert_array_equal(shard.get("X").numpy(), X)
+    assert check.x_rows == [0]
+    frame.iloc[40, 2] = np.inf
+    with pytest.raises(ValueError, match="Input X contains infinity"):
+        D.build_shard("cpu", check_regression, ["X", "y"], segments, 100, frame, pd.Series(y))
