@@ -146,8 +146,8 @@ def segments_for(ranges, offsets: dict) -> tuple[list, list]:
     segments = []
     for a, b in ranges:
         cuts = {a, b}
-        for off in offsets.values():
-            cuts.update(int(o) for o in off[(off > a) & (off < b)])
+        for off in offsets.values():  # the block starts inside (a, b)
+            cuts.update(off[np.searchsorted(off, a, side="right") : np.searchsorted(off, b, side="left")].tolist())
         cuts = sorted(cuts)
         for s, e in zip(cuts[:-1], cuts[1:]):
             starts = []
