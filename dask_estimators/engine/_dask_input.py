@@ -384,12 +384,20 @@ def row_futures(a, futures: dict) -> list:
     return out
 
 
-def row_delayed(a) -> list:
-    """The collection's row blocks as Delayed objects (its graph, not its data), in row order."""
-    blocks = a.to_delayed()
-    if isinstance(blocks, np.ndarray):
-        return list(blocks.reshape(blocks.shape[0], -1)[:, 0])
-    return list(blocks)
+def persist_blocks(client, colls: dict) -> dict:
+    """Each collection's row blocks as futures, in row order, from one ``persist`` of them all.
+
+    All inputs go to Dask in one call, optimised together: a graph they share
+    is computed once, and blocks already in memory are not computed again.
+    The futures are new ones, so releasing them frees nobody else's data.
+    The same call gives the same partitioning again when a shard is rebuilt.
+    """
+    from distributed import futures_of
+
+    names = list(colls)
+    persisted = client.persist([colls[k] for k in names])
+    ours = {f.key: f for p in persisted for f in futures_of(p)}
+    return {k: row_futures(p, ours) for k, p in zip(names, persisted)}
 
 
 def known_lengths(a):

@@ -533,10 +533,22 @@ def _build_from_source(client, source, worker, device, buffers, timeout=None):
 
 def _submit_dask_build(client, worker, device, source):
     """The shard of a dask source computed again: its blocks from the input's graph, then the build task."""
-    colls, names, check, segments, n, refs = source
-    delayed = {k: _dask_input.row_delayed(colls[k]) for k in {k for k, _ in refs}}
-    blocks = client.compute([delayed[k][j] for k, j in refs])
-    return client.submit(_dask_input.build_shard, device, check, names, segments, n, *blocks, workers=[worker],
+    colls, names, check, segments, n, refs, n_blocks = source
+    # the placement's own persist again (the same partitioning), keeping only this shard's blocks: the scheduler
+    # forgets the others at once, so only these (and what they need) are computed; persisted input is not at all
+    blocks = _dask_input.persist_blocks(client, colls)
+    needed = [blocks[k][j] for k, j in refs]
+    keep = {f.key for f in needed}
+    for f in (f for fs in blocks.values() for f in fs):
+        if f.key not in keep:
+            f.release()
+    for k, fs in blocks.items():
+        if len(fs) != n_blocks[k]:  # the segments name blocks of the partitioning the shards were built from
+            raise RuntimeError(
+                f"{k} now has {len(fs)} row blocks where it had {n_blocks[k]} when the data was placed; "
+                "its shard cannot be rebuilt after the loss of its worker."
+            )
+    return client.submit(_dask_input.build_shard, device, check, names, segments, n, *needed, workers=[worker],
                          allow_other_workers=False, pure=False)
 
 
@@ -585,8 +597,6 @@ def _build_shard_shared(device, handles):
 
 def _place_dask(client, arrays, check, device, ws):
     """Dask input: blocks computed once where Dask puts them, one shard per worker built from them (``_dask_input``)."""
-    from distributed import futures_of
-
     for k, v in arrays.items():
         if not is_dask_collection(v):
             raise TypeError(
@@ -594,12 +604,8 @@ def _place_dask(client, arrays, check, device, ws):
                 "pass all of X, y and sample_weight as dask collections (they may be partitioned differently)."
             )
     names = list(arrays)
-    colls = {k: _dask_input.normalise(v) for k, v in arrays.items()}
-    # one persist for all inputs: a graph they share is computed once, and blocks in memory are not computed again
-    persisted = client.persist([colls[k] for k in names])
-    ours = {f.key: f for p in persisted for f in futures_of(p)}  # new futures: releasing them frees no one else's
-    blocks = {k: _dask_input.row_futures(p, ours) for k, p in zip(names, persisted)}
-    del persisted
+    colls = {k: _dask_input.normalise(arrays[k]) for k in names}
+    blocks = _dask_input.persist_blocks(client, colls)
     shards, counted = [], {}
     try:
         lengths = {k: _dask_input.known_lengths(colls[k]) for k in names}
@@ -623,7 +629,8 @@ def _place_dask(client, arrays, check, device, ws):
                 workers=[w], allow_other_workers=False, pure=False,
             ))
             used.append(w)
-            sources.append((colls, names, check, segments, n, refs))  # the input's graph, never its data
+            # the input's graph, never its data
+            sources.append((colls, names, check, segments, n, refs, {k: len(v) for k, v in lengths.items()}))
         wait(shards, client, used)
         _raise_first_error(shards)
     except BaseException:
