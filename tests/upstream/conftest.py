@@ -117,7 +117,7 @@ def pytest_collection_modifyitems(config, items):
         if kind == "skip":
             item.add_marker(pytest.mark.skip(reason=f"not applicable ({label}): {reason}"))
         elif kind == "xfail":
-            item.add_marker(pytest.mark.xfail(reason=f"defect ({label}): {reason}", strict=False))
+            item.add_marker(pytest.mark.xfail(reason=f"defect: {label}", strict=False))  # the why: upstream_skips
         kept.append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
@@ -133,32 +133,37 @@ def pytest_runtest_logreport(report):
     if report.when == "call" or report.outcome != "passed":  # a setup error or skip has no call phase
         if hasattr(report, "wasxfail"):
             outcome = "xpassed" if report.passed else "xfailed"
+        elif report.skipped:  # a skip of an applicable test: the upstream test's own pytest.skip
+            outcome = "skipped by the test itself"
         else:
             outcome = report.outcome
         _OUTCOMES.setdefault(report.nodeid, outcome)
 
 
 def upstream_counts() -> dict:
-    """Per upstream module: deselected, skipped per category, applicable, and outcomes of the applicable tests."""
+    """Per upstream module: applicable tests and their outcomes, skips per category, xfails per defect."""
     counts: dict = {}
     for nodeid, (module, kind, label) in _CLASSES.items():
         c = counts.setdefault(
             module,
-            {"other estimators (not collected)": 0, "skipped": collections.Counter(), "applicable": 0,
-             "outcomes": collections.Counter(), "xfail reasons": collections.Counter()},
+            {"applicable": 0, "outcomes": collections.Counter(), "skipped": collections.Counter(),
+             "xfail": {}, NOT_OURS: 0},
         )
         if kind == "deselect":
-            c["other estimators (not collected)"] += 1
-            continue
-        if kind == "skip":
+            c[NOT_OURS] += 1
+        elif kind == "skip":
             c["skipped"][label] += 1
-            continue
-        c["applicable"] += 1
-        outcome = _OUTCOMES.get(nodeid, "not run")  # -k, -x, --collect-only, interrupted
-        c["outcomes"][outcome] += 1
-        if kind == "xfail":
-            c["xfail reasons"][f"{label}: {outcome}"] += 1
+        else:
+            c["applicable"] += 1
+            outcome = _OUTCOMES.get(nodeid, "not run")  # -k, -x, --collect-only, interrupted
+            c["outcomes"][outcome] += 1
+            if kind == "xfail":
+                c["xfail"].setdefault(label, collections.Counter())[outcome] += 1
     return counts
+
+
+def _counter_text(counter) -> str:
+    return ", ".join(f"{key} {n}" for key, n in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -166,19 +171,15 @@ def pytest_terminal_summary(terminalreporter):
     if not counts:
         return
     tr = terminalreporter
-    tr.section("scikit-learn upstream tests against dask-estimators")
+    tr.section("scikit-learn's own tests against dask-estimators (tests/upstream)")
     for module, c in counts.items():
-        o = c["outcomes"]
-        tr.write_line(
-            f"{module}: applicable {c['applicable']}  passed {o['passed']}  xfailed {o['xfailed']}  "
-            f"xpassed {o['xpassed']}  failed {o['failed']}  skipped-by-upstream {o['skipped']}  "
-            f"not run {o['not run']}  |  "
-            f"other estimators {c['other estimators (not collected)']}"
-        )
-        for label, n in sorted(c["skipped"].items()):
-            tr.write_line(f"    skipped, {label}: {n}")
-        for label, n in sorted(c["xfail reasons"].items()):
-            tr.write_line(f"    xfail, {label}: {n}")
+        tr.write_line(module)
+        tr.write_line(f"  applicable {c['applicable']}: {_counter_text(c['outcomes'])}")
+        tr.write_line(f"  skipped, not applicable {sum(c['skipped'].values())}: {_counter_text(c['skipped'])}")
+        if c[NOT_OURS]:
+            tr.write_line(f"  deselected, {NOT_OURS} {c[NOT_OURS]}")
+        for label, outcomes in sorted(c["xfail"].items(), key=lambda kv: -sum(kv[1].values())):
+            tr.write_line(f"  xfail {sum(outcomes.values()):3d}  {label} ({_counter_text(outcomes)})")
     path = os.environ.get("UPSTREAM_REPORT_JSON")
     if path:
         tests = {nodeid: [kind, label, _OUTCOMES.get(nodeid)] for nodeid, (_, kind, label) in _CLASSES.items()}
