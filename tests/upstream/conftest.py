@@ -100,15 +100,32 @@ def _classify(module, item):
 
 
 _CLASSES: dict = {}  # nodeid -> (module, kind, label)
+_UNUSED: set = set()  # (module, label, pattern) of the rules that matched no collected test
+
+
+def _unused_patterns(names_by_module: dict) -> set:
+    """Rule patterns that match none of the tests of a fully collected module (stale after an upgrade)."""
+    import re
+
+    unused = set()
+    for rule in SKIPS + XFAILS:
+        for module, patterns in rule.patterns.items():
+            names = names_by_module.get(module)
+            if names is None:
+                continue
+            unused |= {(module, rule.label, p) for p in patterns if not any(re.search(p, n) for n in names)}
+    return unused
 
 
 def pytest_collection_modifyitems(config, items):
     kept, deselected = [], []
+    names_by_module: dict = {}
     for item in items:
         module = _upstream_module(item)
         if module is None:
             kept.append(item)
             continue
+        names_by_module.setdefault(module, []).append(item.name)
         kind, label, reason = _classify(module, item)
         _CLASSES[item.nodeid] = (module, kind, label)
         if kind == "deselect":
@@ -122,6 +139,9 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+    whole = not config.option.keyword and not config.option.markexpr and not any("::" in a for a in config.args)
+    if whole:  # every test of the collected modules is here
+        _UNUSED.update(_unused_patterns(names_by_module))
 
 
 _OUTCOMES: dict = {}
@@ -180,6 +200,8 @@ def pytest_terminal_summary(terminalreporter):
             tr.write_line(f"  deselected, {NOT_OURS} {c[NOT_OURS]}")
         for label, outcomes in sorted(c["xfail"].items(), key=lambda kv: -sum(kv[1].values())):
             tr.write_line(f"  xfail {sum(outcomes.values()):3d}  {label} ({_counter_text(outcomes)})")
+    for module, label, pattern in sorted(_UNUSED):
+        tr.write_line(f"  stale rule in upstream_skips.py: {label!r} pattern {pattern!r} matches no test of {module}")
     path = os.environ.get("UPSTREAM_REPORT_JSON")
     if path:
         tests = {nodeid: [kind, label, _OUTCOMES.get(nodeid)] for nodeid, (_, kind, label) in _CLASSES.items()}
