@@ -18,12 +18,13 @@ The tests run on the session's LocalCluster of ``tests/conftest.py``.
 from __future__ import annotations
 
 import collections
+import inspect
 import json
 import os
+import re
 import types
 from pathlib import Path
 
-import numpy as np
 import pytest
 from sklearn.base import BaseEstimator
 from sklearn.conftest import pytest_generate_tests  # noqa: F401  (global_random_seed, as upstream)
@@ -80,10 +81,11 @@ def _uses_ours(item, names) -> bool:
                 found.append(name)
     if found:  # parametrized over estimators: ours only if one of them is ours
         return any(n in names for n in found)
-    defaults = item.function.__defaults__ or ()  # e.g. ``def test_x(classifier=svm.LinearSVC)``
+    function = inspect.unwrap(item.function)  # the test body, under its decorators
+    defaults = function.__defaults__ or ()  # e.g. ``def test_x(classifier=svm.LinearSVC)``
     if any(_estimator_name(v) in names for v in defaults):
         return True
-    return bool(_code_names(item.function.__code__) & names)
+    return bool(_code_names(function.__code__) & names)
 
 
 def _classify(module, item):
@@ -105,8 +107,6 @@ _UNUSED: set = set()  # (module, label, pattern) of the rules that matched no co
 
 def _unused_patterns(names_by_module: dict) -> set:
     """Rule patterns that match none of the tests of a fully collected module (stale after an upgrade)."""
-    import re
-
     unused = set()
     for rule in SKIPS + XFAILS:
         for module, patterns in rule.patterns.items():

@@ -13,6 +13,7 @@ its defect is fixed (the report counts the XPASSes that show it).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 LOGISTIC = "sklearn.linear_model.tests.test_logistic"
@@ -27,8 +28,6 @@ class Rule:
     patterns: dict  # upstream module -> list of regular expressions
 
     def matches(self, module: str, name: str) -> bool:
-        import re
-
         return any(re.search(p, name) for p in self.patterns.get(module, ()))
 
 
