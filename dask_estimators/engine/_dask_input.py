@@ -170,22 +170,14 @@ def pooled_empty(shape, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes < MIN_POOLED_BYTES or not hasattr(_memfd.os, "memfd_create"):
-        return _aligned_empty(shape, dtype)
+        return _worker.aligned_empty(shape, dtype)
     try:
         seg = _POOL.take(nbytes, slack=1.25)
         base = np.frombuffer(seg.mapping(), dtype=np.uint8)
     except OSError:
-        return _aligned_empty(shape, dtype)
+        return _worker.aligned_empty(shape, dtype)
     weakref.finalize(base, _POOL.give_back, seg).atexit = False  # at exit the process frees it
     return base[:nbytes].view(dtype).reshape(shape)
-
-
-def _aligned_empty(shape, dtype, align: int = _worker.ALIGN) -> np.ndarray:
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + align, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % align
-    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
 def n_rows(block) -> int:
