@@ -1,12 +1,14 @@
 # Two commands for a fresh machine; each sets itself up first.
 #   make demo   fit the estimators on the embedded Dask cluster, next to scikit-learn
 #   make test   build the docs (warnings are errors), then run the test suite on a real process-based LocalCluster
+#               (it includes tests/upstream: scikit-learn's own tests run against our estimators, docs/fidelity.md)
+#   make test-upstream   only tests/upstream, with its per-module counts
 #   make docs   build the docs site into site/;  make docs-serve  serve it on http://127.0.0.1:8000
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test docs docs-serve bench bench-quick clean
+.PHONY: demo test test-upstream docs docs-serve bench bench-quick clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +27,9 @@ demo: $(VENV)/.installed
 
 test: docs
 	$(PY) -m pytest -q -p no:cacheprovider
+
+test-upstream: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider tests/upstream
 
 # NO_MKDOCS_2_WARNING silences MkDocs-Material's end-of-life banner (not a build warning)
 docs: $(VENV)/.installed

@@ -222,8 +222,8 @@ def _table(rows, cols):
     for r in rows:
         cells = []
         for c in cols:
-            v = r[c]
-            cells.append(f"{v:.3g}" if isinstance(v, float) else str(v))
+            v = r.get(c)  # a column that does not apply to a row is left empty
+            cells.append(f"{v:.3g}" if isinstance(v, float) else "" if v is None else str(v))
         body += "| " + " | ".join(cells) + " |\n"
     return head + body
 

@@ -89,7 +89,9 @@ def main(argv=None):
         # warm up: imports and allocator pools on the client and the workers, outside the measurement
         de.LinearRegression(solver="lbfgs", max_iter=2, client=client).fit(X[: rows * args.workers], y[: rows * args.workers])
         gc.collect()
-        pids = {"client": os.getpid(), **{f"worker-{i}": pid for i, pid in enumerate(sorted(client.run(os.getpid).values()))}}
+        # workers named in address order: the placement gives its shards to the workers in that order
+        by_address = sorted(client.run(os.getpid).items())
+        pids = {"client": os.getpid(), **{f"worker-{i}": pid for i, (_, pid) in enumerate(by_address)}}
         sampler = Sampler(pids)
         sampler.sample()
         sampler.start()
@@ -113,6 +115,15 @@ def main(argv=None):
         sampler.stop.set()
         sampler.join()
         final = {name: p.memory_info().rss for name, p in sampler.procs.items()}
+        # the engine keeps freed shard and transfer memory pooled for the next fit (closed after 30 s idle):
+        # close it now to see what else stays
+        from dask_estimators.engine import _memfd
+
+        client.run(_memfd.close_free_pools)
+        _memfd.close_free_pools()
+        client.run(gc.collect)
+        time.sleep(0.5)
+        closed = {name: p.memory_info().rss for name, p in sampler.procs.items()}
         peaks = sampler.peaks
         n_params = d + 1
         x_bytes = n * d * 8
@@ -134,15 +145,16 @@ def main(argv=None):
             },
             "workers": {},
         }
-        for name in pids:
-            if name == "client":
-                continue
+        shard_rows = list(est.fit_stats_["rows_per_shard"]) + [0] * args.workers
+        for i, name in enumerate(n for n in pids if n != "client"):
             b = peaks[("before", name)]
             out["workers"][name] = {
+                "shard_MB": shard_rows[i] * (d + 1) * 8 / MB,
                 "before_MB": b / MB,
                 "placement_peak_growth_MB": (peaks.get(("placement", name), b) - b) / MB,
                 "optimization_peak_growth_MB": (peaks.get(("optimization", name), b) - b) / MB,
                 "after_growth_MB": (final[name] - b) / MB,
+                "after_pools_closed_growth_MB": (closed[name] - b) / MB,
             }
         print(json.dumps(out, indent=2))
         if args.json:

@@ -8,6 +8,9 @@ Parts, each next to its anchor in this one run:
 1. LogisticRegression on make_classification(n, 100): scikit-learn, in-process
    NumPy + scipy L-BFGS (the single-process limit), dask-ml, ours
    (1M and 200k rows; quick: 200k);
+   the same on data already in Dask: a persisted dask array against our NumPy
+   input and scikit-learn, parquet files read and fitted against pandas and
+   scikit-learn, worker memory on dask input (``bench_dask_input``);
 2. the engine: per-evaluation overhead against one scheduler round trip;
    parameters inline against scattered; one task per worker against one task per
    example; tree-sum against gather, ``as_completed`` and one summing task
@@ -34,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import bench_dask_input  # noqa: E402
 import bench_engine  # noqa: E402
 import bench_logistic  # noqa: E402
 import bench_mlp  # noqa: E402
@@ -64,6 +68,7 @@ def summary_rows(out):
         ours = next(o for o in out["logistic"] if o["what"] == "ours" and o["n"] == r["n"])
         rows.append({"benchmark": f"LogisticRegression {r['n']:,}x{r['d']}, fit s", "ours": ours["seconds"],
                      "anchor": f"{r['what']} {r['seconds']:.3g}", "ours / anchor": ours["seconds"] / r["seconds"]})
+    rows += bench_dask_input.summary_rows(out["dask_input"])
     eng = out["engine"]
     tree = next(r for r in eng["overhead"] if r["transport"] == "actors" and r["reduction"] == "tree")
     rows.append({"benchmark": "overhead per evaluation (1000x10, 2 workers), ms", "ours": tree["ms_per_eval"],
@@ -142,6 +147,7 @@ def markdown(out):
     parts += ["\n## LogisticRegression\n\n",
               _table(out["logistic"], ["n", "what", "seconds", "first_seconds", "ratio_to_sklearn", "ours_speedup",
                                        "n_iter", "accuracy", "log_loss"])]
+    parts += [bench_dask_input.markdown(out["dask_input"])]
     for key, rows in out["engine"].items():
         title, cols = bench_engine.TABLES[key]
         parts += [f"\n## {title.format(workers=rows[0].get('workers', ''))}\n\n", _table(rows, cols)]
@@ -174,6 +180,7 @@ def main(argv=None):
     with threadpool_limits(args.cores):
         out = {"quick": args.quick, "cores": args.cores, "environment": bench_mlp.environment(args.cores)}
     out["logistic"], out["environment"]["workers"] = _logistic(args.cores, args.quick)
+    out["dask_input"] = bench_dask_input.run(args.cores, args.quick)
     out["engine"] = bench_engine.main(q)
     rows, model = bench_scaling.main(q + ["--cores", str(args.cores)])
     out["scaling"] = {"rows": rows, "model": model}

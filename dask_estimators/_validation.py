@@ -36,9 +36,61 @@ def _finite_sum(a):
     return s
 
 
+def _copy_finite_sum(src, dst):
+    """Copy the 1-D ``src`` into ``dst`` and return ``sum(src * 0)`` from the same pass (see :func:`_finite_sum`)."""
+    s = 0.0
+    for i in range(src.shape[0]):
+        v = src[i]
+        dst[i] = v
+        s += v * 0.0
+    return s
+
+
+def _copy_finite_sum_2d(src, dst):
+    """:func:`_copy_finite_sum` for a 2-D ``src`` of any strides (a pandas block is column-major), by tiles."""
+    n, d = src.shape
+    s = 0.0
+    for i0 in range(0, n, 64):
+        i1 = min(i0 + 64, n)
+        for j0 in range(0, d, 64):
+            j1 = min(j0 + 64, d)
+            for i in range(i0, i1):
+                for j in range(j0, j1):
+                    v = src[i, j]
+                    dst[i, j] = v
+                    s += v * 0.0
+    return s
+
+
 if numba is not None:
     # reassoc vectorises the sum; no nnan/ninf, so NaN and inf are kept
-    _finite_sum = numba.njit(fastmath={"reassoc", "contract"}, cache=True, nogil=True, boundscheck=False)(_finite_sum)
+    _fast = dict(fastmath={"reassoc", "contract"}, cache=True, nogil=True, boundscheck=False)
+    _finite_sum = numba.njit(**_fast)(_finite_sum)
+    _copy_finite_sum = numba.njit(**_fast)(_copy_finite_sum)
+    _copy_finite_sum_2d = numba.njit(**_fast)(_copy_finite_sum_2d)
+
+
+def copy_if_finite(src, dst) -> bool:
+    """Copy the float array ``src`` into ``dst`` (same shape, C-contiguous) and say whether it was all finite.
+
+    One pass over ``src`` where numba is available (the check rides along
+    with the copy); otherwise a copy and a check.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> dst = np.empty((2, 2))
+    >>> copy_if_finite(np.ones((2, 2)), dst), dst.sum()
+    (True, np.float64(4.0))
+    >>> copy_if_finite(np.array([[1.0, np.inf], [0.0, 1.0]]), dst)
+    False
+    """
+    if numba is None or not dst.flags.c_contiguous or src.dtype != dst.dtype or src.ndim > 2:
+        np.copyto(dst, src)
+        return bool(np.isfinite(dst).all())
+    if src.flags.c_contiguous:
+        return not np.isnan(_copy_finite_sum(src.reshape(-1), dst.reshape(-1)))
+    return not np.isnan(_copy_finite_sum_2d(src.reshape(src.shape[0], -1), dst.reshape(src.shape[0], -1)))
 
 
 def _n_threads():

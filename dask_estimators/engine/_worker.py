@@ -28,12 +28,18 @@ def aligned_copy(a: np.ndarray, align: int = ALIGN) -> np.ndarray:
     (0, True)
     """
     a = np.asarray(a)
-    nbytes = a.size * a.itemsize
-    buf = np.empty(nbytes + align, dtype=np.uint8)
-    offset = (-buf.ctypes.data) % align
-    out = buf[offset : offset + nbytes].view(a.dtype).reshape(a.shape)
+    out = aligned_empty(a.shape, a.dtype, align)
     out[...] = a
     return out
+
+
+def aligned_empty(shape, dtype, align: int = ALIGN) -> np.ndarray:
+    """An uninitialised C-contiguous array whose address is ``align``-byte aligned."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = np.empty(nbytes + align, dtype=np.uint8)
+    offset = (-buf.ctypes.data) % align
+    return buf[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
 def is_aligned(a, align: int = ALIGN) -> bool:

@@ -4,10 +4,12 @@
   rows on the client and each part goes straight to its worker: through a
   file in /dev/shm that the worker maps when it runs on the client's host
   (one memcpy, no pickling), else by ``scatter``.
-* Dask arrays and dataframes are persisted block by block; ``who_has`` tells
-  where each block lives, and one pinned task per worker concatenates the
-  blocks it already holds.  The data never passes through the client, and
-  unknown chunk sizes work because blocks are paired by index, not by size.
+* Dask arrays and dataframes are persisted together (a graph is computed
+  once, blocks already in memory not again); ``who_has`` tells where each
+  block lives, and one pinned task per worker validates the rows it takes
+  and writes them into its shard in one pass (:mod:`._dask_input`).  The
+  data never passes through the client, and inputs are aligned by row
+  position, so X, y and sample weights may be partitioned differently.
 
 Either way each worker ends up with one :class:`~dask_estimators.engine._worker.Shard`
 whose arrays are C-contiguous, 64-byte aligned copies on the worker's device.
@@ -20,11 +22,10 @@ import contextlib
 import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from collections import defaultdict
 
 import numpy as np
 
-from . import _shm, _watch, _worker
+from . import _dask_input, _shm, _watch, _worker
 from ._actor import ShardActor
 from ._watch import WorkerLostError
 
@@ -73,76 +74,15 @@ def wait(futs, client=None, workers=()):
         time.sleep(0.005)
 
 
-def _block_to_numpy(b):
-    if b is None:
-        return None
-    if hasattr(b, "to_numpy"):  # pandas DataFrame / Series
-        b = b.to_numpy()
-    return np.asarray(b)
-
-
-def _pack(names, check, *blocks):
-    """Task body: one row block of every input, converted, checked, as a dict of NumPy arrays."""
-    arrays = {n: _block_to_numpy(b) for n, b in zip(names, blocks)}
-    lengths = {n: a.shape[0] for n, a in arrays.items() if a is not None}
-    if len(set(lengths.values())) > 1:
-        raise ValueError(f"Found input variables with inconsistent numbers of samples in one partition: {lengths}")
-    if check is not None:
-        arrays = check(arrays)
-    return arrays
-
-
-def _concat(parts: list[dict]) -> dict:
-    parts = [p for p in parts if p is not None]
-    names = list(parts[0])
-    out = {}
-    for n in names:
-        blocks = [p[n] for p in parts if p[n] is not None]
-        if not blocks:
-            out[n] = None
-        elif len(blocks) == 1:
-            out[n] = blocks[0]
-        elif blocks[0].dtype.kind in "iuf":
-            # straight into an aligned buffer: the shard keeps it as is (no second, aligned copy)
-            shape = (sum(b.shape[0] for b in blocks),) + blocks[0].shape[1:]
-            dtype = np.result_type(*blocks)
-            buf = _aligned_empty(shape, dtype)
-            np.concatenate(blocks, axis=0, out=buf)
-            out[n] = buf
-        else:
-            out[n] = np.concatenate(blocks, axis=0)
-    return out
-
-
-def _aligned_empty(shape, dtype, align: int = _worker.ALIGN) -> np.ndarray:
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + align, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % align
-    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
-
-
 def _build_shard(device, *parts):
-    """Task body: concatenate this worker's parts into one aligned shard on its device."""
+    """Task body: one part (a dict of NumPy arrays scattered by the client) as an aligned shard on this worker."""
     _worker.setup_threads()
-    arrays = _concat(list(parts))
+    [arrays] = parts
     return _worker.Shard(arrays, device=device)
 
 
 def _rows(shard) -> int:
     return int(shard.n_rows or 0)
-
-
-def _row_blocks(name, a, ref_chunks):
-    """A dask collection -> list of delayed row blocks (columns merged into one block)."""
-    if hasattr(a, "chunks") and hasattr(a, "rechunk"):  # dask array
-        if a.ndim == 2 and a.numblocks[1] > 1:
-            a = a.rechunk({1: -1})
-        if ref_chunks is not None and not any(np.isnan(c) for c in a.chunks[0]) and a.chunks[0] != ref_chunks:
-            a = a.rechunk({0: ref_chunks})
-        blocks = a.to_delayed()
-        return list(blocks.reshape(blocks.shape[0], -1)[:, 0]) if blocks.ndim > 1 else list(blocks)
-    return list(a.to_delayed())  # dask dataframe / series
 
 
 class Placement:
@@ -580,20 +520,36 @@ def _build_from_source(client, source, worker, device, buffers, timeout=None):
         if _watch._failed(fut):
             fut.result()  # raises the task's error; a failed future holds no data
         return fut
-    from dask import delayed
-
-    names, check, rows = data
-    blocks = client.compute([delayed(_pack, pure=False)(names, check, *row) for row in rows])
-    fut = client.submit(_build_shard, device, *blocks, workers=[worker], allow_other_workers=False, pure=False)
+    fut = _submit_dask_build(client, worker, device, data)
     try:
         _watch.wait_done([fut], client, [worker], timeout)
         if _watch._failed(fut):
             fut.result()
     except BaseException:
-        _watch._cancel(client, [fut, *blocks])
+        _watch._cancel(client, [fut])
         raise
-    del blocks
     return fut
+
+
+def _submit_dask_build(client, worker, device, source):
+    """The shard of a dask source computed again: its blocks from the input's graph, then the build task."""
+    colls, names, check, segments, n, refs, n_blocks = source
+    # the placement's own persist again (the same partitioning), keeping only this shard's blocks: the scheduler
+    # forgets the others at once, so only these (and what they need) are computed; persisted input is not at all
+    blocks = _dask_input.persist_blocks(client, colls)
+    needed = [blocks[k][j] for k, j in refs]
+    keep = {f.key for f in needed}
+    for f in (f for fs in blocks.values() for f in fs):
+        if f.key not in keep:
+            f.release()
+    for k, fs in blocks.items():
+        if len(fs) != n_blocks[k]:  # the segments name blocks of the partitioning the shards were built from
+            raise RuntimeError(
+                f"{k} now has {len(fs)} row blocks where it had {n_blocks[k]} when the data was placed; "
+                "its shard cannot be rebuilt after the loss of its worker."
+            )
+    return client.submit(_dask_input.build_shard, device, check, names, segments, n, *needed, workers=[worker],
+                         allow_other_workers=False, pure=False)
 
 
 def _place_shared(client, parts, workers, device, buffers):
@@ -640,89 +596,59 @@ def _build_shard_shared(device, handles):
 
 
 def _place_dask(client, arrays, check, device, ws):
-    from dask import delayed
-
+    """Dask input: blocks computed once where Dask puts them, one shard per worker built from them (``_dask_input``)."""
     for k, v in arrays.items():
         if not is_dask_collection(v):
             raise TypeError(
                 f"{k} is a {type(v).__name__} while another input is a dask collection; "
-                "pass all of X, y and sample_weight as dask collections partitioned alike."
+                "pass all of X, y and sample_weight as dask collections (they may be partitioned differently)."
             )
     names = list(arrays)
-    first = arrays[names[0]]
-    ref = first.chunks[0] if hasattr(first, "chunks") and not any(np.isnan(c) for c in first.chunks[0]) else None
-    blocks = {k: _row_blocks(k, v, ref) for k, v in arrays.items()}
-    counts = {k: len(b) for k, b in blocks.items()}
-    if len(set(counts.values())) != 1:
-        raise ValueError(
-            f"Inputs have different numbers of row partitions {counts}; partition X, y and sample_weight alike."
-        )
-    packed = [
-        delayed(_pack, pure=False)(names, check, *(blocks[k][i] for k in names))
-        for i in range(next(iter(counts.values())))
-    ]
-    futs = client.compute(packed)
-    wait(futs, client)
-    failed = [f for f in futs if f.status == "error"]
-    if failed:
-        exc, tb = failed[0].exception(), failed[0].traceback()
-        client.cancel(futs)
-        del futs, failed
-        raise exc.with_traceback(tb)
-    who = client.who_has(futs)
-    by_worker: dict[str, list] = defaultdict(list)
-    for j, f in enumerate(futs):
-        holders = [w for w in who.get(f.key, ()) if w in ws] or list(who.get(f.key, ()))
-        by_worker[holders[0] if holders else ws[0]].append(j)
-    shards, used, sources = [], [], []
-    for w in sorted(by_worker):
-        shards.append(
-            client.submit(
-                _build_shard, device, *(futs[j] for j in by_worker[w]), workers=[w], allow_other_workers=False,
-                pure=False,
-            )
-        )
-        used.append(w)
-        # the source keeps the input's own row blocks (graph, not data); the packed blocks are rebuilt from
-        # them when needed: a Delayed that went through client.compute holds on to its result on the workers
-        sources.append(("dask", (names, check, [[blocks[k][j] for k in names] for j in by_worker[w]])))
-    wait(shards, client, used)
-    for f in shards:
+    colls = {k: _dask_input.normalise(arrays[k]) for k in names}
+    blocks = _dask_input.persist_blocks(client, colls)
+    shards, counted = [], {}
+    try:
+        lengths = {k: _dask_input.known_lengths(colls[k]) for k in names}
+        counted = {k: client.map(_dask_input.n_rows, blocks[k], pure=False) for k in names if lengths[k] is None}
+        waited = blocks[names[0]] + [f for fs in counted.values() for f in fs]
+        wait(waited, client)
+        _raise_first_error(waited)
+        lengths.update({k: client.gather(fs) for k, fs in counted.items()})
+        totals = [int(sum(lengths[k])) for k in names]
+        if len(set(totals)) > 1:
+            raise ValueError(f"Found input variables with inconsistent numbers of samples: {totals}")
+        who = client.who_has(blocks[names[0]])
+        holders = [list(who.get(f.key, ())) for f in blocks[names[0]]]
+        offsets = {k: _dask_input.offsets_of(lengths[k]) for k in names}
+        used, sources = [], []
+        for w, ranges in _dask_input.plan(lengths[names[0]], holders, ws):
+            segments, refs = _dask_input.segments_for(ranges, offsets)
+            n = sum(b - a for a, b in ranges)
+            shards.append(client.submit(
+                _dask_input.build_shard, device, check, names, segments, n, *(blocks[k][j] for k, j in refs),
+                workers=[w], allow_other_workers=False, pure=False,
+            ))
+            used.append(w)
+            # the input's graph, never its data
+            sources.append((colls, names, check, segments, n, refs, {k: len(v) for k, v in lengths.items()}))
+        wait(shards, client, used)
+        _raise_first_error(shards)
+    except BaseException:
+        _watch._cancel(client, shards)
+        raise
+    finally:
+        # the shards hold their own copies: Dask frees the blocks of an unpersisted graph once nobody wants them
+        for fs in (*blocks.values(), *counted.values()):
+            for f in fs:
+                f.release()
+    if not shards:
+        raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
+    return shards, used, [("dask", src) for src in sources]
+
+
+def _raise_first_error(futs) -> None:
+    """Raise the exception of the first failed future, with its traceback."""
+    for f in futs:
         if f.status == "error":
-            f.result()
-    keys = [f.key for f in futs]
-    del futs, failed
-    _purge_blocks(client, keys)
-    return shards, used, sources
-
-
-def _purge_blocks(client, keys) -> None:
-    """Drop the packed row blocks from the workers once the shards are built from them.
-
-    Measured (distributed 2026.8): after the scheduler and the worker's state
-    machine forget a released block, its data could stay in the worker's
-    ``data`` mapping, so each worker held its shard twice for the whole fit
-    and once more after it.  Keys the worker no longer tracks are removed
-    here (never a key the worker still tracks).
-    """
-    import contextlib
-
-    with contextlib.suppress(Exception):
-        client.run(_drop_forgotten, [str(k) for k in keys], wait=True)
-
-
-def _drop_forgotten(keys, dask_worker=None, wait_s=2.0):
-    import time
-
-    keys = set(keys)
-    deadline = time.monotonic() + wait_s
-    while True:
-        held = [k for k in list(dask_worker.data) if str(k) in keys]
-        stale = [k for k in held if k not in dask_worker.state.tasks]
-        if len(stale) == len(held) or time.monotonic() >= deadline:
-            break
-        time.sleep(0.02)
-    for k in stale:
-        with contextlib.suppress(KeyError):
-            del dask_worker.data[k]
-    return len(stale)
+            exc, tb = f.exception(), f.traceback()
+            raise exc.with_traceback(tb)

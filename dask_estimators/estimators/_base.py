@@ -164,6 +164,12 @@ class DistributedEstimator(BaseEstimator):
         check_is_fitted(self)
         if is_dask_collection(X):
             self._check_dask_features(X, reset=False)
+            if n_cols is None and hasattr(X, "map_partitions") and getattr(X, "ndim", 2) == 2:
+                # a dataframe gives a series with its index and divisions, one task per partition
+                import pandas as pd
+
+                meta = pd.Series([], dtype=self._output_dtype(fn), index=X._meta.index[:0])
+                return X.map_partitions(_series_of_rows, fn, meta=meta)
             arr = X.to_dask_array() if not hasattr(X, "rechunk") else X
             if arr.ndim == 2 and arr.numblocks[1] > 1:
                 arr = arr.rechunk({1: -1})
@@ -413,6 +419,13 @@ class DistributedLinearModel(DistributedEstimator):
         return est
 
 
+def _series_of_rows(df, fn):
+    """One dataframe partition -> ``fn`` of its rows as a series on the partition's index."""
+    import pandas as pd
+
+    return pd.Series(fn(check_array(df, dtype=np.float64, ensure_min_samples=0)), index=df.index)
+
+
 def _checked_classes(y):
     """scikit-learn's ``check_classification_targets(y)``, the sorted classes of ``y`` and its codes (or None).
 
@@ -451,39 +464,31 @@ def _y_trailing_shape(shard):
 
 
 def _as_dask_like(a, X, name):
-    """Make ``a`` (y or sample_weight) a dask collection partitioned like the dask collection X."""
+    """Make ``a`` (y or sample_weight) a dask collection beside the dask collection X.
+
+    The placement aligns the inputs by row position, so ``a`` need not be
+    partitioned like X; an in-memory ``a`` is cut like X where X's chunks are
+    known, else into as many near-equal blocks.  X is never computed here: where
+    its length is unknown, the placement checks it against ``a``'s.
+    """
     if a is None:
         return a
+    n_x = X.shape[0]
+    known = isinstance(n_x, (int, np.integer)) and not np.isnan(n_x)
     if is_dask_collection(a):
-        n_x, n_a = X.shape[0], a.shape[0]
-        if isinstance(n_a, (int, np.integer)) and isinstance(n_x, (int, np.integer)) and n_x != n_a:
-            if not (np.isnan(n_x) or np.isnan(n_a)):
-                raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n_x}, {n_a}]")
+        n_a = a.shape[0]
+        if known and isinstance(n_a, (int, np.integer)) and not np.isnan(n_a) and n_x != n_a:
+            raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n_x}, {n_a}]")
         return a
     import dask.array as da
 
     a = np.asarray(a)
+    if known and a.shape[0] != n_x:
+        raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n_x}, {a.shape[0]}]")
     chunks = getattr(X, "chunks", None)
-    if chunks is None and hasattr(X, "map_partitions"):  # a dask dataframe: its partition lengths (not its data)
-        chunks = (tuple(int(n) for n in X.map_partitions(len).compute()),)
-        if sum(chunks[0]) != a.shape[0]:
-            raise ValueError(
-                f"Found input variables with inconsistent numbers of samples: [{sum(chunks[0])}, {a.shape[0]}]"
-            )
-        return da.from_array(a, chunks=chunks + a.shape[1:])
-    if not np.isnan(X.shape[0]) and a.shape[0] != X.shape[0]:
-        raise ValueError(
-            f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {a.shape[0]}]"
-        )
-    if chunks is None or any(np.isnan(c) for c in chunks[0]):
-        raise ValueError(
-            f"X is a dask collection with unknown partition sizes and {name} is in memory; "
-            f"pass {name} as a dask collection partitioned like X."
-        )
-    if a.shape[0] != X.shape[0]:
-        raise ValueError(
-            f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {a.shape[0]}]"
-        )
+    if chunks is None or any(np.isnan(c) for c in chunks[0]) or sum(chunks[0]) != a.shape[0]:
+        n_blocks = max(1, min(getattr(X, "npartitions", None) or X.numblocks[0], a.shape[0]))
+        chunks = (tuple(np.diff(np.linspace(0, a.shape[0], n_blocks + 1).astype(int)).tolist()),)
     return da.from_array(a, chunks=(chunks[0],) + a.shape[1:])
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .._validation import classes_and_codes
+
 __all__ = ["unique_labels", "encode_labels", "class_counts", "prepare_targets"]
 
 
@@ -18,13 +20,30 @@ def _host(a):
 
 
 def unique_labels(shard):
-    """The distinct labels of the shard's ``y`` (their own dtype, strings included)."""
+    """The distinct labels of the shard's ``y`` (their own dtype, strings included).
+
+    Few numeric labels are found in one pass that also gives each row's code
+    among them (:func:`~dask_estimators._validation.classes_and_codes`); the
+    codes stay in the shard's cache for :func:`encode_labels`.
+    """
     y = _host(shard.get("y"))
-    return np.unique(y).astype(shard.dtypes.get("y", y.dtype), copy=False)
+    fast = classes_and_codes(y)
+    if fast is None:
+        return np.unique(y).astype(shard.dtypes.get("y", y.dtype), copy=False)
+    shard.cache["label_codes"] = fast
+    return fast[0].astype(shard.dtypes.get("y", y.dtype), copy=False)
 
 
 def encode_labels(shard, classes):
     """Replace ``y`` by its integer codes in ``classes`` (sorted)."""
+    local = shard.cache.pop("label_codes", None)
+    if local is not None:  # the shard's own classes and codes: map its few classes, not every row
+        local_classes, local_codes = local
+        where = np.clip(np.searchsorted(classes, local_classes), 0, len(classes) - 1)
+        if not np.all(classes[where] == local_classes):
+            raise ValueError("y contains labels that are not in classes_.")
+        shard.put("y", where.astype(np.int64)[local_codes])
+        return
     y = _host(shard.get("y"))
     codes = np.searchsorted(classes, y)
     codes = np.clip(codes, 0, len(classes) - 1)

@@ -22,8 +22,10 @@ import time
 
 import dask
 import dask.array as da
+import dask.dataframe as dd
 import distributed
 import numpy as np
+import pandas as pd
 import psutil
 import pytest
 
@@ -296,6 +298,28 @@ def test_ddp_worker_killed_is_a_clear_error_not_a_hang(fc, faulty, monkeypatch):
     # the cluster is usable afterwards: a tree fit on all the workers
     fc = faulty.ready()
     de.MLPClassifier((4,), strategy="tree", max_iter=2, random_state=0, client=fc).fit(X[:300], y[:300])
+
+
+def test_worker_killed_mid_fit_on_parquet_with_a_fused_target(fc, monkeypatch, tmp_path):
+    """A dataframe whose target Dask's optimizer gives fewer partitions than X: the lost shard is rebuilt from
+    the files, with the rows it had."""
+    X, y = _data("binary")
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+    df["target"] = y
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 8)):
+        df.iloc[rows].to_parquet(tmp_path / f"part{i}.parquet")
+    ddf = dd.read_parquet(str(tmp_path))
+    Xd, yd = ddf.drop(columns="target"), ddf["target"]
+    assert yd.optimize().npartitions < Xd.optimize().npartitions
+    make, _, kernel = CASES["logistic-lbfgs"]
+    ref = make(fc).fit(X, y)
+    kill = KillBefore(monkeypatch, kernel)
+    est = make(fc).fit(Xd, yd)
+    assert kill.killed is not None, "the worker was not killed: the kernel never ran"
+    assert est.fit_stats_["recoveries"] == 1
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-10)
+    gc.collect()
+    assert _nothing_held(fc, timeout=10) is True
 
 
 # -------------------------------------------------------------------- cleanup

@@ -256,15 +256,6 @@ def test_dask_unknown_chunks_length_mismatch_raises(client, rng):
         place(client, {"X": dX[dy > 0], "y": dy[dy > 0.5]})
 
 
-def test_dask_different_partition_counts_raise(client, rng):
-    X, y, _ = _data(rng)
-    with pytest.raises(ValueError, match="partitions"):
-        place(
-            client,
-            {"X": dd.from_pandas(pd.DataFrame(X), npartitions=7), "y": dd.from_pandas(pd.Series(y), npartitions=3)},
-        )
-
-
 def test_numpy_mixed_with_dask_raises(client, rng):
     X, y, _ = _data(rng)
     with pytest.raises(TypeError, match="dask collection"):

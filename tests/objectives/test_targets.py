@@ -45,6 +45,28 @@ def test_unique_and_encode_numeric_labels():
     np.testing.assert_array_equal(sh.get("y").numpy(), [1, 0, 1, 2])
 
 
+@pytest.mark.parametrize("labels", [[3, 9, 5], [0.5, -2.0, 7.25], np.arange(200)])
+def test_numeric_codes_kept_from_unique_equal_a_fresh_encoding(rng, labels):
+    """Few numeric labels: the codes found with the shard's classes, mapped to the global ones, are exact."""
+    labels = np.asarray(labels)
+    ys = [labels[rng.integers(0, len(labels) - 1, 500)], labels[rng.integers(1, len(labels), 300)]]
+    shards = [shard(y=y) for y in ys]
+    classes = np.unique(np.concatenate([unique_labels(sh) for sh in shards]))
+    np.testing.assert_array_equal(classes, np.unique(np.concatenate(ys)))
+    for sh, y in zip(shards, ys):
+        assert ("label_codes" in sh.cache) == (len(labels) <= 64)  # the one-pass path, for few labels
+        encode_labels(sh, classes)
+        np.testing.assert_array_equal(sh.get("y").numpy(), np.searchsorted(classes, y))
+        assert "label_codes" not in sh.cache
+
+
+def test_kept_codes_reject_labels_not_in_the_classes():
+    sh = shard(y=np.array([0, 1, 5, 1]))
+    unique_labels(sh)
+    with pytest.raises(ValueError, match="not in classes_"):
+        encode_labels(sh, np.array([0, 1]))
+
+
 @pytest.mark.parametrize("y", [["a", "b", "z"], ["0", "a", "b"], [0, 1, 5]])
 def test_encode_rejects_unknown_labels(y):
     classes = np.array(["a", "b"]) if isinstance(y[0], str) else np.array([0, 1])

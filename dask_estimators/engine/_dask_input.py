@@ -1,0 +1,400 @@
+"""Dask input -> one shard per worker, built where the blocks are, in one pass over the data.
+
+1. **Blocks.** Every input's row blocks become futures with one ``persist``
+   of all inputs together: blocks already in memory are not computed again,
+   and a graph that X and y share is computed once.
+2. **Plan** (:func:`plan`, no Dask).  X's rows go to the worker that holds
+   their block, up to ``imbalance`` times the mean rows per worker; the rest
+   fills the workers with the fewest rows.  The other inputs follow by row
+   position, so y and sample_weight may be partitioned differently from X
+   (Dask's optimizer fuses a one-column projection into fewer partitions).
+3. **Build** (:func:`build_shard`, one pinned task per worker).  The task
+   takes its blocks (Dask moves the few that are elsewhere, worker to worker),
+   validates them in cache-sized row chunks and copies each chunk into the
+   shard's aligned buffer right after checking it: the data is read once.
+   The buffers come from a per-worker pool of memory (:mod:`._memfd`), so a
+   later fit of about the same size does not pay for fresh pages.
+
+The block futures are dropped once the shards exist: the blocks of an
+unpersisted graph are then freed by Dask itself, and a persisted input stays
+the caller's.  The shards' sources for recovery hold the input's graph, never
+its data.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _memfd, _worker
+
+#: A worker's shard may hold up to this many times the mean rows before its own blocks are moved elsewhere.
+IMBALANCE = 1.25
+#: Rows are validated and copied in chunks of about this many bytes of X (they stay in cache in between).
+CHUNK_BYTES = 1 << 24
+#: Shard buffers below this size are plain aligned allocations, not pooled memory.
+MIN_POOLED_BYTES = 1 << 20
+
+#: The worker's free shard buffers: at most 2 GiB, each closed after 30 s unused.
+_POOL = _memfd.Pool("dask-estimators-shard", max_bytes=2 << 30, idle_seconds=30.0)
+
+__all__ = ["Segment", "plan", "build_shard", "pooled_empty"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """``rows`` consecutive rows, taken for each input ``name`` from ``(argument index, first row)``."""
+
+    rows: int
+    starts: tuple  # ((name, arg_index, first_row), ...)
+
+
+def offsets_of(lengths) -> np.ndarray:
+    """Global first row of each block, and the total at the end."""
+    return np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))]).astype(np.int64)
+
+
+def plan(lengths: dict, holders: list, workers: list, imbalance: float = IMBALANCE) -> list:
+    """Which rows each worker's shard takes, as ``[(worker, [(start, stop), ...]), ...]`` of global rows.
+
+    Parameters
+    ----------
+    lengths : list of int
+        Rows of each block of the first input (X), in row order.
+    holders : list of list of str
+        The workers holding each of those blocks.
+    workers : list of str
+        The workers to place on.
+    imbalance : float
+        A worker keeps the rows of its own blocks up to ``imbalance`` times
+        the mean rows per worker; rows past that, and blocks no worker of
+        ``workers`` holds, go to the workers with the fewest rows, which are
+        filled up to the mean.
+
+    Examples
+    --------
+    All four blocks on one worker: half of them move.
+
+    >>> from dask_estimators.engine._dask_input import plan
+    >>> plan([10, 10, 10, 10], [["a"]] * 4, ["a", "b"])
+    [('a', [(0, 25)]), ('b', [(25, 40)])]
+    >>> plan([10, 10, 10, 10], [["a"], ["b"], ["a"], ["b"]], ["a", "b"])
+    [('a', [(0, 10), (20, 30)]), ('b', [(10, 20), (30, 40)])]
+    """
+    workers = list(workers)
+    offsets = offsets_of(lengths)
+    total = int(offsets[-1])
+    mean = total / len(workers)
+    cap = max(1, math.ceil(mean * imbalance))
+    load = dict.fromkeys(workers, 0)
+    ranges: dict = {w: [] for w in workers}
+    pending = []
+    for j, n in enumerate(lengths):
+        g0, n = int(offsets[j]), int(n)
+        if n == 0:
+            continue
+        local = [w for w in holders[j] if w in load]
+        take = 0
+        if local:
+            w = min(local, key=lambda v: (load[v], v))
+            take = min(n, max(0, cap - load[w]))
+            if take:
+                ranges[w].append((g0, g0 + take))
+                load[w] += take
+        if take < n:
+            pending.append((g0 + take, g0 + n))
+    target = math.ceil(mean)
+    for a, b in pending:
+        while a < b:
+            w = min(workers, key=lambda v: (load[v], v))
+            take = min(b - a, max(1, target - load[w]))
+            ranges[w].append((a, a + take))
+            load[w] += take
+            a += take
+    out = []
+    for w in workers:
+        merged: list = []
+        for a, b in sorted(ranges[w]):
+            if merged and merged[-1][1] == a:
+                merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        if merged:
+            out.append((w, merged))
+    return out
+
+
+def segments_for(ranges, offsets: dict) -> tuple[list, list]:
+    """The segments of global row ``ranges`` over every input's blocks, and the blocks they use.
+
+    Returns ``(segments, blocks)``: ``blocks`` lists ``(name, block index)``
+    in argument order, and each :class:`Segment` names its argument indices.
+
+    Examples
+    --------
+    X in blocks of 4 and 4 rows, y in one block of 8: rows 2-6 are two segments.
+
+    >>> from dask_estimators.engine._dask_input import segments_for, offsets_of
+    >>> segs, blocks = segments_for([(2, 6)], {"X": offsets_of([4, 4]), "y": offsets_of([8])})
+    >>> [(s.rows, s.starts) for s in segs], blocks
+    ([(2, (('X', 0, 2), ('y', 1, 2))), (2, (('X', 2, 0), ('y', 1, 4)))], [('X', 0), ('y', 0), ('X', 1)])
+    """
+    args: dict = {}
+    segments = []
+    for a, b in ranges:
+        cuts = {a, b}
+        for off in offsets.values():  # the block starts inside (a, b)
+            cuts.update(off[np.searchsorted(off, a, side="right") : np.searchsorted(off, b, side="left")].tolist())
+        cuts = sorted(cuts)
+        for s, e in zip(cuts[:-1], cuts[1:]):
+            starts = []
+            for name, off in offsets.items():
+                blk = int(np.searchsorted(off, s, side="right")) - 1
+                idx = args.setdefault((name, blk), len(args))
+                starts.append((name, idx, s - int(off[blk])))
+            segments.append(Segment(e - s, tuple(starts)))
+    return segments, list(args)
+
+
+# --------------------------------------------------------------------- worker side
+def pooled_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised, page-aligned array in this process's pool of shard memory.
+
+    The memory goes back to the pool when the last view of the array is
+    gone (the shard was released), for the next shard of about that size.
+    Small arrays, and processes without memfd, get a plain aligned allocation.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < MIN_POOLED_BYTES or not hasattr(_memfd.os, "memfd_create"):
+        return _worker.aligned_empty(shape, dtype)
+    try:
+        seg = _POOL.take(nbytes, slack=1.25)
+        base = np.frombuffer(seg.mapping(), dtype=np.uint8)
+    except OSError:
+        return _worker.aligned_empty(shape, dtype)
+    weakref.finalize(base, _POOL.give_back, seg).atexit = False  # at exit the process frees it
+    return base[:nbytes].view(dtype).reshape(shape)
+
+
+def n_rows(block) -> int:
+    """Task body: the rows of one block (NumPy, pandas, scipy.sparse)."""
+    return int(block.shape[0]) if hasattr(block, "shape") else len(block)
+
+
+def _rows_of(block, a: int, b: int):
+    if hasattr(block, "iloc"):
+        return block.iloc[a:b]
+    return block[a:b]
+
+
+def to_numpy(b):
+    """A block (or part of one) as NumPy: pandas through ``to_numpy``."""
+    if b is None:
+        return None
+    if hasattr(b, "to_numpy"):
+        b = b.to_numpy()
+    return np.asarray(b)
+
+
+class _Buffers:
+    """The shard's arrays, filled chunk by chunk: numeric ones in pooled memory, others concatenated."""
+
+    def __init__(self, n_rows: int):
+        self.n_rows = n_rows
+        self.done = 0
+        self.numeric: dict = {}
+        self.other: dict = {}
+
+    def reserve(self, name: str, shape, dtype):
+        """The rows of numeric input ``name`` that the next :meth:`write` fills, to be filled by the caller first.
+
+        None where ``name`` cannot be written in place (another dtype or shape than earlier rows).
+        """
+        buf = self.numeric.get(name)
+        if buf is None and name not in self.other:
+            buf = self.numeric[name] = pooled_empty((self.n_rows,) + tuple(shape[1:]), dtype)
+        if buf is None or buf.dtype != dtype or buf.shape[1:] != tuple(shape[1:]):
+            return None
+        return buf[self.done : self.done + shape[0]]
+
+    def write(self, piece: dict, rows: int | None = None) -> None:
+        """Append the rows of ``piece`` (``rows`` of them: inputs written in place with :meth:`reserve` included)."""
+        m = rows
+        for name, a in piece.items():
+            a = np.asarray(a)
+            m = a.shape[0] if m is None else m
+            if a.shape[0] != m:
+                raise ValueError(
+                    "Found input variables with inconsistent numbers of samples in one partition: "
+                    f"{ {k: np.shape(v)[0] for k, v in piece.items()} }"
+                )
+            if a.dtype.kind not in "iuf" or name in self.other:
+                self.other.setdefault(name, []).append(a)
+                continue
+            buf = self.numeric.get(name)
+            if buf is not None and (buf.shape[1:] != a.shape[1:]):
+                raise ValueError(f"The blocks of {name!r} have different shapes: {buf.shape[1:]} and {a.shape[1:]}.")
+            if buf is None or np.result_type(buf.dtype, a.dtype) != buf.dtype:
+                dtype = a.dtype if buf is None else np.result_type(buf.dtype, a.dtype)
+                new = pooled_empty((self.n_rows,) + a.shape[1:], dtype)
+                if buf is not None:
+                    new[: self.done] = buf[: self.done]
+                buf = self.numeric[name] = new
+            buf[self.done : self.done + m] = a
+        self.done += m or 0
+
+    def arrays(self) -> dict:
+        if self.done != self.n_rows:
+            raise RuntimeError(f"A shard was planned with {self.n_rows} rows but its blocks gave {self.done}.")
+        out = dict(self.numeric)
+        out.update({k: np.concatenate(v, axis=0) for k, v in self.other.items()})
+        return out
+
+
+def build_shard(device, check, names, segments, n_rows, *blocks):
+    """Task body: validate this worker's rows of every input and write them into one aligned shard.
+
+    ``blocks`` are the input blocks the segments name (Dask brings the ones
+    held elsewhere).  ``check`` (validation and casting, the estimator's own)
+    sees every segment.  A float NumPy X already of the checked dtype is
+    copied into the shard and checked for NaN and infinity in one pass
+    (:func:`_write_checked_fast`); other input (pandas, other dtypes) goes
+    through ``check`` in row chunks of about :data:`CHUNK_BYTES` of X, each
+    copied into the shard right after.
+    """
+    _worker.setup_threads()
+    out = _Buffers(int(n_rows))
+    first = names[0]
+    for seg in segments:
+        whole = {name: _rows_of(blocks[i], s, s + seg.rows) for name, i, s in seg.starts}
+        if check is not None and _write_checked_fast(out, first, whole, check):
+            continue
+        # chunks of about CHUNK_BYTES: the conversions' temporaries stay small
+        step = max(1, CHUNK_BYTES // _row_bytes(whole[first]))
+        for a in range(0, seg.rows, step):
+            piece = {name: _rows_of(b, a, a + step) for name, b in whole.items()}
+            out.write(check(piece) if check is not None else {k: to_numpy(v) for k, v in piece.items()})
+    return _worker.Shard(out.arrays(), device=device)
+
+
+def _float_matrix(a):
+    """``a`` as a 2-D float NumPy array without a copy, else None: an ndarray, or a pandas frame of one float dtype."""
+    if type(a) is np.ndarray:
+        return a if a.ndim == 2 and a.dtype.kind == "f" else None
+    dtypes = getattr(a, "dtypes", None)
+    if dtypes is None or getattr(a, "ndim", 0) != 2 or len(dtypes) == 0:
+        return None
+    first = dtypes.iloc[0]
+    if not isinstance(first, np.dtype) or first.kind != "f" or any(dt != first for dt in dtypes):
+        return None
+    return a.to_numpy()  # a view of a frame of one block (parquet gives those); a copy otherwise, as check_array makes
+
+
+def _write_checked_fast(out, first, piece, check) -> bool:
+    """Copy a float ``first`` input and check it is finite in one pass; check the rest with ``check``.
+
+    ``check`` still sees every block, with ``first`` as a view of no rows, so
+    its rules on dtype and shape apply; the whole piece goes through ``check``
+    (for its error message) where the copy finds NaN or infinity.  Returns
+    False, having written nothing, where the fast way does not apply: ``first``
+    is not a 2-D float array (NumPy, or a pandas frame of one float block)
+    of the dtype ``check`` gives it.
+    """
+    from .._validation import copy_if_finite
+
+    a = _float_matrix(piece[first])
+    if a is None:
+        return False
+    rest = check({**piece, first: a[:0]})
+    if rest[first].dtype != a.dtype:
+        return False
+    dst = out.reserve(first, a.shape, a.dtype)
+    if dst is None:
+        return False
+    if not copy_if_finite(a, dst):
+        check(piece)  # raises the check's own error for NaN or infinity
+        rest = check({**piece, first: a[:0]})  # a check that allows them: the copy stands
+    del rest[first]
+    out.write(rest, rows=a.shape[0])
+    return True
+
+
+def _row_bytes(block) -> int:
+    """Bytes per row of a block (an estimate for pandas: its columns' memory)."""
+    rows = max(1, n_rows(block))
+    if hasattr(block, "memory_usage"):
+        nbytes = block.memory_usage(index=False)
+        nbytes = int(nbytes.sum() if hasattr(nbytes, "sum") else nbytes)
+    else:
+        nbytes = int(getattr(block, "nbytes", 0) or 0)
+    return max(1, nbytes // rows)
+
+
+# --------------------------------------------------------------------- client side
+def normalise(a):
+    """A dask collection with one block per row range (a dask array's other axes in one chunk)."""
+    if hasattr(a, "chunks") and hasattr(a, "rechunk") and a.ndim > 1 and any(n > 1 for n in a.numblocks[1:]):
+        a = a.rechunk({i: -1 for i in range(1, a.ndim)})
+    return a
+
+
+def row_keys(a) -> list:
+    """The keys of a collection's row blocks, in row order."""
+    out = []
+    for k in a.__dask_keys__():
+        while isinstance(k, list):
+            k = k[0]
+        out.append(k)
+    return out
+
+
+def row_futures(a, futures: dict) -> list:
+    """The futures holding a persisted collection's row blocks, in row order.
+
+    ``futures`` maps keys to the futures of ``a`` (``futures_of``).  A
+    dask-expr collection names its blocks by aliases of the computed keys
+    (a projection pushed into the reader computes the reader's keys), so a
+    key is followed through the collection's graph to its future.
+    """
+    graph = None
+    out = []
+    for key in row_keys(a):
+        k = key
+        for _ in range(1000):
+            if k in futures:
+                break
+            graph = dict(a.__dask_graph__()) if graph is None else graph
+            deps = getattr(graph.get(k), "dependencies", None)
+            if not deps or len(deps) != 1:
+                raise RuntimeError(f"The block {key!r} of a persisted collection has no future of its own.")
+            (k,) = deps
+        out.append(futures[k])
+    return out
+
+
+def persist_blocks(client, colls: dict) -> dict:
+    """Each collection's row blocks as futures, in row order, from one ``persist`` of them all.
+
+    All inputs go to Dask in one call, optimised together: a graph they share
+    is computed once, and blocks already in memory are not computed again.
+    The futures are new ones, so releasing them frees nobody else's data.
+    The same call gives the same partitioning again when a shard is rebuilt.
+    """
+    from distributed import futures_of
+
+    names = list(colls)
+    persisted = client.persist([colls[k] for k in names])
+    ours = {f.key: f for p in persisted for f in futures_of(p)}
+    return {k: row_futures(p, ours) for k, p in zip(names, persisted)}
+
+
+def known_lengths(a):
+    """Rows of each row block when the collection knows them (dask arrays with known chunks), else None."""
+    chunks = getattr(a, "chunks", None)
+    if chunks is None or any(math.isnan(c) for c in chunks[0]):
+        return None
+    return [int(c) for c in chunks[0]]

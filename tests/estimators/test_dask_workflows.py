@@ -1,0 +1,142 @@
+"""Workflows with data that already lives in Dask, against scikit-learn on the same data in pandas.
+
+All fits run on the session's real process-based LocalCluster (2 workers).
+"""
+
+import re
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn import linear_model as sklm
+
+import dask_estimators as de
+
+TIGHT = dict(tol=1e-10, max_iter=1000)
+
+
+def _frame(rng, n=2000, p=20):
+    X = rng.standard_normal((n, p))
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(p)])
+    df["target"] = (X[:, 0] - X[:, 1] + 0.5 * rng.standard_normal(n) > 0).astype(int)
+    return df
+
+
+def test_parquet_workflow_with_fused_target_partitions(client, rng, tmp_path):
+    """dd.read_parquet, then X = drop(target), y = [target]: Dask's optimizer gives y fewer partitions than X."""
+    df = _frame(rng)
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 8)):
+        df.iloc[rows].to_parquet(tmp_path / f"part{i}.parquet")
+    ddf = dd.read_parquet(str(tmp_path))
+    X, y = ddf.drop(columns="target"), ddf["target"]
+    assert y.optimize().npartitions < X.optimize().npartitions  # the case this test is about
+
+    est = de.LogisticRegression(**TIGHT).fit(X, y)
+    ref = sklm.LogisticRegression(**TIGHT).fit(df.drop(columns="target"), df["target"])
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_array_equal(est.feature_names_in_, ref.feature_names_in_)
+    np.testing.assert_array_equal(est.classes_, ref.classes_)
+
+
+def _with_column(rng, kind, n=400):
+    X = rng.standard_normal((n, 3))
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    if kind == "categorical-int":
+        df["d"] = pd.Categorical(rng.integers(0, 3, n))
+    elif kind == "categorical-str":
+        df["d"] = pd.Categorical(rng.choice(["x", "y"], n))
+    elif kind == "str":
+        df["d"] = rng.choice(["x", "y"], n).astype(object)
+    elif kind == "bool":
+        df["d"] = rng.random(n) > 0.5
+    elif kind == "int":
+        df["d"] = rng.integers(0, 5, n)
+    y = (X[:, 0] + 0.3 * rng.standard_normal(n) > 0).astype(int)
+    return df, y
+
+
+@pytest.mark.parametrize("kind", ["categorical-int", "categorical-str", "str", "bool", "int"])
+def test_dataframe_column_dtypes_behave_as_scikit_learn(client, rng, kind):
+    df, y = _with_column(rng, kind)
+    ddf, ys = dd.from_pandas(df, npartitions=3), dd.from_pandas(pd.Series(y), npartitions=2)
+    try:
+        ref = sklm.LogisticRegression(**TIGHT).fit(df, y)
+    except ValueError as e:
+        with pytest.raises(ValueError, match=re.escape(str(e))):
+            de.LogisticRegression(**TIGHT).fit(ddf, ys)
+        return
+    est = de.LogisticRegression(**TIGHT).fit(ddf, ys)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_array_equal(est.feature_names_in_, ref.feature_names_in_)
+
+
+def test_string_labels_in_a_dask_series(client, rng):
+    df, y = _with_column(rng, "int")
+    labels = np.array(["cat", "dog", "emu"])[(df["a"] > 0.5).astype(int) + (df["b"] > 0).astype(int)]
+    ddf = dd.from_pandas(df, npartitions=4)
+    ys = dd.from_pandas(pd.Series(labels, dtype=object), npartitions=3)
+    est = de.LogisticRegression(**TIGHT).fit(ddf, ys)
+    ref = sklm.LogisticRegression(**TIGHT).fit(df, labels)
+    np.testing.assert_array_equal(est.classes_, ref.classes_)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-5, atol=1e-7)
+    pred = est.predict(ddf)
+    assert isinstance(pred, dd.Series) and pred.divisions == ddf.divisions
+    np.testing.assert_array_equal(pred.compute().to_numpy(), ref.predict(df))
+
+
+def test_numpy_target_beside_a_dask_dataframe_is_not_computed_twice(client, rng, tmp_path):
+    """y in memory, X a dataframe of unknown partition lengths: aligned by position, X not computed for y."""
+    df, y = _with_column(rng, "int")
+    ddf = dd.from_pandas(df, npartitions=5).map_partitions(_counted, str(tmp_path), meta=df.iloc[:0])
+    est = de.LogisticRegression(**TIGHT).fit(ddf, y)
+    ref = sklm.LogisticRegression(**TIGHT).fit(df, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+    import os
+
+    assert len(os.listdir(tmp_path)) == 5
+
+
+def _counted(part, path):
+    import os
+
+    with open(os.path.join(path, os.urandom(6).hex()), "w"):
+        pass
+    return part
+
+
+def test_numpy_target_of_another_length_raises(client, rng):
+    df, y = _with_column(rng, "int")
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        de.LogisticRegression().fit(dd.from_pandas(df, npartitions=3), y[:-5])
+
+
+@pytest.mark.parametrize("make", [de.LinearRegression, de.LinearSVR])
+def test_regressors_on_a_persisted_dask_array_with_other_chunks_for_y(client, rng, make):
+    X = rng.standard_normal((3000, 6))
+    y = X @ rng.standard_normal(6) + 0.1 * rng.standard_normal(3000)
+    Xd, yd = client.persist([da.from_array(X, chunks=(700, 3)), da.from_array(y, chunks=1100)])
+    est = make().fit(Xd, yd)
+    ref = make().fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+    assert sum(est.fit_stats_["rows_per_shard"]) == 3000
+
+
+def test_mlp_from_a_dask_array_with_other_chunks_for_y(client, rng):
+    X = rng.standard_normal((600, 5))
+    y = (X[:, 0] > 0).astype(int)
+    kw = dict(hidden_layer_sizes=(8,), max_iter=20, random_state=0, batch_size=600, strategy="tree")
+    est = de.MLPClassifier(**kw).fit(da.from_array(X, chunks=(150, 5)), da.from_array(y, chunks=250))
+    ref = de.MLPClassifier(**kw).fit(X, y)
+    for a, b in zip(est.coefs_, ref.coefs_):  # one full batch per epoch: the same steps, summed in another order
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+
+
+def test_charlstm_from_a_dask_series_of_strings(client):
+    names = pd.Series(["rex", "fido", "luna", "max", "bella", "coco", "milo", "nala"] * 4)
+    est = de.CharLSTM(hidden_size=8, embedding_dim=4, max_epochs=1, batch_size=8, random_state=0)
+    est.fit(dd.from_pandas(names, npartitions=3))
+    assert set(est.classes_) >= set("rexfidolunambcna")  # every character of every partition
+    assert est._training_strings == frozenset(names)  # every string of every partition reached a shard
