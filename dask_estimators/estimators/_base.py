@@ -164,22 +164,22 @@ class DistributedEstimator(BaseEstimator):
         check_is_fitted(self)
         if is_dask_collection(X):
             self._check_dask_features(X, reset=False)
+            out_dtype = self._float_output_dtype(input_float_dtype(X))
+            dtype = self._output_dtype(fn)
+            dtype = out_dtype if dtype is None else dtype
             if n_cols is None and hasattr(X, "map_partitions") and getattr(X, "ndim", 2) == 2:
                 # a dataframe gives a series with its index and divisions, one task per partition
                 import pandas as pd
 
-                meta = pd.Series([], dtype=self._output_dtype(fn), index=X._meta.index[:0])
-                return X.map_partitions(_series_of_rows, fn, meta=meta)
+                meta = pd.Series([], dtype=dtype, index=X._meta.index[:0])
+                return X.map_partitions(_series_of_rows, fn, out_dtype, meta=meta)
             arr = X.to_dask_array() if not hasattr(X, "rechunk") else X
             if arr.ndim == 2 and arr.numblocks[1] > 1:
                 arr = arr.rechunk({1: -1})
-            out_dtype = self._float_output_dtype(arr.dtype)
 
             def block(b):
                 return _cast_float(fn(check_array(b, dtype=np.float64, ensure_min_samples=0)), out_dtype)
 
-            dtype = self._output_dtype(fn)
-            dtype = out_dtype if dtype is None else dtype
             if n_cols is None:
                 return arr.map_blocks(block, drop_axis=1, dtype=dtype)
             return arr.map_blocks(block, chunks=(arr.chunks[0], (n_cols,)), dtype=dtype)
@@ -419,11 +419,12 @@ class DistributedLinearModel(DistributedEstimator):
         return est
 
 
-def _series_of_rows(df, fn):
+def _series_of_rows(df, fn, float_dtype):
     """One dataframe partition -> ``fn`` of its rows as a series on the partition's index."""
     import pandas as pd
 
-    return pd.Series(fn(check_array(df, dtype=np.float64, ensure_min_samples=0)), index=df.index)
+    out = _cast_float(fn(check_array(df, dtype=np.float64, ensure_min_samples=0)), float_dtype)
+    return pd.Series(out, index=df.index)
 
 
 def _checked_classes(y):
