@@ -243,6 +243,7 @@ class _BaseMLP(DistributedEstimator):
             self.n_outputs_, self.n_layers_ = spec.n_outputs, len(spec.hidden) + 2
             self.out_activation_ = spec.out
             self.history_, self.loss_curve_ = [], []
+            self.validation_scores_ = None
             self._monitor_state = None
             self._optimizer_state = None
         strategy = self._resolve_strategy(client, placement.workers, incremental)
@@ -303,8 +304,10 @@ class _BaseMLP(DistributedEstimator):
         self.history_ = list(self.history_) + history
         self.loss_curve_ = list(self.loss_curve_) + [r["loss"] for r in history]
         self.loss_ = self.loss_curve_[-1]
-        if early_stopping:
-            self.validation_scores_ = list(monitor.validation_scores)
+        if early_stopping:  # a warm start adds its scores to the earlier ones, as scikit-learn's
+            self.validation_scores_ = list(getattr(self, "validation_scores_", None) or []) + list(
+                monitor.validation_scores
+            )
             self.best_validation_score_ = monitor.best_validation_score
             self.best_loss_ = None
         else:

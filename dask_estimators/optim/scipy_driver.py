@@ -266,9 +266,11 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
             "check the scale of the data and the penalty."
         )
     if warn and not res.success and res.nit >= max_iter:
+        # scikit-learn's wording for each solver (code and users match on it)
+        head = (f"Newton solver did not converge after {res.nit} iterations" if solver == "newton-cholesky"
+                else f"{solver} failed to converge after {res.nit} iteration(s)")
         warnings.warn(
-            f"{solver} failed to converge after {res.nit} iteration(s) (max_iter={max_iter}). "
-            "Increase max_iter or scale the data.",
+            f"{head} (max_iter={max_iter}). Increase the number of iterations (max_iter) or scale the data.",
             ConvergenceWarning,
             stacklevel=3,
         )
