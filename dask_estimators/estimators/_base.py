@@ -26,6 +26,7 @@ from sklearn.utils.validation import (
 
 from .._validation import assert_all_finite, classes_and_codes
 from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
+from ..engine.cluster import prestart
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives.linear import weight_sum
 from ..objectives import targets as T
@@ -288,6 +289,7 @@ class DistributedLinearModel(DistributedEstimator):
         self : object
             The fitted estimator.
         """
+        prestart(self.client)  # the embedded cluster, when the fit needs it, starts while the data is validated
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
         check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
         y_placed, classes = y, None

@@ -215,6 +215,8 @@ EMBEDDED_SCRIPT = textwrap.dedent(
     out["scheduler_host"] = urllib.parse.urlparse(c1.scheduler.address).hostname
     out["nthreads"] = sorted(c1.nthreads().values())
     out["worker_types"] = sorted(type(w).__name__ for w in cl.workers.values())
+    out["have_nanny"] = [bool(w.get("nanny")) for w in info["workers"].values()]
+    out["nanny_pids"] = sorted(w.pid for w in cl.workers.values())
     out["my_pid"] = os.getpid()
     out["worker_pids"] = sorted(c1.run(os.getpid).values())
     me = psutil.Process()
@@ -294,7 +296,10 @@ def test_embedded_client_passed_to_place_with_actors(embedded_run):
 def test_embedded_cluster_is_local_processes_one_thread(embedded_run):
     _, out, _ = embedded_run
     assert out["n_workers"] == 2
-    assert out["worker_types"] == ["Nanny", "Nanny"]
+    # each worker runs under a nanny, in a subprocess of its own (it never imports the user's __main__)
+    assert out["worker_types"] == ["SubprocessNanny", "SubprocessNanny"]
+    assert out["have_nanny"] == [True, True]
+    assert len(set(out["nanny_pids"])) == 2 and not set(out["nanny_pids"]) & set(out["worker_pids"] + [out["my_pid"]])
     assert out["nthreads"] == [1, 1]
     assert len(set(out["worker_pids"])) == 2 and out["my_pid"] not in out["worker_pids"]
     assert out["worker_hosts"] == ["127.0.0.1"] and out["scheduler_host"] == "127.0.0.1"
@@ -321,9 +326,10 @@ def test_embedded_cluster_closed_at_exit(embedded_run):
             return False
 
     deadline = time.monotonic() + 30
-    while any(alive(p) for p in out["worker_pids"]) and time.monotonic() < deadline:
+    pids = out["worker_pids"] + out["nanny_pids"]
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(alive(p) for p in out["worker_pids"])
+    assert not any(alive(p) for p in pids)
 
 
 def test_embedded_client_closed_by_user_is_replaced(embedded_run):
