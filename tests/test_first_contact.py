@@ -4,7 +4,8 @@
   its score, exits 0, and leaves no process of its cluster behind.
 * A script killed with SIGKILL in the middle of a long fit leaves no process
   of its cluster behind either, within 10 s.
-* ``import dask_estimators`` imports neither torch nor numba.
+* ``import dask_estimators`` imports neither torch nor numba, and the client
+  of a linear fit imports neither at all (its workers run the kernels).
 
 Each script runs in a fresh interpreter that starts its own embedded cluster
 (the session cluster of ``tests/conftest.py`` is not used).  Its processes
@@ -105,20 +106,25 @@ def test_unguarded_three_line_script_runs_and_leaves_no_process(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(THREE_LINES)
     marker = uuid.uuid4().hex
-    proc = subprocess.Popen(
-        [sys.executable, str(script)], cwd=tmp_path, env=_env(marker), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )
+    # -X importtime lists the client's imports on stderr (the cluster's processes are started without it)
+    # (into files: a pipe nobody reads while we poll would fill up and stall the script)
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "importtime", str(script)], cwd=tmp_path, env=_env(marker), stdout=out_f,
+            stderr=err_f,
+        )
     seen = set()
     deadline = time.monotonic() + 480
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             seen.update(p.pid for p in _marked(marker, exclude={proc.pid}))
             time.sleep(0.2)
-        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.wait(timeout=60)
+    out, err = out_path.read_text(), err_path.read_text()
     left = _wait_until_none_left(marker, 10)
     _kill_leftovers(left)
     assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{out}\nstderr:\n{err[-5000:]}"
@@ -128,6 +134,10 @@ def test_unguarded_three_line_script_runs_and_leaves_no_process(tmp_path):
     # the fit ran on worker processes of its own (a nanny and a worker per worker)
     assert len(seen) >= 2 * N_WORKERS, f"only {len(seen)} processes of the cluster were seen"
     assert not left, f"processes left behind: {_describe(left)}"
+    # the workers did the maths: the client of a linear fit imported neither torch nor numba
+    imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
+    assert "numpy" in imported and "distributed" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "numba")}
 
 
 def test_script_killed_mid_fit_leaves_no_process(tmp_path):

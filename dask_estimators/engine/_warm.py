@@ -14,7 +14,15 @@ import importlib
 import threading
 
 #: Modules imported on each worker, in this order.
-MODULES = ("dask_estimators.engine._worker", "dask_estimators.objectives.linear", "dask_estimators.objectives.targets")
+MODULES = (
+    "dask_estimators.engine._worker",
+    "torch",
+    "numba",
+    "dask_estimators.objectives._pointwise",
+    "dask_estimators.objectives._fused",
+    "dask_estimators.objectives.linear",
+    "dask_estimators.objectives.targets",
+)
 
 
 def _import_all() -> None:

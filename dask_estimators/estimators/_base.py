@@ -377,6 +377,10 @@ def _series_of_rows(df, fn):
     return pd.Series(fn(check_array(df, dtype=np.float64, ensure_min_samples=0)), index=df.index)
 
 
+#: Fewer labels than this are counted by ``np.unique`` (a few ms): the client need not load numba for them.
+_FEW_LABELS_COMPILED = 1 << 16
+
+
 def _checked_classes(y):
     """scikit-learn's ``check_classification_targets(y)``, the sorted classes of ``y`` and its codes (or None).
 
@@ -387,7 +391,7 @@ def _checked_classes(y):
     """
     from sklearn.utils.multiclass import check_classification_targets
 
-    fast = classes_and_codes(y)
+    fast = classes_and_codes(y) if np.size(y) >= _FEW_LABELS_COMPILED else None
     if fast is not None:
         classes, codes = fast
         check_classification_targets(y.view(np.dtype(y.dtype, metadata={"unique": classes})))
