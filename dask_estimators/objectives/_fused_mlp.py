@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from .._jit import njit  # numba.njit, cached on disk, or not cached where no cache folder is writable
+from .._jit import njit  # numba's njit, cached on disk, or not cached where no cache folder is writable
 
 try:  # numba is a dependency; without it the torch path serves every shard
     import numba

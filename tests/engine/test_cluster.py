@@ -219,6 +219,16 @@ EMBEDDED_SCRIPT = textwrap.dedent(
     out["nanny_pids"] = sorted(w.pid for w in cl.workers.values())
     out["my_pid"] = os.getpid()
     out["worker_pids"] = sorted(c1.run(os.getpid).values())
+
+    def warmed():  # the workers' preload imports the kernels in the background, before any task needs them
+        import sys
+        return all(m in sys.modules for m in ("torch", "numba", "dask_estimators.objectives._fused"))
+
+    import time
+    deadline = time.monotonic() + 120
+    while not all((w := c1.run(warmed)).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["warmed"] = list(w.values())
     me = psutil.Process()
     out["listen_ips"] = sorted({
         conn.laddr.ip
@@ -304,6 +314,11 @@ def test_embedded_cluster_is_local_processes_one_thread(embedded_run):
     assert len(set(out["worker_pids"])) == 2 and out["my_pid"] not in out["worker_pids"]
     assert out["worker_hosts"] == ["127.0.0.1"] and out["scheduler_host"] == "127.0.0.1"
     assert out["listen_ips"] == ["127.0.0.1"], "every listening socket must be bound to 127.0.0.1"
+
+
+def test_embedded_cluster_workers_import_the_kernels_at_start(embedded_run):
+    _, out, _ = embedded_run
+    assert out["warmed"] == [True, True]
 
 
 def test_embedded_cluster_has_no_dashboard(embedded_run):
