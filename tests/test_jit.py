@@ -1,4 +1,4 @@
-"""numba kernels: cached on disk, compiled without a cache where there is no writable cache folder, lazily on the client."""
+"""numba kernels: cached on disk, uncached where no cache folder is writable, compiled lazily on the client."""
 
 import pathlib
 import re

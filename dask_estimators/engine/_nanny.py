@@ -12,9 +12,10 @@ module again in the child (as ``__mp_main__``).  A user's script without an
 ``if __name__ == "__main__":`` guard then starts a cluster inside every
 worker, and the cluster fails ("Nanny failed to start").  Here the worker's
 parent is this module, whose main block is guarded, so the user's script is
-never imported by a worker.  (``distributed.deploy.subprocess`` does much the
-same, but is marked experimental, starts workers without a way to outlive
-their parent safely, and does not report a worker that failed to start.)
+never imported by a worker.  (``distributed.deploy.subprocess`` starts
+workers in subprocesses too, but it is marked experimental, moves the
+scheduler out of this process as well, leaves its processes running when the
+client is killed, and does not notice a worker process that exits at start.)
 
 The cluster's processes never outlive the client's process, even when it is
 killed with SIGKILL:
@@ -34,6 +35,7 @@ A worker that dies is started again by its Nanny, as in a LocalCluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -205,7 +207,8 @@ async def _serve(scheduler: str, opts: dict) -> None:
     async with Nanny(scheduler, **opts) as nanny:
         closing = asyncio.Event()
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, closing.set)
+        with contextlib.suppress(NotImplementedError):  # not on Windows: there close() kills the process
+            loop.add_signal_handler(signal.SIGTERM, closing.set)
         done = asyncio.ensure_future(nanny.finished())
         stop = asyncio.ensure_future(closing.wait())
         await asyncio.wait([done, stop], return_when=asyncio.FIRST_COMPLETED)

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     from .neural import MLPClassifier, MLPRegressor
     from .text import CharLSTM
 
-__all__ = ["CharLSTM", "LinearRegression", "LinearSVC", "LinearSVR", "LogisticRegression", "MLPClassifier", "MLPRegressor"]
+__all__ = [
+    "CharLSTM", "LinearRegression", "LinearSVC", "LinearSVR", "LogisticRegression", "MLPClassifier", "MLPRegressor",
+]
 
 _LAZY = {
     "LinearRegression": ".linear",
