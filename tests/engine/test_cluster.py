@@ -229,6 +229,10 @@ EMBEDDED_SCRIPT = textwrap.dedent(
     while not all((w := c1.run(warmed)).values()) and time.monotonic() < deadline:
         time.sleep(0.2)
     out["warmed"] = list(w.values())
+    # the nanny limits its worker's BLAS threads (distributed.nanny.pre-spawn-environ); the client did not set them
+    out["worker_blas_env"] = sorted(
+        set(c1.run(lambda: (os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("MKL_NUM_THREADS"))).values())
+    )
     me = psutil.Process()
     out["listen_ips"] = sorted({
         conn.laddr.ip
@@ -279,6 +283,7 @@ def embedded_run():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
     env["DASK_ESTIMATORS_N_WORKERS"] = "2"
     env["OMP_NUM_THREADS"] = "1"
+    env.pop("OPENBLAS_NUM_THREADS", None), env.pop("MKL_NUM_THREADS", None)
     proc = subprocess.run(
         [sys.executable, "-c", EMBEDDED_SCRIPT], capture_output=True, text=True, timeout=300, env=env, cwd="/"
     )
@@ -314,6 +319,11 @@ def test_embedded_cluster_is_local_processes_one_thread(embedded_run):
     assert len(set(out["worker_pids"])) == 2 and out["my_pid"] not in out["worker_pids"]
     assert out["worker_hosts"] == ["127.0.0.1"] and out["scheduler_host"] == "127.0.0.1"
     assert out["listen_ips"] == ["127.0.0.1"], "every listening socket must be bound to 127.0.0.1"
+
+
+def test_embedded_cluster_workers_have_one_blas_thread(embedded_run):
+    _, out, _ = embedded_run
+    assert out["worker_blas_env"] == [["1", "1"]]
 
 
 def test_embedded_cluster_workers_import_the_kernels_at_start(embedded_run):
