@@ -180,3 +180,41 @@ def test_import_loads_neither_torch_nor_numba():
     assert proc.returncode == 0, proc.stderr[-5000:]
     loaded = proc.stdout.strip()
     assert "torch" not in loaded and "numba" not in loaded, loaded
+
+
+def test_worker_that_cannot_start_is_a_one_line_error(tmp_path):
+    """A nanny process that exits at start ends get_embedded_client with one line saying what to do, promptly."""
+    code = textwrap.dedent(
+        """\
+        import time
+        from dask_estimators.engine import _nanny, cluster
+
+        init = _nanny.SubprocessNanny.__init__
+
+        def broken(self, scheduler, **kwargs):
+            init(self, scheduler, **kwargs)
+            self.opts["no_such_option"] = 1  # the Nanny refuses it: its process exits
+
+        _nanny.SubprocessNanny.__init__ = broken
+        t0 = time.monotonic()
+        try:
+            cluster.get_embedded_client(n_workers=1)
+        except RuntimeError as e:
+            print("ERROR " + str(e), flush=True)
+        print(f"SECONDS {time.monotonic() - t0:.1f}")
+        print(f"LEFT {len(cluster._embedded)}")
+        """
+    )
+    marker = uuid.uuid4().hex
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(marker), capture_output=True,
+                          text=True, timeout=300)
+    left = _wait_until_none_left(marker, 10)
+    _kill_leftovers(left)
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in proc.stdout.splitlines() if " " in line}
+    assert proc.returncode == 0 and "ERROR" in lines, proc.stdout + proc.stderr[-3000:]
+    message = lines["ERROR"]
+    assert "\n" not in message
+    assert "did not start" in message and "exited with code" in message and "client=" in message
+    assert float(lines["SECONDS"]) < 120  # noticed when the process exits, not at the start timeout
+    assert lines["LEFT"] == "0"
+    assert not left, _describe(left)
