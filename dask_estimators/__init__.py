@@ -3,17 +3,27 @@
 Every ``fit`` places the data on the workers once (one aligned shard per
 worker), then drives a well-kept optimizer whose every evaluation is one task
 per worker and a tree-sum among the workers.
+
+The estimators are imported on first use (``de.LogisticRegression``), so that
+``import dask_estimators`` costs little: torch, numba and the Dask engine
+load when a fit needs them.
 """
 
-from .estimators import (
-    CharLSTM,
-    LinearRegression,
-    LinearSVC,
-    LinearSVR,
-    LogisticRegression,
-    MLPClassifier,
-    MLPRegressor,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what the names below resolve to (for type checkers and the API docs)
+    from .estimators import (
+        CharLSTM,
+        LinearRegression,
+        LinearSVC,
+        LinearSVR,
+        LogisticRegression,
+        MLPClassifier,
+        MLPRegressor,
+    )
 
 __version__ = "0.1.0"
 
@@ -27,3 +37,27 @@ __all__ = [
     "MLPRegressor",
     "__version__",
 ]
+
+#: Public name -> the module that defines it, imported by ``__getattr__`` on first use.
+_LAZY = {
+    "LinearRegression": ".estimators.linear",
+    "LinearSVC": ".estimators.linear",
+    "LinearSVR": ".estimators.linear",
+    "LogisticRegression": ".estimators.linear",
+    "MLPClassifier": ".estimators.neural",
+    "MLPRegressor": ".estimators.neural",
+    "CharLSTM": ".estimators.text",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -17,10 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from sklearn.utils.validation import _assert_all_finite
 
-try:
-    import numba
-except ImportError:  # pragma: no cover - numba is a dependency
-    numba = None
+from ._jit import AVAILABLE as _NUMBA, lazy_njit
 
 __all__ = ["assert_all_finite", "classes_and_codes"]
 
@@ -28,6 +25,8 @@ __all__ = ["assert_all_finite", "classes_and_codes"]
 _MIN_PARALLEL = 1 << 20
 
 
+# reassoc vectorises the sum; no nnan/ninf, so NaN and inf are kept
+@lazy_njit(fastmath={"reassoc", "contract"}, nogil=True, boundscheck=False)
 def _finite_sum(a):
     """``sum(a * 0)``: 0 when every element is finite, NaN otherwise (inf * 0 is NaN)."""
     s = 0.0
@@ -36,6 +35,7 @@ def _finite_sum(a):
     return s
 
 
+@lazy_njit(fastmath={"reassoc", "contract"}, nogil=True, boundscheck=False)
 def _copy_finite_sum(src, dst):
     """Copy the 1-D ``src`` into ``dst`` and return ``sum(src * 0)`` from the same pass (see :func:`_finite_sum`)."""
     s = 0.0
@@ -46,6 +46,7 @@ def _copy_finite_sum(src, dst):
     return s
 
 
+@lazy_njit(fastmath={"reassoc", "contract"}, nogil=True, boundscheck=False)
 def _copy_finite_sum_2d(src, dst):
     """:func:`_copy_finite_sum` for a 2-D ``src`` of any strides (a pandas block is column-major), by tiles."""
     n, d = src.shape
@@ -60,14 +61,6 @@ def _copy_finite_sum_2d(src, dst):
                     dst[i, j] = v
                     s += v * 0.0
     return s
-
-
-if numba is not None:
-    # reassoc vectorises the sum; no nnan/ninf, so NaN and inf are kept
-    _fast = dict(fastmath={"reassoc", "contract"}, cache=True, nogil=True, boundscheck=False)
-    _finite_sum = numba.njit(**_fast)(_finite_sum)
-    _copy_finite_sum = numba.njit(**_fast)(_copy_finite_sum)
-    _copy_finite_sum_2d = numba.njit(**_fast)(_copy_finite_sum_2d)
 
 
 def copy_if_finite(src, dst) -> bool:
@@ -85,7 +78,7 @@ def copy_if_finite(src, dst) -> bool:
     >>> copy_if_finite(np.array([[1.0, np.inf], [0.0, 1.0]]), dst)
     False
     """
-    if numba is None or not dst.flags.c_contiguous or src.dtype != dst.dtype or src.ndim > 2:
+    if not _NUMBA or not dst.flags.c_contiguous or src.dtype != dst.dtype or src.ndim > 2:
         np.copyto(dst, src)
         return bool(np.isfinite(dst).all())
     if src.flags.c_contiguous:
@@ -114,7 +107,7 @@ def assert_all_finite(X, *, input_name="X", estimator_name=None):
     """
     X = np.asarray(X)
     contiguous = X.flags.c_contiguous or X.flags.f_contiguous
-    if numba is None or X.dtype.kind != "f" or not contiguous or X.size < _MIN_PARALLEL:
+    if not _NUMBA or X.dtype.kind != "f" or not contiguous or X.size < _MIN_PARALLEL:
         _assert_all_finite(X, input_name=input_name, estimator_name=estimator_name)
         return
     flat = X.reshape(-1, order="A")
@@ -126,6 +119,7 @@ def assert_all_finite(X, *, input_name="X", estimator_name=None):
         _assert_all_finite(X, input_name=input_name, estimator_name=estimator_name)
 
 
+@lazy_njit(nogil=True)
 def _int_range(y):
     lo = y[0]
     hi = y[0]
@@ -135,6 +129,7 @@ def _int_range(y):
     return lo, hi
 
 
+@lazy_njit(nogil=True, boundscheck=False)
 def _int_codes(y, lo, present, lut, out):
     """Integer labels in a small range: which values occur (``present``), then ``out[i] = lut[y[i] - lo]``."""
     for i in range(y.shape[0]):
@@ -147,6 +142,7 @@ def _int_codes(y, lo, present, lut, out):
         out[i] = lut[np.int64(y[i]) - lo]
 
 
+@lazy_njit(nogil=True)
 def _few_distinct(y, cap):
     """The distinct values of ``y`` in order of appearance, or an empty array when there are more than ``cap``."""
     vals = np.empty(cap, dtype=y.dtype)
@@ -168,6 +164,7 @@ def _few_distinct(y, cap):
     return vals[:k]
 
 
+@lazy_njit(nogil=True, boundscheck=False)
 def _codes(y, classes, out):
     """``out[i] = the index of y[i] in the sorted, few ``classes``` (every y[i] is one of them): the number below it."""
     k = classes.shape[0]
@@ -178,12 +175,6 @@ def _codes(y, classes, out):
             c += classes[t] < v
         out[i] = c
 
-
-if numba is not None:
-    _int_range = numba.njit(cache=True, nogil=True)(_int_range)
-    _int_codes = numba.njit(cache=True, nogil=True, boundscheck=False)(_int_codes)
-    _few_distinct = numba.njit(cache=True, nogil=True)(_few_distinct)
-    _codes = numba.njit(cache=True, nogil=True, boundscheck=False)(_codes)
 
 #: Integer labels spanning at most this many values are counted in a table.
 _INT_SPAN = 1 << 12
@@ -207,7 +198,7 @@ def classes_and_codes(y, max_classes=64):
     ([1, 2, 3], [2, 0, 2, 1])
     """
     y = np.asarray(y)
-    if numba is None or y.ndim != 1 or y.dtype.kind not in "iuf" or y.size == 0:
+    if not _NUMBA or y.ndim != 1 or y.dtype.kind not in "iuf" or y.size == 0:
         return None
     y = np.ascontiguousarray(y)
     codes = np.empty(y.shape[0], dtype=np.intp)

@@ -1,14 +1,22 @@
 """The distributed engine: which cluster, placement, scatter, one task per shard, tree-sum.
 
-It knows no loss: objectives hand it per-shard kernels.
+It knows no loss: objectives hand it per-shard kernels.  Names are imported on
+first use, so that a worker's nanny process (:mod:`._nanny`) loads only what
+it runs.
 """
 
-from ._watch import ClusterLostError, WorkerLostError
-from ._worker import Shard, aligned_copy, is_aligned
-from .cluster import client_context, close_embedded_cluster, get_embedded_client, resolve_client
-from .evaluator import DistributedEvaluator, EvalStats, LocalEvaluator
-from .placement import Placement, is_dask_collection, place
-from .reduce import REDUCTIONS, reduce_parts, tree_sum
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._watch import ClusterLostError, WorkerLostError
+    from ._worker import Shard, aligned_copy, is_aligned
+    from .cluster import client_context, close_embedded_cluster, get_embedded_client, resolve_client
+    from .evaluator import DistributedEvaluator, EvalStats, LocalEvaluator
+    from .placement import Placement, is_dask_collection, place
+    from .reduce import REDUCTIONS, reduce_parts, tree_sum
 
 __all__ = [
     "REDUCTIONS",
@@ -30,3 +38,37 @@ __all__ = [
     "resolve_client",
     "tree_sum",
 ]
+
+_LAZY = {
+    "ClusterLostError": "._watch",
+    "WorkerLostError": "._watch",
+    "Shard": "._worker",
+    "aligned_copy": "._worker",
+    "is_aligned": "._worker",
+    "client_context": ".cluster",
+    "close_embedded_cluster": ".cluster",
+    "get_embedded_client": ".cluster",
+    "resolve_client": ".cluster",
+    "DistributedEvaluator": ".evaluator",
+    "EvalStats": ".evaluator",
+    "LocalEvaluator": ".evaluator",
+    "Placement": ".placement",
+    "is_dask_collection": ".placement",
+    "place": ".placement",
+    "REDUCTIONS": ".reduce",
+    "reduce_parts": ".reduce",
+    "tree_sum": ".reduce",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

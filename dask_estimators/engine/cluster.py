@@ -12,6 +12,18 @@ Resolution order, at fit time:
    process on first use, reused by every later fit, and closed at exit.
 
 Estimators never keep the client: it is resolved for each call and dropped.
+
+The embedded cluster's scheduler runs in this process; each worker runs with
+its nanny in a subprocess of its own (:mod:`._nanny`), started as
+``python -m dask_estimators.engine._nanny``.  A LocalCluster's own nannies
+would start their workers with multiprocessing's spawn method, which imports
+the user's ``__main__`` again in every worker, so a script without an
+``if __name__ == "__main__":`` guard would fail ("Nanny failed to start").
+Our worker processes never import the user's script, so no guard is needed.
+They exit with this process, even when it is killed (SIGKILL): see
+:mod:`._nanny`.  A worker that dies is restarted by its nanny.  While the
+cluster starts, the estimators validate their data (:func:`prestart`), and
+every worker imports the engine in the background (:mod:`._warm`).
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ import threading
 import distributed
 from threadpoolctl import threadpool_limits
 
-__all__ = ["resolve_client", "client_context", "get_embedded_client", "close_embedded_cluster"]
+__all__ = ["resolve_client", "client_context", "get_embedded_client", "close_embedded_cluster", "prestart"]
 
 _lock = threading.RLock()
 _embedded: dict = {}
@@ -70,18 +82,98 @@ def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -
             client = distributed.Client(old, set_as_default=False)
             _embedded["client"] = client
             return client
+        from ._nanny import SubprocessNanny
+
+        n = n_workers or _default_n_workers()
         cluster = distributed.LocalCluster(
-            n_workers=n_workers or _default_n_workers(),
+            n_workers=n,
             threads_per_worker=1,
             processes=True,
+            worker_class=SubprocessNanny,  # see the module docstring: no worker imports the user's __main__
+            preload=["dask_estimators.engine._warm"],  # each worker imports the engine while the client validates
             host="127.0.0.1",
             dashboard_address="127.0.0.1:0" if dashboard else None,
             # the scheduler's small HTTP server (health, metrics) stays on loopback, on a free port
             scheduler_kwargs={} if dashboard else {"dashboard": False, "dashboard_address": "127.0.0.1:0"},
         )
-        client = distributed.Client(cluster, set_as_default=False)
+        try:
+            client = distributed.Client(cluster, set_as_default=False)
+            _wait_for_workers(client, cluster, n)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                cluster.close()
+            raise
         _embedded.update(cluster=cluster, client=client)
         return client
+
+
+#: Seconds the embedded cluster's workers have to start and connect (on a loaded machine it can take 10-30 s).
+START_TIMEOUT = 180.0
+
+
+def _wait_for_workers(client: distributed.Client, cluster, n: int) -> None:
+    """Wait until ``n`` workers have connected; fail in one line when a nanny process exits or time runs out."""
+    import time
+
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            client.wait_for_workers(n, timeout=0.5)
+            return
+        except TimeoutError:
+            pass
+        exited = [w.returncode for w in cluster.workers.values() if getattr(w, "returncode", None) is not None]
+        if exited or time.monotonic() > deadline:
+            why = (
+                f"a worker process exited with code {exited[0]} (its error is printed above)"
+                if exited
+                else f"its workers did not connect within {START_TIMEOUT:g} s"
+            )
+            raise RuntimeError(
+                f"The embedded Dask cluster did not start: {why}. Start a cluster yourself "
+                "(distributed.LocalCluster) and pass it to the estimator as client=."
+            )
+
+
+def _start_in_background() -> None:
+    with contextlib.suppress(Exception):  # the fit that needs the cluster reports the error
+        get_embedded_client()
+
+
+def prestart(client=None) -> None:
+    """Start the embedded cluster in a background thread if ``client`` will need it.
+
+    Called by ``fit`` before it validates its data, so that the workers start
+    meanwhile; the fit's :func:`client_context` then waits for them.  It does
+    nothing when ``client`` is given, a client is active, or the embedded
+    cluster already runs.
+
+    Parameters
+    ----------
+    client : distributed.Client, str or None
+        The estimator's ``client`` parameter.
+
+    Examples
+    --------
+    >>> from dask_estimators.engine.cluster import prestart
+    >>> prestart(None)  # doctest: +SKIP
+    """
+    if client is not None or _embedded.get("cluster") is not None or _lock_is_held():
+        return
+    try:
+        distributed.get_client()
+        return
+    except ValueError:
+        pass
+    threading.Thread(target=_start_in_background, name="dask-estimators-prestart", daemon=True).start()
+
+
+def _lock_is_held() -> bool:
+    """Whether some thread is starting the embedded cluster now."""
+    if _lock.acquire(blocking=False):
+        _lock.release()
+        return False
+    return True
 
 
 def close_embedded_cluster() -> None:

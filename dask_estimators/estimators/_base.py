@@ -27,6 +27,7 @@ from sklearn.utils.validation import (
 
 from .._validation import assert_all_finite, classes_and_codes
 from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
+from ..engine.cluster import prestart
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives.linear import weight_sum
 from ..objectives import targets as T
@@ -308,6 +309,7 @@ class DistributedLinearModel(DistributedEstimator):
         self : object
             The fitted estimator.
         """
+        prestart(self.client)  # the embedded cluster, when the fit needs it, starts while the data is validated
         dtype = input_float_dtype(X)
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
         check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
@@ -427,6 +429,10 @@ def _series_of_rows(df, fn, float_dtype):
     return pd.Series(out, index=df.index)
 
 
+#: Fewer labels than this are counted by ``np.unique`` (a few ms): the client need not load numba for them.
+_FEW_LABELS_COMPILED = 1 << 16
+
+
 def _checked_classes(y):
     """scikit-learn's ``check_classification_targets(y)``, the sorted classes of ``y`` and its codes (or None).
 
@@ -437,7 +443,7 @@ def _checked_classes(y):
     """
     from sklearn.utils.multiclass import check_classification_targets
 
-    fast = classes_and_codes(y)
+    fast = classes_and_codes(y) if np.size(y) >= _FEW_LABELS_COMPILED else None
     if fast is not None:
         classes, codes = fast
         check_classification_targets(y.view(np.dtype(y.dtype, metadata={"unique": classes})))

@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from .._jit import njit  # numba's njit, cached on disk, or not cached where no cache folder is writable
+
 try:  # numba is a dependency; without it (an unusual install) the torch path serves every shard
     import numba
 except ImportError:  # pragma: no cover - exercised only without numba
@@ -41,14 +43,14 @@ _FLAGS = {"reassoc", "contract"}
 def _jit(fn):
     if numba is None:  # pragma: no cover
         return fn
-    return numba.njit(fastmath=_FLAGS, cache=True, nogil=True, boundscheck=False)(fn)
+    return njit(fastmath=_FLAGS, cache=True, nogil=True, boundscheck=False)(fn)
 
 
 def _jit_inline(fn):
     """As :func:`_jit`, inlined into its callers in numba's IR (a row loop helper must cost nothing)."""
     if numba is None:  # pragma: no cover
         return fn
-    return numba.njit(fastmath=_FLAGS, cache=True, nogil=True, boundscheck=False, inline="always")(fn)
+    return njit(fastmath=_FLAGS, cache=True, nogil=True, boundscheck=False, inline="always")(fn)
 
 
 @_jit
@@ -127,7 +129,7 @@ def _jit_exact(fn):
     """njit without reassociation: the polynomials must be evaluated in the order written."""
     if numba is None:  # pragma: no cover
         return fn
-    return numba.njit(fastmath={"contract"}, cache=True, nogil=True, boundscheck=False)(fn)
+    return njit(fastmath={"contract"}, cache=True, nogil=True, boundscheck=False)(fn)
 
 
 @_jit_exact

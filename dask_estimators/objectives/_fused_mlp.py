@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from .._jit import njit  # numba's njit, cached on disk, or not cached where no cache folder is writable
+
 try:  # numba is a dependency; without it the torch path serves every shard
     import numba
 except ImportError:  # pragma: no cover - exercised only without numba
@@ -37,7 +39,7 @@ OUT_CODES = {"identity": 0, "logistic": 1, "softmax": 2, "exp": 3}
 def _jit(fn):
     if numba is None:  # pragma: no cover
         return fn
-    return numba.njit(cache=True, nogil=True, boundscheck=False)(fn)
+    return njit(cache=True, nogil=True, boundscheck=False)(fn)
 
 
 @_jit

@@ -21,10 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from . import _fused
-from ._pointwise import get_loss
+from .._lazy import lazy_module
+
+# imported by the kernels on the workers; the client only builds the objective
+torch = lazy_module("torch")
+_fused = lazy_module("dask_estimators.objectives._fused")
+_pointwise = lazy_module("dask_estimators.objectives._pointwise")
 
 __all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum"]
 
@@ -63,7 +66,7 @@ class LinearSpec:
         return torch.cat([flat, gb]) if self.fit_intercept else flat
 
     def get_loss(self):
-        return get_loss(self.loss, epsilon=self.epsilon)
+        return _pointwise.get_loss(self.loss, epsilon=self.epsilon)
 
 
 BACKENDS = ("auto", "fused", "torch")

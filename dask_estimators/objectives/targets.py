@@ -8,7 +8,10 @@ place, so labels never travel back to the client; only the small results
 from __future__ import annotations
 
 import numpy as np
-import torch
+
+from .._lazy import lazy_module
+
+torch = lazy_module("torch")  # the encodings run on the workers
 
 from .._validation import classes_and_codes
 

@@ -215,8 +215,24 @@ EMBEDDED_SCRIPT = textwrap.dedent(
     out["scheduler_host"] = urllib.parse.urlparse(c1.scheduler.address).hostname
     out["nthreads"] = sorted(c1.nthreads().values())
     out["worker_types"] = sorted(type(w).__name__ for w in cl.workers.values())
+    out["have_nanny"] = [bool(w.get("nanny")) for w in info["workers"].values()]
+    out["nanny_pids"] = sorted(w.pid for w in cl.workers.values())
     out["my_pid"] = os.getpid()
     out["worker_pids"] = sorted(c1.run(os.getpid).values())
+
+    def warmed():  # the workers' preload imports the kernels in the background, before any task needs them
+        import sys
+        return all(m in sys.modules for m in ("torch", "numba", "dask_estimators.objectives._fused"))
+
+    import time
+    deadline = time.monotonic() + 120
+    while not all((w := c1.run(warmed)).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["warmed"] = list(w.values())
+    # the nanny limits its worker's BLAS threads (distributed.nanny.pre-spawn-environ); the client did not set them
+    out["worker_blas_env"] = sorted(
+        set(c1.run(lambda: (os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("MKL_NUM_THREADS"))).values())
+    )
     me = psutil.Process()
     out["listen_ips"] = sorted({
         conn.laddr.ip
@@ -267,6 +283,7 @@ def embedded_run():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
     env["DASK_ESTIMATORS_N_WORKERS"] = "2"
     env["OMP_NUM_THREADS"] = "1"
+    env.pop("OPENBLAS_NUM_THREADS", None), env.pop("MKL_NUM_THREADS", None)
     proc = subprocess.run(
         [sys.executable, "-c", EMBEDDED_SCRIPT], capture_output=True, text=True, timeout=300, env=env, cwd="/"
     )
@@ -294,11 +311,24 @@ def test_embedded_client_passed_to_place_with_actors(embedded_run):
 def test_embedded_cluster_is_local_processes_one_thread(embedded_run):
     _, out, _ = embedded_run
     assert out["n_workers"] == 2
-    assert out["worker_types"] == ["Nanny", "Nanny"]
+    # each worker runs under a nanny, in a subprocess of its own (it never imports the user's __main__)
+    assert out["worker_types"] == ["SubprocessNanny", "SubprocessNanny"]
+    assert out["have_nanny"] == [True, True]
+    assert len(set(out["nanny_pids"])) == 2 and not set(out["nanny_pids"]) & set(out["worker_pids"] + [out["my_pid"]])
     assert out["nthreads"] == [1, 1]
     assert len(set(out["worker_pids"])) == 2 and out["my_pid"] not in out["worker_pids"]
     assert out["worker_hosts"] == ["127.0.0.1"] and out["scheduler_host"] == "127.0.0.1"
     assert out["listen_ips"] == ["127.0.0.1"], "every listening socket must be bound to 127.0.0.1"
+
+
+def test_embedded_cluster_workers_have_one_blas_thread(embedded_run):
+    _, out, _ = embedded_run
+    assert out["worker_blas_env"] == [["1", "1"]]
+
+
+def test_embedded_cluster_workers_import_the_kernels_at_start(embedded_run):
+    _, out, _ = embedded_run
+    assert out["warmed"] == [True, True]
 
 
 def test_embedded_cluster_has_no_dashboard(embedded_run):
@@ -321,9 +351,10 @@ def test_embedded_cluster_closed_at_exit(embedded_run):
             return False
 
     deadline = time.monotonic() + 30
-    while any(alive(p) for p in out["worker_pids"]) and time.monotonic() < deadline:
+    pids = out["worker_pids"] + out["nanny_pids"]
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(alive(p) for p in out["worker_pids"])
+    assert not any(alive(p) for p in pids)
 
 
 def test_embedded_client_closed_by_user_is_replaced(embedded_run):

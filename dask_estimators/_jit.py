@@ -1,0 +1,97 @@
+"""numba's ``njit`` with an on-disk cache that may be missing, and compiled on first call where asked.
+
+Every kernel of the package is compiled with ``cache=True``: the machine code
+is written next to the source (``__pycache__``) or, where that folder is not
+writable, to numba's per-user cache folder (``NUMBA_CACHE_DIR`` if set), and
+loaded from there by later processes, so that only the first process on a
+machine pays for the compilation.  When no cache folder is writable at all,
+numba refuses ``cache=True``; :func:`njit` then compiles without a cache
+instead of failing.
+
+:func:`lazy_njit` also defers the import of numba to the first call, for the
+client-side checks of :mod:`dask_estimators._validation`, so that
+``import dask_estimators`` does not import numba.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+
+__all__ = ["AVAILABLE", "njit", "lazy_njit"]
+
+#: Whether numba is installed (without importing it).
+AVAILABLE = importlib.util.find_spec("numba") is not None
+
+
+def njit(fn=None, **options):
+    """``numba.njit(cache=True, **options)``, without the cache when numba has nowhere to write it.
+
+    Parameters
+    ----------
+    fn : callable, optional
+        The function; without it, a decorator is returned.
+    **options
+        numba.njit's options (``cache`` defaults to True).
+
+    Returns
+    -------
+    numba dispatcher, or a decorator
+
+    Examples
+    --------
+    >>> from dask_estimators._jit import njit
+    >>> @njit(nogil=True)
+    ... def twice(x):
+    ...     return 2 * x
+    >>> twice(21)
+    42
+    """
+    if fn is None:
+        return lambda f: njit(f, **options)
+    import numba
+
+    options.setdefault("cache", True)
+    try:
+        return numba.njit(**options)(fn)
+    except RuntimeError as e:  # "cannot cache function ...: no locator available" (no writable cache folder)
+        if not options.get("cache") or "cache" not in str(e):
+            raise
+        return numba.njit(**{**options, "cache": False})(fn)
+
+
+class _LazyDispatcher:
+    """A function compiled by :func:`njit` the first time it is called."""
+
+    def __init__(self, fn, options):
+        self.py_func, self.options = fn, options
+        self._dispatcher = None
+        self._lock = threading.Lock()
+        self.__doc__, self.__name__ = fn.__doc__, fn.__name__
+
+    def __call__(self, *args):
+        d = self._dispatcher
+        if d is None:
+            with self._lock:  # threads of one check call it at once: compile (or load from the cache) once
+                if self._dispatcher is None:
+                    self._dispatcher = njit(self.py_func, **self.options)
+                d = self._dispatcher
+        return d(*args)
+
+
+def lazy_njit(**options):
+    """A decorator: :func:`njit` with ``options``, applied (and numba imported) on the first call.
+
+    The function must not be called from other compiled functions (numba
+    cannot type the stand-in); only from Python.
+
+    Examples
+    --------
+    >>> from dask_estimators._jit import lazy_njit
+    >>> @lazy_njit(nogil=True)
+    ... def add(a, b):
+    ...     return a + b
+    >>> add(1, 2)
+    3
+    """
+    return lambda fn: _LazyDispatcher(fn, options)

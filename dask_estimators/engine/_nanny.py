@@ -1,0 +1,237 @@
+"""Worker nannies of the embedded cluster, each in a subprocess of its own.
+
+:class:`SubprocessNanny` is the ``worker_class`` of the embedded
+:class:`distributed.LocalCluster`: instead of a :class:`distributed.Nanny` in
+the client's process, it starts ``python -m dask_estimators.engine._nanny``,
+which runs one Nanny (and the Nanny its worker).  The scheduler stays in the
+client's process, as in any LocalCluster.
+
+Why a subprocess: a Nanny in the client's process starts its worker with
+``multiprocessing``'s spawn method, which runs the parent's ``__main__``
+module again in the child (as ``__mp_main__``).  A user's script without an
+``if __name__ == "__main__":`` guard then starts a cluster inside every
+worker, and the cluster fails ("Nanny failed to start").  Here the worker's
+parent is this module, whose main block is guarded, so the user's script is
+never imported by a worker.  (``distributed.deploy.subprocess`` starts
+workers in subprocesses too, but it is marked experimental, moves the
+scheduler out of this process as well, leaves its processes running when the
+client is killed, and does not notice a worker process that exits at start.)
+
+The cluster's processes never outlive the client's process, even when it is
+killed with SIGKILL:
+
+* the Nanny's process reads its stdin, a pipe from the client, and exits at
+  once when it reads end-of-file: the client has gone (every platform);
+* on Linux it also asks the kernel for SIGKILL when its parent dies
+  (``prctl(PR_SET_PDEATHSIG)``), which holds even if the Nanny's interpreter
+  is stuck;
+* the worker, a child of the Nanny, exits when its Nanny dies: distributed
+  gives every worker process a pipe from its parent and ends the worker when
+  that pipe closes.
+
+A worker that dies is started again by its Nanny, as in a LocalCluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import sysconfig
+import threading
+
+from distributed.deploy.spec import ProcessInterface
+
+__all__ = ["SubprocessNanny", "child_env"]
+
+#: The module each nanny process runs (``python -m ...``).
+_MODULE = "dask_estimators.engine._nanny"
+#: Keyword arguments of the cluster's worker spec passed on to the Nanny (the rest are not JSON or not needed).
+_NANNY_KWARGS = ("nthreads", "memory_limit", "host", "protocol", "interface", "dashboard", "dashboard_address",
+                 "silence_logs", "preload", "name")
+
+
+def _import_path() -> list[str]:
+    """The client's ``sys.path`` entries a fresh interpreter would not have (the script's folder, PYTHONPATH...).
+
+    Workers unpickle functions by module name, so they need to import what
+    the client imports; a spawned LocalCluster worker got the client's
+    ``sys.path`` the same way.
+    """
+    standard = {os.path.realpath(p) for p in sysconfig.get_paths().values() if p}
+    try:
+        import site
+
+        standard.update(os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()])
+    except Exception:  # noqa: BLE001 - a virtualenv's site module may lack these; nothing standard to skip then
+        pass
+    out = []
+    for p in sys.path:
+        p = os.path.abspath(p or os.getcwd())
+        if os.path.realpath(p) in standard or p in out or not os.path.isdir(p):
+            continue
+        out.append(p)
+    return out
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a nanny process: the client's, its import path, and its Dask configuration.
+
+    Returns
+    -------
+    dict of str to str
+        ``os.environ`` with ``PYTHONPATH`` covering the client's import path
+        and ``DASK_INTERNAL_INHERIT_CONFIG`` carrying the client's Dask
+        configuration (as a LocalCluster's workers inherit it).  The OpenMP
+        and BLAS thread limits come from ``distributed.nanny.pre-spawn-environ``,
+        which the Nanny applies to its worker.
+    """
+    import dask.config
+
+    env = dict(os.environ)
+    path = _import_path()
+    if env.get("PYTHONPATH"):
+        path += [p for p in env["PYTHONPATH"].split(os.pathsep) if p and p not in path]
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    try:
+        env["DASK_INTERNAL_INHERIT_CONFIG"] = dask.config.serialize(dask.config.global_config)
+    except (TypeError, ValueError):  # a value that is not JSON: the workers read the config files and DASK_ variables
+        pass
+    return env
+
+
+class SubprocessNanny(ProcessInterface):
+    """One Nanny and its worker in a subprocess, as a LocalCluster's ``worker_class``.
+
+    Parameters
+    ----------
+    scheduler : str
+        The scheduler's address.
+    **kwargs
+        The worker spec's options; the JSON ones a Nanny takes are passed on.
+
+    Examples
+    --------
+    >>> import distributed
+    >>> from dask_estimators.engine._nanny import SubprocessNanny
+    >>> cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+    ...                                    worker_class=SubprocessNanny, dashboard_address=None)  # doctest: +SKIP
+    """
+
+    def __init__(self, scheduler: str, **kwargs):
+        self.scheduler = scheduler
+        self.name = kwargs.get("name")
+        self.opts = {k: kwargs[k] for k in _NANNY_KWARGS if kwargs.get(k) is not None}
+        self.process: asyncio.subprocess.Process | None = None
+        super().__init__()
+
+    async def start(self):
+        """Start the nanny process; its worker registers with the scheduler when it is ready."""
+        cmd = [sys.executable, "-m", _MODULE, self.scheduler, json.dumps(self.opts), str(os.getpid())]
+        self.process = await asyncio.create_subprocess_exec(
+            *cmd, stdin=asyncio.subprocess.PIPE, env=child_env(), cwd=os.getcwd()
+        )
+        await super().start()
+
+    @property
+    def pid(self) -> int | None:
+        """The nanny process's id, or None before it starts."""
+        return None if self.process is None else self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The nanny process's exit status, or None while it runs."""
+        return None if self.process is None else self.process.returncode
+
+    async def close(self):
+        """Ask the nanny to close its worker and exit (SIGTERM); kill both after 10 s."""
+        proc = self.process
+        if proc is not None and proc.returncode is None:
+            import psutil
+
+            try:
+                children = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                children = []
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+            for child in children:
+                try:
+                    child.kill()
+                except psutil.NoSuchProcess:
+                    pass
+        if proc is not None and proc.stdin is not None:
+            proc.stdin.close()
+        await super().close()
+
+    def __repr__(self):
+        return f"<SubprocessNanny {self.name!r}: pid={self.pid}, status={self.status.name}>"
+
+
+# ----------------------------------------------------------------------------------- the nanny's process
+def _die_with_parent(parent_pid: int) -> None:
+    """Exit as soon as the client's process is gone (see the module docstring)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the stdin watch below still ends this process
+            pass
+    if os.getppid() != parent_pid:  # the client died before prctl took effect
+        os._exit(1)
+
+    def watch_stdin():
+        try:  # the raw descriptor: a buffered reader's lock would stall the interpreter's shutdown
+            while os.read(0, 1 << 16):
+                pass
+        except OSError:
+            pass
+        os._exit(1)  # end-of-file: the client has gone; the worker follows (its pipe from us closes)
+
+    threading.Thread(target=watch_stdin, name="dask-estimators-parent-watch", daemon=True).start()
+
+
+async def _serve(scheduler: str, opts: dict) -> None:
+    from distributed import Nanny
+
+    async with Nanny(scheduler, **opts) as nanny:
+        closing = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError):  # not on Windows: there close() kills the process
+            loop.add_signal_handler(signal.SIGTERM, closing.set)
+        done = asyncio.ensure_future(nanny.finished())
+        stop = asyncio.ensure_future(closing.wait())
+        await asyncio.wait([done, stop], return_when=asyncio.FIRST_COMPLETED)
+        if stop.done():
+            await nanny.close(timeout=5)
+        for f in (done, stop):
+            f.cancel()
+
+
+def main(argv: list[str]) -> None:
+    """Run one Nanny for the scheduler ``argv[0]`` with the JSON options ``argv[1]``, for the client ``argv[2]``."""
+    scheduler, opts, parent_pid = argv[0], json.loads(argv[1]), int(argv[2])
+    # Ctrl-C in a terminal reaches every process of its group; the client decides when its workers stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # as a LocalCluster silences its nannies' logs below ``silence_logs`` (warnings by default)
+    level = opts.get("silence_logs")
+    if isinstance(level, int) and level:
+        import logging
+
+        logging.getLogger("distributed").setLevel(level)
+    _die_with_parent(parent_pid)
+    asyncio.run(_serve(scheduler, opts))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

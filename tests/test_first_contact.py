@@ -1,0 +1,220 @@
+"""First contact: a plain script, with no ``if __name__ == "__main__":`` guard, fits on the embedded cluster.
+
+* The three-line script of the README runs with ``python script.py``, prints
+  its score, exits 0, and leaves no process of its cluster behind.
+* A script killed with SIGKILL in the middle of a long fit leaves no process
+  of its cluster behind either, within 10 s.
+* ``import dask_estimators`` imports neither torch nor numba, and the client
+  of a linear fit imports neither at all (its workers run the kernels).
+
+Each script runs in a fresh interpreter that starts its own embedded cluster
+(the session cluster of ``tests/conftest.py`` is not used).  Its processes
+are found by a marker in their environment, which every process of its
+cluster inherits, so that a process that outlived the script, reparented,
+is still found.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.timeout(600)
+
+#: The script of the README, word for word.
+THREE_LINES = textwrap.dedent(
+    """\
+    import numpy as np, dask_estimators as de
+    rng = np.random.default_rng(0); X = rng.normal(size=(5000, 20)); y = (X[:, 0] > 0).astype(int)
+    print(de.LogisticRegression().fit(X, y).score(X, y))
+    """
+)
+
+LONG_FIT = textwrap.dedent(
+    """\
+    import numpy as np, dask_estimators as de
+    rng = np.random.default_rng(0); X = rng.normal(size=(2000, 10)); y = (X[:, 0] > 0).astype(int)
+    print("FIT STARTED", flush=True)
+    de.MLPClassifier(hidden_layer_sizes=(20,), max_iter=100000, tol=0.0, n_iter_no_change=100000).fit(X, y)
+    print("FIT ENDED", flush=True)
+    """
+)
+
+MARKER = "DASK_ESTIMATORS_FIRST_CONTACT_MARKER"
+N_WORKERS = 2
+
+
+def _env(marker):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    env["DASK_ESTIMATORS_N_WORKERS"] = str(N_WORKERS)
+    env[MARKER] = marker
+    return env
+
+
+def _marked(marker, exclude=()):
+    """Live (not zombie) processes whose environment carries ``marker``."""
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        if p.pid in exclude:
+            continue
+        try:
+            if p.environ().get(MARKER) == marker and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return out
+
+
+def _wait_until_none_left(marker, seconds):
+    deadline = time.monotonic() + seconds
+    left = _marked(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = _marked(marker)
+    return left
+
+
+def _describe(procs):
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid}: {' '.join(p.cmdline())[:200]}")
+        except psutil.Error:
+            out.append(f"{p.pid}: (gone)")
+    return out
+
+
+def _kill_leftovers(procs):
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def test_unguarded_three_line_script_runs_and_leaves_no_process(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(THREE_LINES)
+    marker = uuid.uuid4().hex
+    # -X importtime lists the client's imports on stderr (the cluster's processes are started without it)
+    # (into files: a pipe nobody reads while we poll would fill up and stall the script)
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "importtime", str(script)], cwd=tmp_path, env=_env(marker), stdout=out_f,
+            stderr=err_f,
+        )
+    seen = set()
+    deadline = time.monotonic() + 480
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen.update(p.pid for p in _marked(marker, exclude={proc.pid}))
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+    out, err = out_path.read_text(), err_path.read_text()
+    left = _wait_until_none_left(marker, 10)
+    _kill_leftovers(left)
+    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{out}\nstderr:\n{err[-5000:]}"
+    assert "Nanny failed to start" not in err
+    score = float(out.strip().splitlines()[-1])
+    assert 0.95 <= score <= 1.0, out
+    # the fit ran on worker processes of its own (a nanny and a worker per worker)
+    assert len(seen) >= 2 * N_WORKERS, f"only {len(seen)} processes of the cluster were seen"
+    assert not left, f"processes left behind: {_describe(left)}"
+    # the workers did the maths: the client of a linear fit imported neither torch nor numba
+    imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
+    assert "numpy" in imported and "distributed" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "numba")}
+
+
+def test_script_killed_mid_fit_leaves_no_process(tmp_path):
+    script = tmp_path / "long_fit.py"
+    script.write_text(LONG_FIT)
+    marker = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], cwd=tmp_path, env=_env(marker), stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "FIT STARTED"
+        # wait for every nanny and worker, then let the fit run a moment
+        deadline = time.monotonic() + 300
+        cluster = _marked(marker, exclude={proc.pid})
+        while len(cluster) < 2 * N_WORKERS and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            cluster = _marked(marker, exclude={proc.pid})
+        assert len(cluster) >= 2 * N_WORKERS, f"the cluster did not start: {_describe(cluster)}"
+        time.sleep(3)
+        assert proc.poll() is None, "the fit ended before it was killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = _wait_until_none_left(marker, 10)
+    _kill_leftovers(left)
+    assert not left, f"processes left behind 10 s after SIGKILL: {_describe(left)}"
+
+
+def test_import_loads_neither_torch_nor_numba():
+    code = (
+        "import sys, dask_estimators as de\n"
+        "print(sorted(m for m in ('torch', 'numba', 'distributed') if m in sys.modules))\n"
+        "de.LogisticRegression, de.MLPClassifier  # the classes are there (imported on first use)\n"
+    )
+    env = _env("import")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    loaded = proc.stdout.strip()
+    assert "torch" not in loaded and "numba" not in loaded, loaded
+
+
+def test_worker_that_cannot_start_is_a_one_line_error(tmp_path):
+    """A nanny process that exits at start ends get_embedded_client with one line saying what to do, promptly."""
+    code = textwrap.dedent(
+        """\
+        import time
+        from dask_estimators.engine import _nanny, cluster
+
+        init = _nanny.SubprocessNanny.__init__
+
+        def broken(self, scheduler, **kwargs):
+            init(self, scheduler, **kwargs)
+            self.opts["no_such_option"] = 1  # the Nanny refuses it: its process exits
+
+        _nanny.SubprocessNanny.__init__ = broken
+        t0 = time.monotonic()
+        try:
+            cluster.get_embedded_client(n_workers=1)
+        except RuntimeError as e:
+            print("ERROR " + str(e), flush=True)
+        print(f"SECONDS {time.monotonic() - t0:.1f}")
+        print(f"LEFT {len(cluster._embedded)}")
+        """
+    )
+    marker = uuid.uuid4().hex
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(marker), capture_output=True,
+                          text=True, timeout=300)
+    left = _wait_until_none_left(marker, 10)
+    _kill_leftovers(left)
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in proc.stdout.splitlines() if " " in line}
+    assert proc.returncode == 0 and "ERROR" in lines, proc.stdout + proc.stderr[-3000:]
+    message = lines["ERROR"]
+    assert "\n" not in message
+    assert "did not start" in message and "exited with code" in message and "client=" in message
+    assert float(lines["SECONDS"]) < 120  # noticed when the process exits, not at the start timeout
+    assert lines["LEFT"] == "0"
+    assert not left, _describe(left)
