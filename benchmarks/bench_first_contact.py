@@ -179,6 +179,14 @@ def main(argv=None):
     md = markdown(result)
     (out / "first_contact.md").write_text(md)
     print(md)
+    return result
+
+
+def summary_rows(result):
+    """The suite's summary rows: ours / scikit-learn for the import, the first fit and the script."""
+    keep = ("import, python -c, s", "first fit in a fresh process (5000x20), s", "three-line script, python script.py, s")
+    return [{"benchmark": r["benchmark"], "ours": r["ours"], "anchor": f"scikit-learn {r['scikit-learn']:.3g}",
+             "ours / anchor": r["ours / scikit-learn"]} for r in result["rows"] if r["benchmark"] in keep]
 
 
 if __name__ == "__main__":

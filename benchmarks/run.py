@@ -11,6 +11,8 @@ Parts, each next to its anchor in this one run:
    the same on data already in Dask: a persisted dask array against our NumPy
    input and scikit-learn, parquet files read and fitted against pandas and
    scikit-learn, worker memory on dask input (``bench_dask_input``);
+   a new user's first contact: import time, the first fit in a fresh process
+   and the three-line script, against scikit-learn (``bench_first_contact``);
 2. the engine: per-evaluation overhead against one scheduler round trip;
    parameters inline against scattered; one task per worker against one task per
    example; tree-sum against gather, ``as_completed`` and one summing task
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import bench_dask_input  # noqa: E402
 import bench_engine  # noqa: E402
+import bench_first_contact  # noqa: E402
 import bench_logistic  # noqa: E402
 import bench_mlp  # noqa: E402
 import bench_scaling  # noqa: E402
@@ -69,6 +72,7 @@ def summary_rows(out):
         rows.append({"benchmark": f"LogisticRegression {r['n']:,}x{r['d']}, fit s", "ours": ours["seconds"],
                      "anchor": f"{r['what']} {r['seconds']:.3g}", "ours / anchor": ours["seconds"] / r["seconds"]})
     rows += bench_dask_input.summary_rows(out["dask_input"])
+    rows += bench_first_contact.summary_rows(out["first_contact"])
     eng = out["engine"]
     tree = next(r for r in eng["overhead"] if r["transport"] == "actors" and r["reduction"] == "tree")
     rows.append({"benchmark": "overhead per evaluation (1000x10, 2 workers), ms", "ours": tree["ms_per_eval"],
@@ -147,7 +151,8 @@ def markdown(out):
     parts += ["\n## LogisticRegression\n\n",
               _table(out["logistic"], ["n", "what", "seconds", "first_seconds", "ratio_to_sklearn", "ours_speedup",
                                        "n_iter", "accuracy", "log_loss"])]
-    parts += [bench_dask_input.markdown(out["dask_input"])]
+    parts += [bench_dask_input.markdown(out["dask_input"]),
+              "\n" + bench_first_contact.markdown(out["first_contact"]).replace("# First contact", "## First contact")]
     for key, rows in out["engine"].items():
         title, cols = bench_engine.TABLES[key]
         parts += [f"\n## {title.format(workers=rows[0].get('workers', ''))}\n\n", _table(rows, cols)]
@@ -180,6 +185,8 @@ def main(argv=None):
     with threadpool_limits(args.cores):
         out = {"quick": args.quick, "cores": args.cores, "environment": bench_mlp.environment(args.cores)}
     out["logistic"], out["environment"]["workers"] = _logistic(args.cores, args.quick)
+    out["first_contact"] = bench_first_contact.main(
+        ["--repeat", "1" if args.quick else "3", "--import-repeat", "3" if args.quick else "5", "--out", str(args.out)])
     out["dask_input"] = bench_dask_input.run(args.cores, args.quick)
     out["engine"] = bench_engine.main(q)
     rows, model = bench_scaling.main(q + ["--cores", str(args.cores)])
