@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import types
 
-__all__ = ["lazy_module"]
+__all__ = ["lazy_attributes", "lazy_module"]
 
 
 class _LazyModule(types.ModuleType):
@@ -57,3 +57,42 @@ def lazy_module(name: str) -> types.ModuleType:
     import sys
 
     return sys.modules.get(name) or _LazyModule(name)
+
+
+def lazy_attributes(package: str, names: dict):
+    """``(__getattr__, __dir__)`` for a package whose public ``names`` are imported from its modules on first use.
+
+    Parameters
+    ----------
+    package : str
+        The package's ``__name__``.
+    names : dict of str to str
+        Public name -> the module (relative to ``package``) that defines it.
+
+    Returns
+    -------
+    tuple of callable
+        The module-level ``__getattr__`` and ``__dir__`` of the package (PEP 562).
+
+    Examples
+    --------
+    >>> import sys, types
+    >>> pkg = sys.modules["lazy_example"] = types.ModuleType("lazy_example")
+    >>> pkg.__getattr__, pkg.__dir__ = lazy_attributes("lazy_example", {"dumps": "json"})
+    >>> pkg.dumps([1]), "dumps" in vars(pkg)   # imported on first use, then kept
+    ('[1]', True)
+    """
+    import sys
+
+    def __getattr__(name):
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__():
+        return sorted(set(vars(sys.modules[package])) | set(names))
+
+    return __getattr__, __dir__
