@@ -85,6 +85,14 @@ def _rows(shard) -> int:
     return int(shard.n_rows or 0)
 
 
+def _source_rows(source) -> int:
+    """The rows of the shard built from ``source``: a NumPy part's length, or a dask shard's planned rows."""
+    kind, data = source
+    if kind == "numpy":
+        return int(np.shape(next(iter(data.values())))[0])
+    return int(data[4])
+
+
 class Placement:
     """Shards placed on the workers for one fit.
 
@@ -148,7 +156,10 @@ class Placement:
                 ]
                 with client.as_current():
                     self.actors = _watch.wait_results(self._actor_futures, client, self.workers, timeout)
-            self.n_rows = self._wait([self._submit_one(i, _rows, ()) for i in range(len(self.shards))])
+            if self.sources is not None:  # the placement planned them: no round to ask
+                self.n_rows = [_source_rows(src) for src in self.sources]
+            else:
+                self.n_rows = self._wait([self._submit_one(i, _rows, ()) for i in range(len(self.shards))])
         except BaseException:
             _watch._cancel(client, self._actor_futures)
             raise
@@ -495,6 +506,11 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True):
         if shards[i] is None:  # not on this host (or no /dev/shm): send the bytes
             shards[i] = _scatter_part(client, part, w, device)
     _watch.wait_done(shards, client, used)  # the shards stay on the workers: never fetch them
+    try:
+        _raise_first_error(shards)
+    except BaseException:
+        _watch._cancel(client, shards)
+        raise
     return shards, used, [("numpy", part) for part in parts]
 
 

@@ -422,3 +422,17 @@ def test_invalid_transport_raises(client, rng):
     X, y, _ = _data(rng, n=10)
     with pytest.raises(ValueError, match="transport"):
         place(client, {"X": X, "y": y}, transport="carrier-pigeon")
+
+
+@pytest.mark.parametrize("kind", ["numpy", "numpy-large", "dask-known"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_shard_that_cannot_be_built_fails_the_placement(client, rng, kind, transport):
+    """The error of a failed shard build reaches the caller of place(), whatever the input and transport."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the workers have CUDA: device='cuda' builds")
+    X, y, sw = _data(rng, n=N_LARGE if kind == "numpy-large" else N)
+    arrays, _ = _inputs(kind, X, y, sw)
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        place(client, arrays, device="cuda", transport=transport)
