@@ -9,6 +9,7 @@ warm starts, prediction on NumPy or dask input) lives here once.
 
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 from numbers import Integral, Real
@@ -32,6 +33,13 @@ from ..objectives import LinearObjective, LinearSpec
 from ..objectives.linear import weight_sum
 from ..objectives import targets as T
 from ..optim import SOLVERS, minimize
+
+try:  # scikit-learn >= 1.9: its callback protocol (sklearn.callback, set_callbacks)
+    from sklearn.callback import CallbackSupportMixin as _CallbackSupport
+except ImportError:  # older scikit-learn has no callbacks to call
+
+    class _CallbackSupport:
+        pass
 
 __all__ = ["DistributedEstimator", "DistributedLinearModel"]
 
@@ -228,7 +236,7 @@ class DistributedEstimator(BaseEstimator):
         return state
 
 
-class DistributedLinearModel(DistributedEstimator):
+class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
     """Base class: a linear model fitted by the distributed optimizer.
 
     Subclasses set ``_loss`` (or override :meth:`_loss_name`), implement
@@ -324,13 +332,15 @@ class DistributedLinearModel(DistributedEstimator):
                 timeout=self.timeout,
             )
             try:
-                stats = self._fit_placed(placement, y, dask_input, classes, dtype)
+                stats = self._fit_placed(
+                    placement, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight)
+                )
             finally:
                 placement.release()
         self.fit_stats_ = stats
         return self
 
-    def _fit_placed(self, placement, y, dask_input, classes, dtype):
+    def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None):
         n_classes = None
         class_weight = None
         if self._is_classifier:
@@ -351,16 +361,22 @@ class DistributedLinearModel(DistributedEstimator):
         objective = LinearObjective(evaluator, spec, weight_sums=tuple(map(sum, zip(*sums))))
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
         solver = self._resolved_solver(spec.n_params, objective.l1)
-        res = minimize(
-            objective, self._initial_params(spec), solver=solver, tol=self.tol, max_iter=self.max_iter,
-            verbose=getattr(self, "verbose", 0),
-        )
-        self._set_params_from(res.x, spec, y_shape)
-        if self._keeps_float32 and dtype == np.float32:  # computed in float64, kept in X's dtype as scikit-learn does
-            self.coef_ = self.coef_.astype(np.float32)
-            self.intercept_ = (
-                np.float32(self.intercept_) if np.ndim(self.intercept_) == 0 else self.intercept_.astype(np.float32)
+        w0 = self._initial_params(spec)
+        hooks = None
+        if hook_args is not None and getattr(self, "_skl_callbacks", None):
+            hooks = _IterationHooks(self, solver, hook_args, w0, lambda w: self._fitted_params(w, spec, y_shape, dtype))
+        try:
+            res = minimize(
+                objective, w0, solver=solver, tol=self.tol, max_iter=self.max_iter,
+                verbose=getattr(self, "verbose", 0), callback=hooks,
             )
+        finally:
+            if hooks is not None:
+                hooks.close()
+        self._set_params_from(res.x, spec, y_shape)
+        self._cast_params(dtype)
+        if hooks is not None:
+            hooks.end_fit()
         self.n_iter_ = self._format_n_iter(int(res.nit))
         self.solver_ = solver
         stats = evaluator.stats.as_dict()
@@ -372,6 +388,20 @@ class DistributedLinearModel(DistributedEstimator):
 
     def _format_n_iter(self, nit):
         return nit
+
+    def _cast_params(self, dtype):
+        if self._keeps_float32 and dtype == np.float32:  # computed in float64, kept in X's dtype as scikit-learn does
+            self.coef_ = self.coef_.astype(np.float32)
+            self.intercept_ = (
+                np.float32(self.intercept_) if np.ndim(self.intercept_) == 0 else self.intercept_.astype(np.float32)
+            )
+
+    def _fitted_params(self, w, spec, y_shape, dtype):
+        """``coef_`` and ``intercept_`` for the parameters ``w``, as a fit that ended at ``w`` would set them."""
+        est = copy.copy(self)
+        est._set_params_from(np.array(w, dtype=np.float64), spec, y_shape)
+        est._cast_params(dtype)
+        return {"coef_": est.coef_, "intercept_": est.intercept_}
 
     def _initial_params(self, spec: LinearSpec) -> np.ndarray:
         w0 = np.zeros(spec.n_params)
@@ -419,6 +449,55 @@ class DistributedLinearModel(DistributedEstimator):
                 value = getattr(self, name)
                 setattr(est, name, value.copy() if hasattr(value, "copy") else value)
         return est
+
+
+class _IterationHooks:
+    """scikit-learn's callback hooks (``set_callbacks``, :mod:`sklearn.callback`) around the solver's iterations.
+
+    The fit is the root task; each solver iteration is a sub-task, begun at
+    the parameters it starts from and ended at those it reaches, whose
+    ``fitted_estimator`` predicts as a fit stopped there would.  As in
+    scikit-learn, one more sub-task is begun after the last iteration and
+    ended empty, and a fit with no iteration (``max_iter=0``) still has one.
+    Called by the solver as ``hooks(x)`` after each iteration.
+    """
+
+    def __init__(self, est, solver, hook_args, w0, params_of):
+        X, y, sample_weight = hook_args
+        self._est, self._task, self._params_of = est, f"{solver}-iter", params_of
+        self._data = {"X": X, "y": y, "metadata": None if sample_weight is None else {"sample_weight": sample_weight}}
+        self._root = est._init_callback_context(max_subtasks=max(est.max_iter, 1) + 1)
+        self._root.call_on_fit_task_begin(estimator=est, **self._data)
+        self._iterations = 0
+        self._ctx = self._begin(w0)
+
+    def _attrs(self, w):
+        w = np.array(w, dtype=np.float64)  # the solver may reuse its buffer
+        return lambda: self._params_of(w)
+
+    def _begin(self, w):
+        ctx = self._root.subcontext(task_name=self._task)
+        ctx.call_on_fit_task_begin(estimator=self._est, reconstruction_attributes=self._attrs(w), **self._data)
+        return ctx
+
+    def __call__(self, w):
+        self._iterations += 1
+        self._ctx.call_on_fit_task_end(estimator=self._est, reconstruction_attributes=self._attrs(w), **self._data)
+        self._ctx = self._begin(w)
+
+    def close(self):
+        """End the sub-task begun after the last iteration (empty); with no iteration, end the first one first."""
+        if self._ctx is None:
+            return
+        if self._iterations == 0:
+            self._ctx.call_on_fit_task_end(estimator=self._est, **self._data)
+            self._ctx = self._root.subcontext(task_name=self._task)
+            self._ctx.call_on_fit_task_begin(estimator=self._est, **self._data)
+        self._ctx.call_on_fit_task_end(estimator=self._est)
+        self._ctx = None
+
+    def end_fit(self):
+        self._root.call_on_fit_task_end(estimator=self._est, reconstruction_attributes={}, **self._data)
 
 
 def _series_of_rows(df, fn, float_dtype):

@@ -20,7 +20,7 @@ from numbers import Integral, Real
 
 import distributed
 import numpy as np
-from scipy.special import log_softmax
+from scipy.special import expit, log_softmax
 from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -234,6 +234,8 @@ class _BaseMLP(DistributedEstimator):
         vf = self.validation_fraction if early_stopping else 0.0
         counts = placement.map_each(M.prepare, [(spec, vf, seed, r) for r in range(len(placement.shards))])
         n_train = sum(c["n_train"] for c in counts)
+        if early_stopping and "class_counts" in counts[0]:
+            _check_stratifiable([c["class_counts"] for c in counts], getattr(self, "classes_", None))
         if early_stopping and sum(c["n_val"] for c in counts) < 2:
             raise ValueError(
                 "The validation set is too small. Increase 'validation_fraction' or the size of your dataset."
@@ -647,8 +649,13 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
             z = self._forward(A, link=False)
             if self.out_activation_ == "softmax":
                 return log_softmax(z, axis=1)
+            if getattr(self, "_multilabel", False):
+                # the log of predict_proba's rounded probabilities, so that both agree on the most likely label
+                # where several round to 1 (independent sigmoids), as in scikit-learn
+                with np.errstate(divide="ignore"):
+                    return np.log(expit(z))
             lp, lq = -np.logaddexp(0, -z), -np.logaddexp(0, z)
-            return lp if getattr(self, "_multilabel", False) else np.hstack([lq, lp])
+            return np.hstack([lq, lp])
 
         n = self.n_outputs_ if self.n_outputs_ > 1 or getattr(self, "_multilabel", False) else 2
         return self._map_rows(X, log_proba, n)
@@ -887,3 +894,21 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
         return tags
+
+
+def _check_stratifiable(shard_counts, classes):
+    """scikit-learn's error when a class has fewer than 2 rows for the stratified early-stopping split."""
+    total = np.zeros(max(map(len, shard_counts)), dtype=np.int64)
+    for c in shard_counts:
+        total[: len(c)] += c
+    if classes is not None and len(total) < len(classes):
+        total = np.pad(total, (0, len(classes) - len(total)))
+    present = total[total > 0]
+    if present.size and present.min() < 2:
+        idx = np.flatnonzero((total > 0) & (total < 2))
+        too_few = (np.asarray(classes)[idx] if classes is not None else idx).tolist()
+        raise ValueError(
+            "The least populated classes in y have only 1 member, which is too few for the stratified "
+            "early-stopping split. The minimum number of groups for any class cannot be less than 2. "
+            f"Classes with too few members are: {too_few}"
+        )

@@ -255,6 +255,31 @@ class LinearObjective:
         self.penalized[: spec.n_outputs * spec.n_features] = True
         self._state_at = None
 
+    @property
+    def newton_fixed(self):
+        """Entries a Newton step leaves alone: the multinomial loss is unchanged by a shift common to all classes.
+
+        The shift of the intercepts (and, without penalty, of each feature's
+        coefficients) is a null direction of the Hessian; fixing the last
+        class's entries removes it, as scikit-learn's Newton solver does.
+        ``None`` where the Hessian has no known null direction.
+        """
+        spec = self.spec
+        if spec.loss != "multinomial":
+            return None
+        K, d = spec.n_outputs, spec.n_features
+        fixed = np.zeros(self.n_params, dtype=bool)
+        if self.l2 == 0.0 and self.l1 == 0.0:
+            fixed[(K - 1) * d : K * d] = True
+        if spec.fit_intercept:
+            fixed[K * d + K - 1] = True
+        return fixed if fixed.any() else None
+
+    @property
+    def quadratic(self) -> bool:
+        """Whether the objective is a quadratic in the parameters (its Newton step is exact)."""
+        return self.spec.loss == "squared"
+
     def fun_and_grad(self, w):
         """Smooth part of ``F`` (loss and L2) and its gradient at ``w``."""
         w = np.asarray(w, dtype=np.float64)

@@ -394,12 +394,15 @@ def init_rows(shard, validation_fraction: float, seed: int, rank: int, labels=No
             return float(count)
         return float((sw_all if idx is None else sw_all[idx]).sum())
 
-    return {
+    out = {
         "n_train": n - n_val,
         "n_val": n_val,
         "sw_train": wsum(train, n - n_val),
         "sw_val": wsum(val, n_val) if n_val else 0.0,
     }
+    if labels is not None and validation_fraction:  # a stratified split needs two members of every class
+        out["class_counts"] = torch.bincount(labels.detach().to("cpu").to(torch.int64)).tolist()
+    return out
 
 
 def _stratified_pick(perm, labels, n_val):

@@ -1,10 +1,12 @@
 """scipy.optimize drivers.  They see only callables on NumPy float64.
 
 A solver is registered with :func:`register` and called as
-``solver(objective, x0, tol=, max_iter=)`` where ``objective`` offers
+``solver(objective, x0, tol=, max_iter=, callback=)`` where ``objective`` offers
 ``fun_and_grad(w)``, ``hessp(w, p)``, ``hess(w)``, and the attributes ``l1``
 (strength of an L1 term not included in ``fun_and_grad``) and ``penalized``
-(boolean mask of the entries the L1 term applies to).
+(boolean mask of the entries the L1 term applies to).  ``callback``, when
+not None, is called as ``callback(x)`` with the parameters after each
+iteration (``nit`` calls in all).
 
 Registered solvers
 ------------------
@@ -56,13 +58,15 @@ def register(name: str, *, supports_l1: bool = False, max_params: int | None = N
 
 
 @register("lbfgs", supports_l1=True)
-def _lbfgs(objective, x0, *, tol, max_iter):
+def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
     # ftol=0: stop on the gradient (``tol``), not on a tiny relative decrease of the objective,
     # which L-BFGS-B otherwise reaches first and stops silently short of ``tol``.
     options = {"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 0.0}
     if objective.l1 == 0.0:
-        res = optimize.minimize(objective.fun_and_grad, x0, method="L-BFGS-B", jac=True, options=options)
-        return _newton_polish(objective, res, tol=tol, max_iter=max_iter)
+        res = optimize.minimize(
+            objective.fun_and_grad, x0, method="L-BFGS-B", jac=True, options=options, callback=callback
+        )
+        return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback)
     pen = objective.penalized
     n_pen = int(pen.sum())
     lam = objective.l1
@@ -82,13 +86,14 @@ def _lbfgs(objective, x0, *, tol, max_iter):
     x0 = np.asarray(x0, dtype=np.float64)
     theta0 = np.concatenate([np.maximum(x0[pen], 0), np.maximum(-x0[pen], 0), x0[~pen]])
     bounds = [(0, None)] * (2 * n_pen) + [(None, None)] * int((~pen).sum())
-    res = optimize.minimize(fun, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options)
+    each = None if callback is None else (lambda theta: callback(split(theta)))
+    res = optimize.minimize(fun, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options, callback=each)
     res.x = split(res.x)
     res.jac = None
     return res
 
 
-def _newton_polish(objective, res, *, tol, max_iter):
+def _newton_polish(objective, res, *, tol, max_iter, callback=None):
     """Finish with Newton steps where a solver stopped short of ``tol`` on a problem small enough for a dense Hessian.
 
     The result is kept only when it has a smaller gradient.  L-BFGS-B (and
@@ -103,9 +108,13 @@ def _newton_polish(objective, res, *, tol, max_iter):
     info = SOLVERS["newton-cholesky"]
     if g is None or np.max(np.abs(g), initial=0.0) <= tol or res.nit >= max_iter or res.x.size > info.max_params:
         return res
-    polish = info.fn(objective, res.x, tol=tol, max_iter=min(20, max_iter - res.nit))
+    steps = []  # the polish's iterates, reported to ``callback`` only if its result is kept
+    polish = info.fn(objective, res.x, tol=tol, max_iter=min(20, max_iter - res.nit), callback=steps.append,
+                     fallback=False)
     if not np.max(np.abs(polish.jac), initial=0.0) < np.max(np.abs(g)):
         return res
+    for x in steps if callback is not None else ():
+        callback(x)
     polish.nit += res.nit
     polish.nfev += res.nfev
     polish.message = f"{res.message}; then {polish.message.lower()} (Newton polish)"
@@ -113,7 +122,7 @@ def _newton_polish(objective, res, *, tol, max_iter):
 
 
 @register("newton-cg")
-def _newton_cg(objective, x0, *, tol, max_iter):
+def _newton_cg(objective, x0, *, tol, max_iter, callback=None):
     res = optimize.minimize(
         objective.fun_and_grad,
         x0,
@@ -121,19 +130,30 @@ def _newton_cg(objective, x0, *, tol, max_iter):
         jac=True,
         hessp=objective.hessp,
         options={"maxiter": max_iter, "gtol": tol},
+        callback=callback,
     )
-    return _newton_polish(objective, res, tol=tol, max_iter=max_iter)
+    return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback)
 
 
 @register("newton-cholesky", max_params=5000)
-def _newton_cholesky(objective, x0, *, tol, max_iter):
+def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=True):
     """Newton's method: dense Hessian (one distributed round), Cholesky solve on the client, Armijo backtracking.
 
     As scikit-learn's ``NewtonCholeskySolver``; a quadratic (least squares)
-    converges in one step.  A singular Hessian (collinear features, no
-    penalty) falls back to the least-squares Newton step.
+    converges in one step.  Entries of ``objective.newton_fixed`` (a mask,
+    when the objective has one) are a known null direction of the Hessian,
+    such as one class's intercept of a multinomial model, and are not
+    moved.  A singular or very ill-conditioned Hessian
+    (collinear features, more features than samples, no penalty) takes the
+    least-squares Newton step on a quadratic (``objective.quadratic``); on
+    any other objective it warns (``LinAlgWarning``) and goes on with L-BFGS
+    from where it is, as scikit-learn does, with the iterations that remain
+    less one, and the result then carries ``solver="lbfgs"``.
     """
     x = np.asarray(x0, dtype=np.float64).copy()
+    # entries the objective does not depend on (a known null space of its Hessian) stay where they are
+    fixed = getattr(objective, "newton_fixed", None)
+    free = np.ones(x.size, dtype=bool) if fixed is None else ~np.asarray(fixed, dtype=bool)
     f, g = objective.fun_and_grad(x)
     nit, nfev, status, message = 0, 1, 1, "Maximum number of iterations reached."
     while True:
@@ -149,8 +169,17 @@ def _newton_cholesky(objective, x0, *, tol, max_iter):
                 "check the scale of the data and the penalty."
             )
         try:
-            step = -linalg.cho_solve(linalg.cho_factor(H, lower=False, check_finite=True), g)
-        except (linalg.LinAlgError, ValueError):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", linalg.LinAlgWarning)
+                step = np.zeros_like(g)
+                step[free] = linalg.solve(H[np.ix_(free, free)], -g[free], assume_a="pos", check_finite=False)
+        except (linalg.LinAlgError, linalg.LinAlgWarning, ValueError) as e:
+            if not getattr(objective, "quadratic", False):
+                if not fallback:  # a polish (see _newton_polish) just stops here
+                    status, message = 2, f"Singular Hessian: {e}"
+                    break
+                return _fallback_lbfgs(objective, x, e, nit=nit, nfev=nfev, tol=tol, max_iter=max_iter,
+                                       callback=callback)
             step = -linalg.lstsq(H, g, check_finite=False)[0]
         slope = float(g @ step)
         if not slope < 0:  # not a descent direction: use the gradient
@@ -173,12 +202,33 @@ def _newton_cholesky(objective, x0, *, tol, max_iter):
         nit += 1
         small_change = f - f_new <= 64 * np.finfo(float).eps * max(1.0, abs(f))
         x, f, g = x + t * step, f_new, g_new
+        if callback is not None:
+            callback(x)
         if small_change and np.max(np.abs(g), initial=0.0) <= max(tol, 1e-10):
             status, message = 0, "Objective stopped decreasing."
             break
     return optimize.OptimizeResult(
         x=x, fun=f, jac=g, nit=nit, nfev=nfev, status=status, success=status == 0, message=message
     )
+
+
+def _fallback_lbfgs(objective, x, error, *, nit, nfev, tol, max_iter, callback):
+    """Newton-Cholesky met a singular Hessian at iteration ``nit + 1``: warn, and finish with L-BFGS from ``x``."""
+    warnings.warn(
+        f"newton-cholesky met a singular or very ill-conditioned Hessian at iteration {nit + 1} and goes on with "
+        "lbfgs. Remove collinear features, or increase the penalty (smaller C, larger alpha), to keep Newton's "
+        f"steps. The linear algebra said: {error}",
+        linalg.LinAlgWarning,
+        stacklevel=4,
+    )
+    # the iteration that met the singular Hessian counts against max_iter, as in scikit-learn
+    budget = max(max_iter - nit - 1, 0)
+    res = SOLVERS["lbfgs"].fn(objective, x, tol=tol, max_iter=budget, callback=callback)
+    res.used_all_iterations = not res.success and res.nit >= budget
+    res.nit += nit
+    res.nfev = res.get("nfev", 0) + nfev
+    res.solver = "lbfgs"
+    return res
 
 
 class _Printing:
@@ -230,13 +280,14 @@ def check_solver(solver: str, *, l1: float, n_params: int) -> SolverInfo:
     return info
 
 
-def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True, verbose=0):
+def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True, verbose=0, callback=None):
     """Minimise ``objective`` from ``x0`` with a registered solver.
 
     Returns the :class:`scipy.optimize.OptimizeResult`.  ``max_iter=0`` takes
     no step: the result is ``x0`` (one evaluation, for the objective value)
     with ``nit == 0``, as scikit-learn's solvers return their starting point.
-    ``verbose`` prints each evaluation of the objective (one
+    ``callback(x)``, when given, is called after each iteration with the
+    parameters it reached.  ``verbose`` prints each evaluation of the objective (one
     distributed round) and a line when the solver ends.  A ``ConvergenceWarning``
     is raised when the solver stops at ``max_iter`` (``max_iter=0`` included), or stops short of ``tol``
     (max |gradient|) because the objective no longer decreases in floating
@@ -256,7 +307,7 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
         if max_iter == 0:
             res = _no_iteration(objective, x0)
         else:
-            res = info.fn(objective, x0, tol=tol, max_iter=max_iter)
+            res = info.fn(objective, x0, tol=tol, max_iter=max_iter, callback=callback)
     if verbose:
         print(f"{solver}: {res.nit} iteration(s), {res.get('nfev', 0)} evaluation(s), objective {res.fun:.10g}: "
               f"{res.message}", flush=True)
@@ -265,10 +316,11 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
             f"Solver {solver!r} produced a non-finite objective or parameters; "
             "check the scale of the data and the penalty."
         )
-    if warn and not res.success and res.nit >= max_iter:
+    if warn and not res.success and (res.nit >= max_iter or res.get("used_all_iterations", False)):
         # scikit-learn's wording for each solver (code and users match on it)
-        head = (f"Newton solver did not converge after {res.nit} iterations" if solver == "newton-cholesky"
-                else f"{solver} failed to converge after {res.nit} iteration(s)")
+        used = res.get("solver", solver)  # newton-cholesky may have gone on with lbfgs
+        head = (f"Newton solver did not converge after {res.nit} iterations" if used == "newton-cholesky"
+                else f"{used} failed to converge after {res.nit} iteration(s)")
         warnings.warn(
             f"{head} (max_iter={max_iter}). Increase the number of iterations (max_iter) or scale the data.",
             ConvergenceWarning,

@@ -622,3 +622,126 @@ def test_mlp_partial_fit_class_errors_have_sklearns_text():
         got.append(str(info.value))
         messages.append(got)
     assert messages[0] == messages[1]
+
+
+# ------------------------------------------------------------------ scikit-learn's callbacks (set_callbacks)
+class _Recorder:
+    """A callback of scikit-learn's protocol that keeps every hook call and each iteration's fitted copy."""
+
+    def __init__(self):
+        self.calls, self.ends = [], []
+
+    def setup(self, estimator, context):
+        self.calls.append("setup")
+
+    def on_fit_task_begin(self, estimator, context, *, X=None, y=None, metadata=None, fitted_estimator=None):
+        self.calls.append(("begin", context.task_name))
+
+    def on_fit_task_end(self, estimator, context, *, X=None, y=None, metadata=None, fitted_estimator=None):
+        self.calls.append(("end", context.task_name))
+        if "iter" in context.task_name:
+            self.ends.append(fitted_estimator)
+
+    def teardown(self, estimator, context):
+        self.calls.append("teardown")
+
+
+@pytest.mark.skipif(not hasattr(sk_lm.LogisticRegression, "set_callbacks"), reason="scikit-learn < 1.9: no callbacks")
+@pytest.mark.parametrize(
+    "name,solver,dask_input",
+    [
+        ("LogisticRegression", "lbfgs", True),
+        ("LogisticRegression", "newton-cg", False),
+        ("LogisticRegression", "newton-cholesky", False),
+        ("LinearRegression", "lbfgs", False),
+        ("LinearSVC", "lbfgs", True),
+    ],
+)
+def test_callbacks_see_every_iteration_as_a_fit_stopped_there(name, solver, dask_input):
+    import dask.array as da
+
+    X, y = make_classification(n_samples=300, n_features=6, n_informative=4, n_classes=3, random_state=0)
+    if name == "LinearRegression":
+        y = X @ np.arange(6.0) + np.random.default_rng(0).normal(size=300)
+    kw = {"solver": solver, "tol": 1e-8} if name != "LinearSVC" else {"tol": 1e-8}
+    # persisted once, so that every fit below sums the same rows on the same shards in the same order
+    Xf, yf = (da.from_array(X, chunks=100).persist(), da.from_array(y, chunks=100).persist()) if dask_input else (X, y)
+    cb = _Recorder()
+    est = getattr(de, name)(**kw).set_callbacks(cb).fit(Xf, yf)
+    n_iter = int(np.max(est.n_iter_))
+    assert n_iter >= 2
+    # one root task, one sub-task per iteration and the empty one after the last; setup and teardown once
+    assert cb.calls[0] == "setup" and cb.calls[-1] == "teardown"
+    begins = [c for c in cb.calls if c[0] == "begin"]
+    assert len(begins) == len([c for c in cb.calls if c[0] == "end"]) == n_iter + 2
+    assert len(cb.ends) == n_iter + 1 and cb.ends[-1] is None
+    # the iterate after iteration i predicts as a fit with max_iter=i (the same path, cut short)
+    for i in (1, n_iter // 2, n_iter):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            cut = getattr(de, name)(**kw, max_iter=i).fit(Xf, yf)
+        got = cb.ends[i - 1]
+        np.testing.assert_allclose(got.coef_, cut.coef_, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(got.intercept_, cut.intercept_, rtol=1e-7, atol=1e-10)
+    # the last iterate is the fitted model; the callbacks do not survive into a pickle's behaviour
+    np.testing.assert_allclose(cb.ends[n_iter - 1].coef_, est.coef_)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(est)).predict(X), est.predict(X))
+
+
+# ------------------------------------------------------------------ newton-cholesky on a singular Hessian
+def test_newton_cholesky_goes_on_with_lbfgs_on_a_singular_hessian():
+    from scipy.linalg import LinAlgWarning
+
+    X, y = make_classification(n_samples=10, n_features=20, random_state=42)  # wider than long
+    lbfgs = de.LogisticRegression(solver="lbfgs", C=1e30).fit(X, y)
+    with pytest.warns(LinAlgWarning, match="goes on with lbfgs"):
+        nc = de.LogisticRegression(solver="newton-cholesky", C=1e30).fit(X, y)
+    assert nc.n_iter_[0] == lbfgs.n_iter_[0]
+    np.testing.assert_allclose(nc.coef_, lbfgs.coef_)
+    with pytest.warns(LinAlgWarning), pytest.warns(ConvergenceWarning, match="lbfgs failed to converge"):
+        de.LogisticRegression(solver="newton-cholesky", C=1e30, max_iter=lbfgs.n_iter_[0] - 1).fit(X, y)
+
+
+def test_newton_cholesky_least_squares_step_on_collinear_regression():
+    X, y = load_diabetes(return_X_y=True)
+    X = np.hstack([X, X[:, :2] + X[:, 2:4]])  # two exactly collinear columns
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = de.LinearRegression(solver="newton-cholesky", alpha=0.0).fit(X, y)
+    ref = sk_lm.LinearRegression().fit(X, y)  # the minimum-norm least-squares solution
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-8)
+
+
+@pytest.mark.parametrize("C", [1.0, np.inf])
+def test_newton_cholesky_multinomial_null_direction_is_held(C):
+    # the softmax is unchanged by a shift common to all classes: Newton's steps keep one class's entries fixed
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        two = de.LogisticRegression(solver="newton-cholesky", C=C, max_iter=2).fit(X, y)
+        one = de.LogisticRegression(solver="newton-cholesky", C=C, max_iter=1, warm_start=True)
+        one.fit(X, y).fit(X, y)
+    np.testing.assert_allclose(one.predict_proba(X), two.predict_proba(X), rtol=1e-10)
+    if C == 1.0:
+        ref = sk_lm.LogisticRegression(solver="newton-cholesky", C=C, tol=1e-10).fit(X, y)
+        ours = de.LogisticRegression(solver="newton-cholesky", C=C, tol=1e-10).fit(X, y)
+        np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), rtol=1e-6, atol=1e-10)
+
+
+def test_mlp_early_stopping_names_the_class_too_small_to_stratify():
+    X = np.arange(16.0).reshape(8, 2)
+    y = np.array(["a", "a", "a", "b", "b", "b", "b", "c"])
+    with pytest.raises(ValueError, match=r"least populated classes in y have only 1 member.*are: \['c'\]"):
+        de.MLPClassifier(early_stopping=True, max_iter=5).fit(X, y)
+
+
+def test_mlp_multilabel_log_proba_is_the_log_of_proba():
+    from sklearn.datasets import make_multilabel_classification
+
+    X, Y = make_multilabel_classification(n_samples=50, random_state=0, return_indicator=True)
+    clf = de.MLPClassifier(solver="lbfgs", hidden_layer_sizes=30, random_state=0).fit(X, Y)
+    proba, log_proba = clf.predict_proba(X), clf.predict_log_proba(X)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_allclose(log_proba, np.log(proba))
+    np.testing.assert_array_equal(log_proba.argmax(1), proba.argmax(1))

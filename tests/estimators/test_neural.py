@@ -245,7 +245,8 @@ def test_early_stopping_on_an_overfitting_problem(strategy):
 
 
 def test_validation_part_too_small_is_an_error():
-    X, y = _blobs(n=10)
+    X, _ = _blobs(n=10)
+    y = np.arange(10) % 2  # five of each class: stratifiable, but 10% is one row
     with pytest.raises(ValueError, match="[Vv]alidation"):
         _small("tree", early_stopping=True, validation_fraction=0.1).fit(X, y)
 
