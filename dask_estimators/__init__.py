@@ -18,24 +18,30 @@ from ._lazy import lazy_attributes
 if TYPE_CHECKING:  # what the names below resolve to (for type checkers and the API docs)
     from .estimators import (
         CharLSTM,
+        GammaRegressor,
         LinearRegression,
         LinearSVC,
         LinearSVR,
         LogisticRegression,
         MLPClassifier,
         MLPRegressor,
+        PoissonRegressor,
+        TweedieRegressor,
     )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CharLSTM",
+    "GammaRegressor",
     "LinearRegression",
     "LinearSVC",
     "LinearSVR",
     "LogisticRegression",
     "MLPClassifier",
     "MLPRegressor",
+    "PoissonRegressor",
+    "TweedieRegressor",
     "__version__",
 ]
 
@@ -48,6 +54,9 @@ _LAZY = {
     "MLPClassifier": ".estimators.neural",
     "MLPRegressor": ".estimators.neural",
     "CharLSTM": ".estimators.text",
+    "PoissonRegressor": ".estimators.glm",
+    "GammaRegressor": ".estimators.glm",
+    "TweedieRegressor": ".estimators.glm",
 }
 
 

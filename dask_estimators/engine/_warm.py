@@ -18,7 +18,7 @@ MODULES = (
     "dask_estimators.engine._worker",
     "torch",
     "numba",
-    "dask_estimators.objectives._pointwise",
+    "dask_estimators.objectives.losses",
     "dask_estimators.objectives._fused",
     "dask_estimators.objectives.linear",
     "dask_estimators.objectives.targets",

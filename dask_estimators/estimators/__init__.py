@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from .glm import GammaRegressor, PoissonRegressor, TweedieRegressor
     from .linear import LinearRegression, LinearSVC, LinearSVR, LogisticRegression
     from .neural import MLPClassifier, MLPRegressor
     from .text import CharLSTM
 
 __all__ = [
-    "CharLSTM", "LinearRegression", "LinearSVC", "LinearSVR", "LogisticRegression", "MLPClassifier", "MLPRegressor",
+    "CharLSTM", "GammaRegressor", "LinearRegression", "LinearSVC", "LinearSVR", "LogisticRegression", "MLPClassifier",
+    "MLPRegressor", "PoissonRegressor", "TweedieRegressor",
 ]
 
 _LAZY = {
@@ -27,6 +29,9 @@ _LAZY = {
     "MLPClassifier": ".neural",
     "MLPRegressor": ".neural",
     "CharLSTM": ".text",
+    "PoissonRegressor": ".glm",
+    "GammaRegressor": ".glm",
+    "TweedieRegressor": ".glm",
 }
 
 

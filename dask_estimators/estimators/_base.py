@@ -41,11 +41,15 @@ except ImportError:  # older scikit-learn has no callbacks to call
     class _CallbackSupport:
         pass
 
-__all__ = ["DistributedEstimator", "DistributedLinearModel"]
+__all__ = ["DistributedEstimator", "DistributedLinearModel", "InferenceMixin"]
 
 
-def _check_block(arrays, *, y_numeric, multi_output):
-    """Validate one row block of dask input on its worker, with scikit-learn's own checks."""
+def _check_block(arrays, *, y_numeric, multi_output, y_loss=None):
+    """Validate one row block of dask input on its worker, with scikit-learn's own checks.
+
+    ``y_loss``: a loss whose domain check (``check_y``) the targets must pass,
+    the same check NumPy input gets.
+    """
     out = dict(arrays)
     out["X"] = check_array(arrays["X"], dtype=np.float64, ensure_min_samples=0, input_name="X")
     if "y" in arrays:
@@ -56,6 +60,8 @@ def _check_block(arrays, *, y_numeric, multi_output):
             y = check_array(y, dtype=np.float64, ensure_2d=False, ensure_min_samples=0, input_name="y")
             if y.ndim > 1 and not multi_output:
                 raise ValueError(f"y should be a 1d array, got an array of shape {y.shape} instead.")
+            if y_loss is not None:
+                y_loss.check_y(y)
         else:
             if y.ndim != 1:
                 raise ValueError(f"y should be a 1d array, got an array of shape {y.shape} instead.")
@@ -266,6 +272,17 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         """(l2, l1) strengths of the normalised objective."""
         raise NotImplementedError
 
+    def _loss_params(self) -> dict:
+        """Parameters of the loss besides ``epsilon`` (the Tweedie ``power`` and ``link``)."""
+        return {}
+
+    def _y_loss(self):
+        """The loss whose y-domain check the targets must pass (None: scikit-learn's checks only)."""
+        return None
+
+    #: Whether the first intercept is the link of the weighted mean of y (as scikit-learn's GLMs start).
+    _start_at_mean = False
+
     #: What solver="auto" picks without L1: a dense-Hessian Newton where it is affordable.
     _auto_solver = "newton-cholesky"
 
@@ -320,7 +337,12 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         prestart(self.client)  # the embedded cluster, when the fit needs it, starts while the data is validated
         dtype = input_float_dtype(X)
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
-        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
+        y_loss = self._y_loss()
+        if y_loss is not None and not dask_input:
+            y_loss.check_y(y)
+        check = functools.partial(
+            _check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output, y_loss=y_loss
+        )
         y_placed, classes = y, None
         if labels is not None:
             classes, codes = labels
@@ -352,16 +374,22 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             y_shape = (None,) + placement.map(_y_trailing_shape)[0]
         n_outputs = self._n_outputs(n_classes, y_shape)
         loss = self._loss_name(n_classes)
-        # the targets' encoding and the sum of the weights in one call (one round trip less)
-        sums = placement.map(_prepare_and_weigh, loss, n_outputs, class_weight)
         spec = LinearSpec(
-            loss, self.n_features_in_, n_outputs, self.fit_intercept, float(getattr(self, "epsilon", 0.0))
+            loss, self.n_features_in_, n_outputs, self.fit_intercept, float(getattr(self, "epsilon", 0.0)),
+            loss_params=tuple(sorted(self._loss_params().items())),
         )
+        inference = bool(getattr(self, "compute_inference", False))
+        if inference:
+            _check_inference(spec)
+        # the targets' encoding and the sum of the weights (and of s * y) in one call (one round trip less)
+        sums = placement.map(_prepare_and_weigh, loss, n_outputs, class_weight, self._start_at_mean)
+        sums = tuple(map(sum, zip(*sums)))
         evaluator = DistributedEvaluator(placement, reduction=self.reduction)
-        objective = LinearObjective(evaluator, spec, weight_sums=tuple(map(sum, zip(*sums))))
+        objective = LinearObjective(evaluator, spec, weight_sums=sums[:2])
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
         solver = self._resolved_solver(spec.n_params, objective.l1)
-        w0 = self._initial_params(spec)
+        y_mean = sums[2] / objective.sw_sum if self._start_at_mean else None
+        w0 = self._initial_params(spec, y_mean)
         hooks = None
         if hook_args is not None and getattr(self, "_skl_callbacks", None):
             hooks = _IterationHooks(self, solver, hook_args, w0, lambda w: self._fitted_params(w, spec, y_shape, dtype))
@@ -374,6 +402,15 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             if hooks is not None:
                 hooks.close()
         self._set_params_from(res.x, spec, y_shape)
+        if inference:
+            found = objective.inference(res.x)
+            self.coef_cov_, self.coef_cov_robust_ = found["cov"], found["cov_robust"]
+            self.dispersion_ = found["dispersion"]
+            self.df_resid_ = float(found["df_resid"])
+            self._inference_penalised = bool(objective.l2 > 0 or objective.l1 > 0)
+        else:
+            for name in ("coef_cov_", "coef_cov_robust_", "dispersion_", "df_resid_"):
+                self.__dict__.pop(name, None)
         self._cast_params(dtype)
         if hooks is not None:
             hooks.end_fit()
@@ -403,8 +440,14 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         est._cast_params(dtype)
         return {"coef_": est.coef_, "intercept_": est.intercept_}
 
-    def _initial_params(self, spec: LinearSpec) -> np.ndarray:
+    def _initial_params(self, spec: LinearSpec, y_mean=None) -> np.ndarray:
+        """Zeros, the warm start, or (``y_mean`` given) zeros with the intercept at the link of ``y_mean``."""
         w0 = np.zeros(spec.n_params)
+        if y_mean is not None and spec.fit_intercept and not (self.warm_start and hasattr(self, "coef_")):
+            with np.errstate(all="ignore"):
+                start = spec.get_loss().link(y_mean)
+            if np.isfinite(start):
+                w0[spec.n_outputs * spec.n_features :] = start
         if self.warm_start and hasattr(self, "coef_"):
             coef = self.coef_.toarray() if sp.issparse(self.coef_) else self.coef_
             coef = np.asarray(coef, dtype=np.float64).reshape(-1)
@@ -500,6 +543,79 @@ class _IterationHooks:
         self._root.call_on_fit_task_end(estimator=self._est, reconstruction_attributes={}, **self._data)
 
 
+class InferenceMixin:
+    """``summary()`` of a linear model fitted with ``compute_inference=True`` (one set of coefficients)."""
+
+    def summary(self, cov_type="nonrobust", alpha=0.05):
+        """Coefficients with standard errors, z-values, p-values and confidence intervals.
+
+        Needs a fit with ``compute_inference=True``.  The errors come from the
+        inverse Fisher information times the dispersion (``"nonrobust"``,
+        ``coef_cov_``) or from the sandwich estimator (``"HC0"``,
+        ``coef_cov_robust_``), as statsmodels' ``GLM.fit()`` and
+        ``GLM.fit(cov_type="HC0")``; z-values and intervals use the normal
+        distribution.  Sample weights count as frequencies.  With a penalty
+        the errors ignore it, and a ``UserWarning`` says so.
+
+        Parameters
+        ----------
+        cov_type : {"nonrobust", "HC0"}, default="nonrobust"
+        alpha : float in (0, 1), default=0.05
+            The intervals cover ``1 - alpha``.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Indexed by the feature names (``x0``, ``x1``, ... without names)
+            and ``"intercept"`` (last, with ``fit_intercept=True``); columns
+            ``coef``, ``std_err``, ``z``, ``p_value``, ``ci_lower``, ``ci_upper``.
+
+        Examples
+        --------
+        >>> from dask_estimators import PoissonRegressor
+        >>> model = PoissonRegressor(alpha=0, compute_inference=True).fit(X, y)  # doctest: +SKIP
+        >>> model.summary().columns.tolist()  # doctest: +SKIP
+        ['coef', 'std_err', 'z', 'p_value', 'ci_lower', 'ci_upper']
+        """
+        import pandas as pd
+        from scipy import stats
+
+        check_is_fitted(self)
+        if cov_type not in ("nonrobust", "HC0"):
+            raise ValueError(f"cov_type must be 'nonrobust' or 'HC0', got {cov_type!r}.")
+        if not (isinstance(alpha, Real) and 0 < alpha < 1):
+            raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}.")
+        if not hasattr(self, "coef_cov_"):
+            raise ValueError(
+                f"This {type(self).__name__} was fitted with compute_inference=False; set compute_inference=True "
+                "and fit again to get standard errors."
+            )
+        if getattr(self, "_inference_penalised", False):
+            warnings.warn(
+                "The model was fitted with a penalty; these standard errors, p-values and intervals ignore it "
+                "(they are those of an unpenalised fit at the penalised coefficients).",
+                UserWarning,
+                stacklevel=2,
+            )
+        coef = np.asarray(self.coef_.toarray() if sp.issparse(self.coef_) else self.coef_, dtype=np.float64)
+        coef = coef.reshape(-1)
+        names = getattr(self, "feature_names_in_", None)
+        names = list(names) if names is not None else [f"x{j}" for j in range(coef.size)]
+        if self.fit_intercept:
+            coef = np.append(coef, np.asarray(self.intercept_, dtype=np.float64).reshape(-1)[0])
+            names.append("intercept")
+        cov = self.coef_cov_ if cov_type == "nonrobust" else self.coef_cov_robust_
+        se = np.sqrt(np.diag(cov))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = coef / se
+        q = stats.norm.ppf(1.0 - alpha / 2.0)
+        return pd.DataFrame(
+            {"coef": coef, "std_err": se, "z": z, "p_value": 2.0 * stats.norm.sf(np.abs(z)),
+             "ci_lower": coef - q * se, "ci_upper": coef + q * se},
+            index=pd.Index(names, name="feature"),
+        )
+
+
 def _series_of_rows(df, fn, float_dtype):
     """One dataframe partition -> ``fn`` of its rows as a series on the partition's index."""
     import pandas as pd
@@ -538,10 +654,37 @@ def _checked_classes(y):
     return (np.asarray(meta["unique"]) if meta and "unique" in meta else np.unique(y)), None
 
 
-def _prepare_and_weigh(shard, loss, n_outputs, class_weight):
-    """Encode the shard's targets for ``loss`` and return its ``weight_sum`` (sum of weights, rows)."""
+def _prepare_and_weigh(shard, loss, n_outputs, class_weight, y_sum=False):
+    """Encode the shard's targets for ``loss`` and return its ``weight_sum`` (sum of weights, rows).
+
+    With ``y_sum`` the sum of ``s * y`` (one output) comes third: the weighted
+    mean of y the GLMs start from.
+    """
     T.prepare_targets(shard, loss, n_outputs, class_weight)
-    return weight_sum(shard)
+    sums = weight_sum(shard)
+    if not y_sum:
+        return sums
+    y, s = shard.get("y"), shard.get("sample_weight")
+    y = y.reshape(-1)
+    return sums + (float((y * s.reshape(-1)).sum() if s is not None else y.sum()),)
+
+
+#: The most parameters ``compute_inference=True`` accepts: the covariance is a dense p x p matrix.
+MAX_INFERENCE_PARAMS = 5000
+
+
+def _check_inference(spec):
+    if spec.n_outputs != 1 or spec.get_loss().coupled:
+        raise ValueError(
+            "compute_inference=True needs a model with one set of coefficients: one target, or two classes "
+            f"(this one has {spec.n_outputs})."
+        )
+    if spec.n_params > MAX_INFERENCE_PARAMS:
+        raise ValueError(
+            f"compute_inference=True forms the {spec.n_params} x {spec.n_params} covariance of the coefficients; "
+            f"at most {MAX_INFERENCE_PARAMS} parameters are supported. Reduce the number of features or set "
+            "compute_inference=False."
+        )
 
 
 def _y_trailing_shape(shard):

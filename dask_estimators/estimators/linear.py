@@ -12,7 +12,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import DistributedLinearModel
+from ._base import DistributedLinearModel, InferenceMixin
 
 __all__ = ["LinearRegression", "LogisticRegression", "LinearSVC", "LinearSVR"]
 
@@ -148,7 +148,7 @@ class _LinearClassifierMixin(ClassifierMixin):
         return self
 
 
-class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
+class LogisticRegression(InferenceMixin, _LinearClassifierMixin, DistributedLinearModel):
     """Logistic regression (binary and multinomial) fitted on a Dask cluster.
 
     Minimises scikit-learn's objective (``LogisticRegression``, version 1.8 and later)::
@@ -172,6 +172,10 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
     class_weight : dict, "balanced" or None, default=None
         Weights of the classes, multiplied into the sample weights.  "balanced"
         uses ``n_samples / (n_classes * bincount(y))`` (weighted counts).
+    compute_inference : bool, default=False
+        Two classes only: after the fit, one more distributed round computes
+        ``coef_cov_`` (inverse Fisher information) and ``coef_cov_robust_``
+        (sandwich, HC0) for :meth:`summary` (at most 5000 parameters).
     {common}
     Attributes
     ----------
@@ -198,6 +202,7 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
         "l1_ratio": [Interval(Real, 0, 1, closed="both")],
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "random_state": ["random_state"],
+        "compute_inference": ["boolean"],
     }
 
     def __init__(
@@ -212,6 +217,7 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
         max_iter=100,
         warm_start=False,
         random_state=None,
+        compute_inference=False,
         client=None,
         reduction="tree",
         device="auto",
@@ -226,6 +232,7 @@ class LogisticRegression(_LinearClassifierMixin, DistributedLinearModel):
         self.max_iter = max_iter
         self.warm_start = warm_start
         self.random_state = random_state
+        self.compute_inference = compute_inference
         self.client = client
         self.reduction = reduction
         self.device = device
@@ -445,7 +452,7 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         return self._sklearn_fitted(est)
 
 
-class LinearRegression(RegressorMixin, DistributedLinearModel):
+class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
     """Least squares with optional ridge, lasso or elastic-net penalty, fitted on a Dask cluster.
 
     Minimises scikit-learn's ``ElasticNet`` objective::
@@ -465,6 +472,12 @@ class LinearRegression(RegressorMixin, DistributedLinearModel):
     l1_ratio : float in [0, 1], default=0.0
         Share of the L1 term.  Needs ``solver="lbfgs"`` (or "auto") when positive.
     fit_intercept : bool, default=True
+    compute_inference : bool, default=False
+        One target only: after the fit, one more distributed round computes
+        ``coef_cov_`` (``dispersion_`` times the inverse of ``X^T X``, with
+        the intercept's column), ``coef_cov_robust_`` (HC0) and
+        ``dispersion_`` (residual sum of squares over ``S - n_params``) for
+        :meth:`summary` (at most 5000 parameters).
     {common}
     Attributes
     ----------
@@ -487,6 +500,7 @@ class LinearRegression(RegressorMixin, DistributedLinearModel):
         **DistributedLinearModel._parameter_constraints,
         "alpha": [Interval(Real, 0, None, closed="left")],
         "l1_ratio": [Interval(Real, 0, 1, closed="both")],
+        "compute_inference": ["boolean"],
     }
 
     def __init__(
@@ -499,6 +513,7 @@ class LinearRegression(RegressorMixin, DistributedLinearModel):
         tol=1e-6,
         max_iter=1000,
         warm_start=False,
+        compute_inference=False,
         client=None,
         reduction="tree",
         device="auto",
@@ -511,6 +526,7 @@ class LinearRegression(RegressorMixin, DistributedLinearModel):
         self.tol = tol
         self.max_iter = max_iter
         self.warm_start = warm_start
+        self.compute_inference = compute_inference
         self.client = client
         self.reduction = reduction
         self.device = device

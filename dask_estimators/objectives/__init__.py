@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from ._pointwise import LOSSES, get_loss
+    from .losses import LOSSES, get_loss
     from .linear import LinearObjective, LinearSpec
 
 __all__ = ["LOSSES", "LinearObjective", "LinearSpec", "get_loss"]
 
-_LAZY = {"LOSSES": "._pointwise", "get_loss": "._pointwise", "LinearObjective": ".linear", "LinearSpec": ".linear"}
+_LAZY = {"LOSSES": ".losses", "get_loss": ".losses", "LinearObjective": ".linear", "LinearSpec": ".linear"}
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

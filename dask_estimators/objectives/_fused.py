@@ -8,7 +8,7 @@ contribution to the gradient all happen while the row is in L1 cache.  The
 Hessian-vector product is fused the same way.  Measured on the development
 machine (500k x 100 float64, one thread): see ``docs/performance.md``.
 
-The pointwise formulas are those of :mod:`._pointwise` (the torch path,
+The pointwise formulas are those of :mod:`.losses` (the torch path,
 used on GPUs, for float32 and by workers with several threads); the tests
 check that both paths agree to rounding.  Only float64 C-contiguous arrays
 come here.  The kernels release the GIL.
@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from .losses import LOSSES
 from .._jit import njit  # numba's njit, cached on disk, or not cached where no cache folder is writable
 
 try:  # numba is a dependency; without it (an unusual install) the torch path serves every shard
@@ -31,9 +32,10 @@ __all__ = ["AVAILABLE", "LOSS_CODES", "value_grad", "hessp"]
 
 AVAILABLE = numba is not None
 
-#: Loss name -> code understood by the kernels.
-LOSS_CODES = {"squared": 0, "binomial": 1, "squared_hinge": 2, "squared_epsilon_insensitive": 3, "multinomial": 4}
-_MULTINOMIAL = 4
+#: Loss name -> code understood by the kernels: each loss class declares its own
+#: (``numba_code``); losses without one take the torch path.
+LOSS_CODES = {name: cls.numba_code for name, cls in LOSSES.items() if cls.numba_code is not None}
+_MULTINOMIAL = LOSSES["multinomial"].numba_code
 
 # reassoc lets LLVM vectorise the row dot products; no nnan/ninf, so a NaN
 # parameter still gives a NaN loss (the drivers check for it).
@@ -66,11 +68,12 @@ def _pointwise(code, z, y, eps):
     if code == 2:  # squared hinge, generalized Hessian
         m = max(1.0 - y * z, 0.0)
         return m * m, -2.0 * y * m, 2.0 if m > 0.0 else 0.0
-    # squared epsilon-insensitive
-    r = z - y
-    a = max(abs(r) - eps, 0.0)
-    sign = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
-    return a * a, 2.0 * sign * a, 2.0 if a > 0.0 else 0.0
+    if code == 3:  # squared epsilon-insensitive
+        r = z - y
+        a = max(abs(r) - eps, 0.0)
+        sign = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
+        return a * a, 2.0 * sign * a, 2.0 if a > 0.0 else 0.0
+    raise ValueError("unknown loss code in the fused kernel")
 
 
 @_jit_inline
@@ -289,6 +292,14 @@ _NO_CODES = np.empty(0, dtype=np.int64)
 _NO_Y = np.empty((0, 0))
 
 
+def _code(loss: str) -> int:
+    """The kernel code of ``loss``; a loss without one raises (it must take the torch path)."""
+    try:
+        return LOSS_CODES[loss]
+    except KeyError:
+        raise ValueError(f"Loss {loss!r} has no fused kernel; it runs on the torch path.") from None
+
+
 def _weights2d(s, n):
     if s is None:
         return _NO_WEIGHTS
@@ -312,7 +323,7 @@ def value_grad(X, y, s, W, b, loss: str, eps: float, curv):
     """
     n = X.shape[0]
     K = W.shape[0]
-    code = LOSS_CODES[loss]
+    code = _code(loss)
     gW = np.zeros((K, X.shape[1]))
     gb = np.zeros(K)
     bias = np.zeros(K) if b is None else np.ascontiguousarray(b)
@@ -340,5 +351,5 @@ def hessp(X, s, curv, P, pb, loss: str):
     hW = np.zeros((K, X.shape[1]))
     hb = np.zeros(K)
     bias = np.zeros(K) if pb is None else np.ascontiguousarray(pb)
-    _hessp(X, _weights2d(s, n), curv, np.ascontiguousarray(P), bias, LOSS_CODES[loss] == _MULTINOMIAL, hW, hb)
+    _hessp(X, _weights2d(s, n), curv, np.ascontiguousarray(P), bias, _code(loss) == _MULTINOMIAL, hW, hb)
     return hW, hb

@@ -27,9 +27,9 @@ from .._lazy import lazy_module
 # imported by the kernels on the workers; the client only builds the objective
 torch = lazy_module("torch")
 _fused = lazy_module("dask_estimators.objectives._fused")
-_pointwise = lazy_module("dask_estimators.objectives._pointwise")
+from . import losses as _losses  # no torch at import: the client reads links and checks
 
-__all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum"]
+__all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum", "inference_sums"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,9 @@ class LinearSpec:
     #: kernels otherwise (GPU, float32, several BLAS threads); ``"fused"`` or
     #: ``"torch"`` force one (``"fused"`` raises where it cannot run).
     backend: str = "auto"
+    #: Further parameters of the loss as ``(name, value)`` pairs (the Tweedie
+    #: ``power`` and ``link``); ``epsilon`` has its own field.
+    loss_params: tuple = ()
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -66,7 +69,8 @@ class LinearSpec:
         return torch.cat([flat, gb]) if self.fit_intercept else flat
 
     def get_loss(self):
-        return _pointwise.get_loss(self.loss, epsilon=self.epsilon)
+        """The loss object (:mod:`.losses`); an unknown name raises ``ValueError``."""
+        return _losses.get_loss(self.loss, epsilon=self.epsilon, **dict(self.loss_params))
 
 
 BACKENDS = ("auto", "fused", "torch")
@@ -76,10 +80,12 @@ def _use_fused(X, spec: LinearSpec) -> bool:
     """Whether this shard's kernel takes the one-pass numba path (see ``LinearSpec.backend``)."""
     if spec.backend == "torch":
         return False
-    ok = _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64 and X.is_contiguous()
+    ok = spec.loss in _fused.LOSS_CODES and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64 and X.is_contiguous()
     if spec.backend == "fused":
         if not ok:
-            raise ValueError("backend='fused' needs numba and a C-contiguous float64 X in host memory.")
+            raise ValueError(
+                "backend='fused' needs numba, a loss with a fused kernel and a C-contiguous float64 X in host memory."
+            )
         return True
     # a single-threaded kernel against BLAS on several threads: let BLAS have them
     return ok and torch.get_num_threads() == 1
@@ -212,6 +218,40 @@ def hess(shard, spec: LinearSpec):
     return H
 
 
+def inference_sums(shard, w, spec: LinearSpec):
+    """Kernel: the raw sums inference needs at ``w``, for one output of a separable loss.
+
+    With ``x~`` the row with a trailing 1 when there is an intercept, ``s``
+    the sample weights, ``g`` the derivative of the loss in ``z``::
+
+        fisher   = sum_i s_i E[d2 loss_i / dz2] x~_i x~_i^T     (expected information)
+        observed = sum_i s_i d2 loss_i / dz2 x~_i x~_i^T        (observed information)
+        meat     = sum_i s_i g_i^2 x~_i x~_i^T                  (the sandwich's meat)
+        pearson  = sum_i s_i (y_i - mu_i)^2 / V(mu_i)           (Pearson chi-square)
+
+    The weights count as frequencies: a weight of 2 is the row twice.
+    """
+    X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
+    loss_fn = spec.get_loss()
+    if spec.n_outputs != 1 or loss_fn.coupled:
+        raise ValueError("Inference needs a model with one output (one target, or two classes).")
+    W, b = spec.unpack(torch.as_tensor(w, dtype=X.dtype, device=X.device))
+    z = _z(X, W, b)
+    _, g, _ = loss_fn.value_grad(z, y)
+    sv = s[:, 0] if s is not None else torch.ones(X.shape[0], dtype=X.dtype, device=X.device)
+    if spec.fit_intercept:
+        X = torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype, device=X.device)], dim=1)
+
+    def gram(d):
+        return X.T @ (X * (sv * d[:, 0])[:, None])
+
+    fisher = gram(loss_fn.expected_curvature(z, y))
+    observed = gram(loss_fn.observed_curvature(z, y))
+    meat = gram(g * g)
+    pearson = (sv * loss_fn.pearson(z, y)[:, 0]).sum()
+    return fisher, observed, meat, pearson
+
+
 def weight_sum(shard):
     """Kernel: ``(S, number of rows)``; S sums the sample weights (averaged over outputs when per output)."""
     s = _weights(shard)
@@ -307,3 +347,44 @@ class LinearObjective:
         H = self.evaluate(hess, self.spec) / self.sw_sum
         H[np.diag_indices_from(H)] += self.l2 * self.penalized
         return H
+
+    def inference(self, w):
+        """Covariances of the parameters at ``w`` from one more distributed round (:func:`inference_sums`).
+
+        The model's log-likelihood is ``-(1 / phi) * sum_i s_i loss_i`` up to
+        terms free of ``w``, with ``phi`` the dispersion: 1 for the Poisson
+        and binomial families, else Pearson's chi-square over the residual
+        degrees of freedom ``S - n_params`` (statsmodels' ``scale``).  The
+        penalty is ignored.
+
+        Returns
+        -------
+        dict
+            ``cov``: ``phi * inv(fisher)`` (the inverse Fisher information);
+            ``cov_robust``: ``inv(H) meat inv(H)`` with ``H`` the observed
+            information (HC0, free of ``phi``); ``dispersion``: ``phi``;
+            ``df_resid``.
+        """
+        fisher, observed, meat, pearson = self.evaluate(inference_sums, np.asarray(w, dtype=np.float64), self.spec)
+        fisher, observed, meat = (np.asarray(a, dtype=np.float64) for a in (fisher, observed, meat))
+        df_resid = self.sw_sum - self.n_params
+        if self.spec.get_loss().fixed_dispersion:
+            dispersion = 1.0
+        else:
+            dispersion = float(pearson) / df_resid if df_resid > 0 else np.nan
+        cov = dispersion * _inverse(fisher)
+        h_inv = _inverse(observed)
+        cov_robust = h_inv @ meat @ h_inv
+        return {"cov": cov, "cov_robust": 0.5 * (cov_robust + cov_robust.T), "dispersion": dispersion,
+                "df_resid": df_resid}
+
+
+def _inverse(A):
+    """Inverse of a symmetric information matrix; a singular one (collinear columns) gives the pseudo-inverse."""
+    from scipy import linalg
+
+    try:
+        c = linalg.cho_factor(A, lower=False, check_finite=True)
+        return linalg.cho_solve(c, np.eye(A.shape[0]))
+    except (linalg.LinAlgError, ValueError):
+        return linalg.pinvh(A)

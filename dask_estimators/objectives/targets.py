@@ -14,6 +14,7 @@ from .._lazy import lazy_module
 torch = lazy_module("torch")  # the encodings run on the workers
 
 from .._validation import classes_and_codes
+from .losses import get_loss
 
 __all__ = ["unique_labels", "encode_labels", "class_counts", "prepare_targets"]
 
@@ -64,40 +65,11 @@ def class_counts(shard, n_classes: int):
 
 
 def prepare_targets(shard, loss: str, n_outputs: int, class_weight=None):
-    """Turn class codes (or regression targets) into the loss's encoding; apply class weights.
+    """Turn class codes (or regression targets) into the encoding of ``loss``; apply class weights.
 
+    The loss's class does it (:meth:`~dask_estimators.objectives.losses.Loss.prepare_targets`):
     ``binomial``: y in {0, 1}, shape (n, 1).  ``multinomial``: codes (n,).
     ``squared_hinge``: y in {-1, 1}, (n, 1) for two classes, one-vs-rest (n, K)
-    otherwise; there a sample's weight for output k is multiplied by
-    ``class_weight[k]`` when it belongs to class k and left as is otherwise
-    (LIBLINEAR's one-vs-rest weighting).  Regression losses: float (n, K).
+    otherwise.  Regression losses: float (n, K).  An unknown loss raises ``ValueError``.
     """
-    y = shard.get("y")
-    s = shard.get("sample_weight")
-    dev, f64 = y.device, torch.float64
-    if loss in ("squared", "squared_epsilon_insensitive"):
-        y = y.to(f64)
-        shard.put("y", y.reshape(y.shape[0], -1))
-        return
-    codes = y
-    if loss == "binomial":
-        shard.put("y", (codes == 1).to(f64).reshape(-1, 1))
-    elif loss == "multinomial":
-        shard.put("y", codes)
-    elif loss == "squared_hinge":
-        if n_outputs == 1:
-            shard.put("y", torch.where(codes == 1, 1.0, -1.0).to(f64).reshape(-1, 1))
-        else:
-            onehot = torch.nn.functional.one_hot(codes, n_outputs).to(torch.bool)
-            shard.put("y", torch.where(onehot, 1.0, -1.0).to(f64))
-            if class_weight is not None:
-                cw = torch.as_tensor(np.asarray(class_weight, dtype=np.float64), device=dev)
-                per_output = torch.where(onehot, cw[None, :], torch.ones((), dtype=f64, device=dev))
-                base = s.reshape(-1, 1) if s is not None else 1.0
-                shard.put("sample_weight", per_output * base)
-            return
-    else:
-        raise ValueError(f"Unknown loss {loss!r}.")
-    if class_weight is not None:
-        cw = torch.as_tensor(np.asarray(class_weight, dtype=np.float64), device=dev)[codes]
-        shard.put("sample_weight", cw * s if s is not None else cw)
+    get_loss(loss).prepare_targets(shard, n_outputs, class_weight)

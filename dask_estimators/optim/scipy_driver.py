@@ -121,17 +121,43 @@ def _newton_polish(objective, res, *, tol, max_iter, callback=None):
     return polish
 
 
+class _CGBreakdown(Exception):
+    """The conjugate-gradient inner loop of trust-ncg met a non-finite product or ran past its budget."""
+
+
 @register("newton-cg")
 def _newton_cg(objective, x0, *, tol, max_iter, callback=None):
-    res = optimize.minimize(
-        objective.fun_and_grad,
-        x0,
-        method="trust-ncg",
-        jac=True,
-        hessp=objective.hessp,
-        options={"maxiter": max_iter, "gtol": tol},
-        callback=callback,
-    )
+    """scipy's trust-ncg, guarded: its inner CG loop has no iteration limit and, on a badly scaled problem,
+    can loop forever once a Hessian-vector product overflows.  A non-finite product, or more products than
+    ``max_iter * (2 * n_params + 10)``, ends the solve at the best point seen (status 2)."""
+    best = {"f": np.inf, "x": np.asarray(x0, dtype=np.float64).copy(), "g": None, "nfev": 0}
+    budget = max_iter * (2 * np.size(x0) + 10)
+    n_hessp = [0]
+
+    def fun_and_grad(w):
+        f, g = objective.fun_and_grad(w)
+        best["nfev"] += 1
+        if np.isfinite(f) and f < best["f"]:
+            best.update(f=f, x=np.array(w, dtype=np.float64), g=np.array(g))
+        return f, g
+
+    def hessp(w, p):
+        n_hessp[0] += 1
+        hp = objective.hessp(w, p)
+        if n_hessp[0] > budget or not np.all(np.isfinite(hp)):
+            raise _CGBreakdown
+        return hp
+
+    try:
+        res = optimize.minimize(
+            fun_and_grad, x0, method="trust-ncg", jac=True, hessp=hessp, options={"maxiter": max_iter, "gtol": tol},
+            callback=callback,
+        )
+    except _CGBreakdown:
+        res = optimize.OptimizeResult(
+            x=best["x"], fun=best["f"], jac=best["g"], nit=0, nfev=best["nfev"], status=2, success=False,
+            message="The conjugate-gradient steps broke down (a non-finite or endless Hessian product).",
+        )
     return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback)
 
 

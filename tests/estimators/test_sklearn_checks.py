@@ -15,6 +15,12 @@ ESTIMATORS = [
     de.LinearRegression(alpha=0.1, solver="newton-cg"),
     de.LinearRegression(alpha=0.01, l1_ratio=0.5),
     de.LinearSVR(epsilon=0.1),
+    de.PoissonRegressor(),
+    de.PoissonRegressor(alpha=0.01, solver="newton-cholesky", compute_inference=True),
+    de.GammaRegressor(solver="newton-cg"),
+    de.TweedieRegressor(power=1.5),
+    de.TweedieRegressor(power=0.0, alpha=0.1),
+    de.TweedieRegressor(power=3.0, solver="newton-cholesky"),
 ]
 
 # scikit-learn runs its sample-weight equivalence checks on iterative linear

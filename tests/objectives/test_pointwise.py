@@ -1,14 +1,47 @@
-"""Pointwise losses: values, derivatives by finite differences, numerical stability (float64)."""
+"""Pointwise losses: values, derivatives by finite differences, numerical stability (float64).
+
+Every loss of the registry is tested, the GLM families in several variants
+(power and link of the Tweedie loss).
+"""
 
 import numpy as np
 import pytest
 import torch
 
-from dask_estimators.objectives._pointwise import LOSSES, get_loss
+from dask_estimators.objectives.losses import LOSSES, get_loss
 
 EPS = 0.3  # epsilon of the epsilon-insensitive loss
 KINK_GAP = 0.05  # test points stay this far from the kinks of the piecewise losses
 H = 1e-6
+
+
+#: (id, registry name, parameters): every loss once, the Tweedie loss at powers and links where the
+#: formulas or the curvature used (observed or expected) differ.
+CASES = [(name, name, {"epsilon": EPS}) for name in sorted(LOSSES) if name != "tweedie"] + [
+    ("tweedie-log-p1.5", "tweedie", {"power": 1.5, "link": "log"}),
+    ("tweedie-log-p3", "tweedie", {"power": 3.0, "link": "log"}),
+    ("tweedie-log-p0", "tweedie", {"power": 0.0, "link": "log"}),
+    ("tweedie-log-p1", "tweedie", {"power": 1.0, "link": "log"}),
+    ("tweedie-log-p2", "tweedie", {"power": 2.0, "link": "log"}),
+    ("tweedie-identity-p0", "tweedie", {"power": 0.0, "link": "identity"}),
+    ("tweedie-identity-p1", "tweedie", {"power": 1.0, "link": "identity"}),
+    ("tweedie-identity-p1.5", "tweedie", {"power": 1.5, "link": "identity"}),
+    ("tweedie-identity-p2", "tweedie", {"power": 2.0, "link": "identity"}),
+]
+CASE_IDS = [c[0] for c in CASES]
+cases = pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+GLM = ("poisson", "gamma", "tweedie")
+
+
+def _glm_targets(loss, n, rng):
+    """Targets in the loss's domain: zeros where allowed, negatives where allowed."""
+    low, _, low_in, _ = loss.y_interval
+    y = rng.gamma(2.0, 1.0, size=(n, 1))
+    if low == -np.inf:
+        y = rng.normal(size=(n, 1))
+    elif low_in:
+        y[::3] = 0.0
+    return torch.as_tensor(y)
 
 
 def _targets(name, n, K, rng):
@@ -34,12 +67,18 @@ def _away_from_kinks(name, z, y):
     return True
 
 
-def _case(name, rng, n=7):
-    K = 1 if name in ("binomial", "squared_epsilon_insensitive") else 3
-    loss = get_loss(name, epsilon=EPS)
-    y = _targets(name, n, K, rng)
+def _case(case, rng, n=7):
+    _, name, params = case
+    K = 1 if name in ("binomial", "squared_epsilon_insensitive") + GLM else 3
+    loss = get_loss(name, **params)
+    y = _glm_targets(loss, n, rng) if name in GLM else _targets(name, n, K, rng)
+    identity = getattr(loss, "link_name", "log") == "identity" and loss.power != 0
     for _ in range(100):
         z = torch.as_tensor(rng.normal(scale=2.0, size=(n, K)))
+        if name in GLM:
+            z = z / 2.0
+        if identity:  # the mean must be positive
+            z = torch.as_tensor(rng.uniform(0.3, 3.0, size=(n, K)))
         if _away_from_kinks(name, z, y):
             break
     else:  # pragma: no cover
@@ -47,8 +86,26 @@ def _case(name, rng, n=7):
     return loss, z, y
 
 
-def _numpy_loss(name, z, y):
+def _numpy_loss(case, z, y):
+    _, name, params = case
     z, y = z.numpy(), y.numpy()
+    if name in GLM:  # half deviance minus its value at mu = y (a term in y alone)
+        p = {"poisson": 1.0, "gamma": 2.0}.get(name, params.get("power"))
+        link = params.get("link", "log")
+        mu = np.exp(z) if link == "log" else z
+        def h(m):  # the documented loss as a function of the mean
+            if link == "log" and p == 1:
+                return m - y * np.log(m)
+            if link == "log" and p == 2:
+                return np.log(m) + y / m
+            if p == 0:
+                return 0.5 * (m - y) ** 2
+            if p == 1:
+                return m - y * np.log(m)
+            if p == 2:
+                return np.log(m) + y / m
+            return m ** (2 - p) / (2 - p) - y * m ** (1 - p) / (1 - p)
+        return h(mu)
     if name == "squared":
         return 0.5 * (z - y) ** 2
     if name == "binomial":
@@ -65,7 +122,10 @@ def _numpy_loss(name, z, y):
 
 
 def test_registry_and_get_loss():
-    assert set(LOSSES) == {"squared", "binomial", "multinomial", "squared_hinge", "squared_epsilon_insensitive"}
+    assert set(LOSSES) == {
+        "squared", "binomial", "multinomial", "squared_hinge", "squared_epsilon_insensitive", "poisson", "gamma",
+        "tweedie",
+    }
     for name in LOSSES:
         assert get_loss(name).name == name
     assert get_loss("squared_epsilon_insensitive", epsilon=0.5).params["epsilon"] == 0.5
@@ -73,20 +133,20 @@ def test_registry_and_get_loss():
         get_loss("hinge")
 
 
-@pytest.mark.parametrize("name", sorted(LOSSES))
-def test_value_matches_formula(name, rng):
-    loss, z, y = _case(name, rng)
+@cases
+def test_value_matches_formula(case, rng):
+    loss, z, y = _case(case, rng)
     val, g, curv = loss.value_grad(z, y)
-    expected = _numpy_loss(name, z, y)
+    expected = _numpy_loss(case, z, y)
     assert val.dtype == g.dtype == curv.dtype == torch.float64
     assert tuple(val.shape) == expected.shape
     assert g.shape == z.shape
     np.testing.assert_allclose(val.numpy(), expected, rtol=1e-13, atol=1e-15)
 
 
-@pytest.mark.parametrize("name", sorted(LOSSES))
-def test_gradient_finite_differences(name, rng):
-    loss, z, y = _case(name, rng)
+@cases
+def test_gradient_finite_differences(case, rng):
+    loss, z, y = _case(case, rng)
     _, g, _ = loss.value_grad(z, y)
     fd = np.empty(z.shape)
     for idx in np.ndindex(*z.shape):
@@ -97,10 +157,11 @@ def test_gradient_finite_differences(name, rng):
     np.testing.assert_allclose(g.numpy(), fd, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("name", sorted(LOSSES))
-def test_hvp_finite_differences(name, rng):
-    loss, z, y = _case(name, rng)
-    _, _, curv = loss.value_grad(z, y)
+@cases
+def test_hvp_finite_differences(case, rng):
+    """The observed curvature is the derivative of the gradient (for the Fisher-scoring losses too)."""
+    loss, z, y = _case(case, rng)
+    curv = loss.observed_curvature(z, y)
     for _ in range(3):
         v = torch.as_tensor(rng.normal(size=z.shape))
         hv = loss.hvp(curv, v)
@@ -110,9 +171,9 @@ def test_hvp_finite_differences(name, rng):
         np.testing.assert_allclose(hv.numpy(), fd.numpy(), rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("name", sorted(LOSSES))
-def test_hvp_is_linear_and_symmetric(name, rng):
-    loss, z, y = _case(name, rng)
+@cases
+def test_hvp_is_linear_and_symmetric(case, rng):
+    loss, z, y = _case(case, rng)
     _, _, curv = loss.value_grad(z, y)
     u = torch.as_tensor(rng.normal(size=z.shape))
     v = torch.as_tensor(rng.normal(size=z.shape))
@@ -212,3 +273,103 @@ def test_multinomial_huge_logits(scale):
     v = torch.ones_like(z)
     assert torch.isfinite(loss.hvp(p, v)).all()
     np.testing.assert_allclose(loss.hvp(p, v).numpy(), 0.0, atol=1e-15 * scale)  # softmax is shift invariant
+
+
+# ------------------------------------------------------------------ GLM families
+GLM_CASES = [c for c in CASES if c[1] in GLM]
+
+
+@pytest.mark.parametrize("case", GLM_CASES, ids=[c[0] for c in GLM_CASES])
+def test_glm_expected_curvature_and_solver_curvature(case, rng):
+    """E[observed curvature] at y ~ mu: the observed curvature is linear in y, so the expectation is its value
+    at y = mu.  The solvers' curvature is the expected one exactly where the observed one can be negative."""
+    loss, z, y = _case(case, rng)
+    mu = torch.as_tensor(loss.inverse_link(z.numpy()))
+    np.testing.assert_allclose(
+        loss.expected_curvature(z, y).numpy(), loss.observed_curvature(z, mu).numpy(), rtol=1e-12, atol=1e-300
+    )
+    assert (loss.expected_curvature(z, y) > 0).all()
+    _, _, curv = loss.value_grad(z, y)
+    p, link = loss.power, loss.link_name
+    fisher = (p < 1 or p > 2) if link == "log" else p > 1
+    assert loss.fisher == fisher
+    used = loss.expected_curvature(z, y) if fisher else loss.observed_curvature(z, y)
+    np.testing.assert_array_equal(curv.numpy(), used.numpy())
+    if not fisher:
+        assert (curv >= 0).all()
+
+
+def test_glm_observed_curvature_can_be_negative_where_fisher_is_used():
+    """Why Fisher scoring: Tweedie p=3 (log link) at y far below mu has a negative observed curvature."""
+    loss = get_loss("tweedie", power=3.0, link="log")
+    z = torch.tensor([[2.0]], dtype=torch.float64)
+    y = torch.tensor([[0.01]], dtype=torch.float64)
+    assert float(loss.observed_curvature(z, y)) < 0
+    assert float(loss.value_grad(z, y)[2]) > 0
+
+
+@pytest.mark.parametrize("case", GLM_CASES, ids=[c[0] for c in GLM_CASES])
+def test_glm_deviance_is_twice_the_loss_above_its_minimum(case, rng):
+    """deviance(y, mu) = 2 (loss(mu) - loss(mu = y)); zero at mu = y; link and inverse link are inverses."""
+    loss, z, y = _case(case, rng)
+    y = y.clamp_min(0.05) if (loss.power > 0 or loss.link_name == "log") else y  # mu = y must be a mean
+    mu = loss.inverse_link(z.numpy())
+    np.testing.assert_allclose(loss.link(mu), z.numpy(), rtol=1e-13)
+    at_y = torch.as_tensor(loss.link(y.numpy()))
+    dev = loss.deviance(y.numpy(), mu)
+    expected = 2.0 * (loss.value_grad(z, y)[0] - loss.value_grad(at_y, y)[0]).numpy()
+    np.testing.assert_allclose(dev, expected, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(loss.deviance(y.numpy(), y.numpy()), 0.0, atol=1e-12)
+    pearson = ((y.numpy() - mu) ** 2 / (mu ** loss.power if loss.power else 1.0))
+    np.testing.assert_allclose(loss.pearson(z, y).numpy(), pearson, rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", [c for c in GLM_CASES if c[2].get("link", "log") == "log"],
+                         ids=[c[0] for c in GLM_CASES if c[2].get("link", "log") == "log"])
+@pytest.mark.parametrize("zv", [700.0, -700.0])
+def test_glm_large_linear_predictor_is_finite(case, zv):
+    """Where the loss's largest exponential reaches exp(700) (near the largest finite one), the log-link losses
+    and their derivatives are finite: no inf, no NaN, y = 0 included (where y * exp((1 - p) z) would be 0 * inf).
+    For Poisson and Gamma that is z = +-700 itself."""
+    loss = get_loss(case[1], **case[2])
+    low, _, low_in, _ = loss.y_interval
+    ys = [0.0, 1.0, 3.0] if (low == -np.inf or low_in) else [0.5, 1.0, 3.0]
+    p = loss.power
+    zv = zv / max(abs(2.0 - p), abs(1.0 - p))  # exp((2 - p) z) and exp((1 - p) z) stay within exp(700)
+    if case[1] in ("poisson", "gamma"):
+        assert abs(zv) == 700.0
+    z = torch.full((3, 1), zv, dtype=torch.float64)
+    y = torch.tensor(ys, dtype=torch.float64).reshape(3, 1)
+    val, g, curv = loss.value_grad(z, y)
+    for t in (val, g, curv, loss.observed_curvature(z, y), loss.expected_curvature(z, y)):
+        assert torch.isfinite(t).all(), t
+    if zv > 0 and p >= 1:  # (y - mu)^2 / mu^p ~ mu^(2 - p): finite here, though mu^2 is not
+        assert torch.isfinite(loss.pearson(z, y)).all()
+
+
+@pytest.mark.parametrize(
+    "name, params, bad, good, sk",
+    [
+        ("poisson", {}, [-1.0, 2.0], [0.0, 2.0], "HalfPoissonLoss"),
+        ("gamma", {}, [0.0, 2.0], [0.1, 2.0], "HalfGammaLoss"),
+        ("tweedie", {"power": 1.5}, [-0.5], [0.0, 3.0], "HalfTweedieLoss"),
+        ("tweedie", {"power": 3.0}, [0.0], [0.1], "HalfTweedieLoss"),
+        ("tweedie", {"power": 1.5, "link": "identity"}, [-1.0], [0.0], "HalfTweedieLossIdentity"),
+    ],
+)
+def test_glm_y_domain_messages_as_scikit_learn(name, params, bad, good, sk):
+    from sklearn._loss import loss as sk_loss
+
+    loss = get_loss(name, **params)
+    loss.check_y(np.asarray(good))
+    with pytest.raises(ValueError, match=f"out of the valid range of the loss '{sk}'"):
+        loss.check_y(np.asarray(bad))
+    sk_cls = getattr(sk_loss, sk)
+    sk_obj = sk_cls(power=params["power"]) if "power" in params else sk_cls()
+    assert not sk_obj.in_y_true_range(np.asarray(bad)) and sk_obj.in_y_true_range(np.asarray(good))
+    get_loss("tweedie", power=0.0).check_y(np.array([-5.0, 0.0]))  # any real
+
+
+def test_unknown_link_rejected():
+    with pytest.raises(ValueError, match="link must be"):
+        get_loss("tweedie", link="logit")
