@@ -10,6 +10,7 @@ warm starts, prediction on NumPy or dask input) lives here once.
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 from numbers import Integral, Real
 
@@ -32,6 +33,7 @@ from ..objectives import LinearObjective, LinearSpec
 from ..objectives.linear import weight_sum
 from ..objectives import targets as T
 from ..optim import SOLVERS, minimize
+from ..optim.progress import IterationLog, check_progress
 
 __all__ = ["DistributedEstimator", "DistributedLinearModel"]
 
@@ -241,6 +243,8 @@ class DistributedLinearModel(DistributedEstimator):
         "max_iter": [Interval(Integral, 0, None, closed="left")],
         "solver": [StrOptions(set(SOLVERS) | {"auto"})],
         "warm_start": ["boolean"],
+        "verbose": ["verbose"],
+        "progress": ["boolean"],
         "client": [None, str, distributed.Client],
         "reduction": [StrOptions(set(REDUCTIONS))],
         "device": [StrOptions({"auto", "cpu", "cuda"})],
@@ -309,6 +313,8 @@ class DistributedLinearModel(DistributedEstimator):
         self : object
             The fitted estimator.
         """
+        t0 = time.perf_counter()
+        check_progress(self.progress)  # a missing tqdm fails now, before any cluster starts
         prestart(self.client)  # the embedded cluster, when the fit needs it, starts while the data is validated
         dtype = input_float_dtype(X)
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
@@ -324,13 +330,13 @@ class DistributedLinearModel(DistributedEstimator):
                 timeout=self.timeout,
             )
             try:
-                stats = self._fit_placed(placement, y, dask_input, classes, dtype)
+                stats = self._fit_placed(placement, y, dask_input, classes, dtype, t0=t0)
             finally:
                 placement.release()
         self.fit_stats_ = stats
         return self
 
-    def _fit_placed(self, placement, y, dask_input, classes, dtype):
+    def _fit_placed(self, placement, y, dask_input, classes, dtype, t0=None):
         n_classes = None
         class_weight = None
         if self._is_classifier:
@@ -351,10 +357,14 @@ class DistributedLinearModel(DistributedEstimator):
         objective = LinearObjective(evaluator, spec, weight_sums=tuple(map(sum, zip(*sums))))
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
         solver = self._resolved_solver(spec.n_params, objective.l1)
-        res = minimize(
-            objective, self._initial_params(spec), solver=solver, tol=self.tol, max_iter=self.max_iter,
-            verbose=getattr(self, "verbose", 0),
-        )
+        log = IterationLog(self.verbose, self.progress, self.max_iter, type(self).__name__, t0)
+        try:
+            res = minimize(
+                objective, self._initial_params(spec), solver=solver, tol=self.tol, max_iter=self.max_iter,
+                verbose=self.verbose, callback=log if self.verbose or self.progress else None,
+            )
+        finally:
+            log.close()
         self._set_params_from(res.x, spec, y_shape)
         if self._keeps_float32 and dtype == np.float32:  # computed in float64, kept in X's dtype as scikit-learn does
             self.coef_ = self.coef_.astype(np.float32)

@@ -1,10 +1,14 @@
 """scipy.optimize drivers.  They see only callables on NumPy float64.
 
 A solver is registered with :func:`register` and called as
-``solver(objective, x0, tol=, max_iter=)`` where ``objective`` offers
+``solver(objective, x0, tol=, max_iter=, callback=)`` where ``objective`` offers
 ``fun_and_grad(w)``, ``hessp(w, p)``, ``hess(w)``, and the attributes ``l1``
 (strength of an L1 term not included in ``fun_and_grad``) and ``penalized``
-(boolean mask of the entries the L1 term applies to).
+(boolean mask of the entries the L1 term applies to).  ``callback`` is None or
+is called once per iteration with an :class:`~scipy.optimize.OptimizeResult`
+of ``x``, ``fun``, ``nit``, ``grad_max`` (largest entry of the projected
+gradient) and ``time`` (``time.perf_counter()``); the values come from the
+evaluations the solver made, so it costs no distributed round.
 
 Registered solvers
 ------------------
@@ -24,7 +28,9 @@ Registered solvers
 
 from __future__ import annotations
 
+import time
 import warnings
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -55,14 +61,64 @@ def register(name: str, *, supports_l1: bool = False, max_params: int | None = N
     return deco
 
 
+class _Evaluations:
+    """``fun_and_grad`` remembering its last few evaluations, so that a per-iteration callback finds the
+    objective and gradient at the solver's iterate without another distributed round."""
+
+    def __init__(self, fun_and_grad, keep=4):
+        self._fun, self._last = fun_and_grad, deque(maxlen=keep)
+
+    def __call__(self, x):
+        f, g = self._fun(x)
+        self._last.append((np.array(x, dtype=np.float64, copy=True), f, g))
+        return f, g
+
+    def at(self, x):
+        for i in range(len(self._last) - 1, -1, -1):
+            if np.array_equal(self._last[i][0], x):
+                item = self._last[i]
+                del self._last[i]
+                self._last.append(item)  # kept longest: trust-ncg reports the same iterate after rejected steps
+                return item[1], item[2]
+        return self._fun(x)  # not reached by scipy's L-BFGS-B and trust-ncg: the iterate was just evaluated
+
+
+def _iteration(x, f, nit, grad_max):
+    return optimize.OptimizeResult(
+        x=np.array(x, dtype=np.float64, copy=True), fun=float(f), nit=nit, grad_max=float(grad_max),
+        time=time.perf_counter(),
+    )  # x copied: L-BFGS-B updates its iterate in place
+
+
+def _scipy_callback(evals, callback, grad_max):
+    """scipy's per-iteration ``callback(intermediate_result)`` calling ours with the iterate's gradient."""
+    if callback is None:
+        return None
+    count = [0]
+
+    def cb(intermediate_result):
+        count[0] += 1
+        x = intermediate_result.x
+        f, g = evals.at(x)
+        callback(_iteration(x, f, count[0], grad_max(x, g)))
+
+    return cb
+
+
+def _max_abs(x, g):
+    return np.max(np.abs(g), initial=0.0)
+
+
 @register("lbfgs", supports_l1=True)
-def _lbfgs(objective, x0, *, tol, max_iter):
+def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
     # ftol=0: stop on the gradient (``tol``), not on a tiny relative decrease of the objective,
     # which L-BFGS-B otherwise reaches first and stops silently short of ``tol``.
     options = {"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 0.0}
     if objective.l1 == 0.0:
-        res = optimize.minimize(objective.fun_and_grad, x0, method="L-BFGS-B", jac=True, options=options)
-        return _newton_polish(objective, res, tol=tol, max_iter=max_iter)
+        evals = _Evaluations(objective.fun_and_grad)
+        res = optimize.minimize(evals, x0, method="L-BFGS-B", jac=True, options=options,
+                                callback=_scipy_callback(evals, callback, _max_abs))
+        return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback)
     pen = objective.penalized
     n_pen = int(pen.sum())
     lam = objective.l1
@@ -82,13 +138,20 @@ def _lbfgs(objective, x0, *, tol, max_iter):
     x0 = np.asarray(x0, dtype=np.float64)
     theta0 = np.concatenate([np.maximum(x0[pen], 0), np.maximum(-x0[pen], 0), x0[~pen]])
     bounds = [(0, None)] * (2 * n_pen) + [(None, None)] * int((~pen).sum())
-    res = optimize.minimize(fun, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options)
+
+    def projected_max(theta, g):  # L-BFGS-B's own stopping quantity: the gradient projected on the bounds
+        lower = np.concatenate([np.zeros(2 * n_pen), np.full(theta.size - 2 * n_pen, -np.inf)])
+        return np.max(np.abs(np.maximum(theta - g, lower) - theta), initial=0.0)
+
+    evals = _Evaluations(fun)
+    res = optimize.minimize(evals, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options,
+                            callback=_scipy_callback(evals, callback, projected_max))
     res.x = split(res.x)
     res.jac = None
     return res
 
 
-def _newton_polish(objective, res, *, tol, max_iter):
+def _newton_polish(objective, res, *, tol, max_iter, callback=None):
     """Finish with Newton steps where a solver stopped short of ``tol`` on a problem small enough for a dense Hessian.
 
     The result is kept only when it has a smaller gradient.  L-BFGS-B (and
@@ -97,15 +160,21 @@ def _newton_polish(objective, res, *, tol, max_iter):
     (about 1e-9 to 1e-10 on standardised data).  Newton's step uses the
     gradient and the Hessian, so it converges past that point: two fits of the
     same objective (say weighted and repeated data) then agree to rounding
-    instead of to the solver's stopping point.
+    instead of to the solver's stopping point.  The polish's iterations reach
+    ``callback`` (numbered on from the solver's) only when its result is kept.
     """
     g = res.get("jac")
     info = SOLVERS["newton-cholesky"]
     if g is None or np.max(np.abs(g), initial=0.0) <= tol or res.nit >= max_iter or res.x.size > info.max_params:
         return res
-    polish = info.fn(objective, res.x, tol=tol, max_iter=min(20, max_iter - res.nit))
+    steps = []
+    polish = info.fn(objective, res.x, tol=tol, max_iter=min(20, max_iter - res.nit),
+                     callback=None if callback is None else steps.append)
     if not np.max(np.abs(polish.jac), initial=0.0) < np.max(np.abs(g)):
         return res
+    for step in steps:
+        step.nit += res.nit
+        callback(step)
     polish.nit += res.nit
     polish.nfev += res.nfev
     polish.message = f"{res.message}; then {polish.message.lower()} (Newton polish)"
@@ -113,20 +182,22 @@ def _newton_polish(objective, res, *, tol, max_iter):
 
 
 @register("newton-cg")
-def _newton_cg(objective, x0, *, tol, max_iter):
+def _newton_cg(objective, x0, *, tol, max_iter, callback=None):
+    evals = _Evaluations(objective.fun_and_grad)
     res = optimize.minimize(
-        objective.fun_and_grad,
+        evals,
         x0,
         method="trust-ncg",
         jac=True,
         hessp=objective.hessp,
         options={"maxiter": max_iter, "gtol": tol},
+        callback=_scipy_callback(evals, callback, _max_abs),
     )
-    return _newton_polish(objective, res, tol=tol, max_iter=max_iter)
+    return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback)
 
 
 @register("newton-cholesky", max_params=5000)
-def _newton_cholesky(objective, x0, *, tol, max_iter):
+def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None):
     """Newton's method: dense Hessian (one distributed round), Cholesky solve on the client, Armijo backtracking.
 
     As scikit-learn's ``NewtonCholeskySolver``; a quadratic (least squares)
@@ -173,6 +244,8 @@ def _newton_cholesky(objective, x0, *, tol, max_iter):
         nit += 1
         small_change = f - f_new <= 64 * np.finfo(float).eps * max(1.0, abs(f))
         x, f, g = x + t * step, f_new, g_new
+        if callback is not None:
+            callback(_iteration(x, f, nit, np.max(np.abs(g), initial=0.0)))
         if small_change and np.max(np.abs(g), initial=0.0) <= max(tol, 1e-10):
             status, message = 0, "Objective stopped decreasing."
             break
@@ -230,14 +303,18 @@ def check_solver(solver: str, *, l1: float, n_params: int) -> SolverInfo:
     return info
 
 
-def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True, verbose=0):
+def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True, verbose=0, callback=None):
     """Minimise ``objective`` from ``x0`` with a registered solver.
 
     Returns the :class:`scipy.optimize.OptimizeResult`.  ``max_iter=0`` takes
     no step: the result is ``x0`` (one evaluation, for the objective value)
     with ``nit == 0``, as scikit-learn's solvers return their starting point.
-    ``verbose`` prints each evaluation of the objective (one
-    distributed round) and a line when the solver ends.  A ``ConvergenceWarning``
+    ``callback``, when given, is called after each iteration (``nit`` times in
+    all) with an :class:`~scipy.optimize.OptimizeResult` of ``x``, ``fun``,
+    ``nit``, ``grad_max`` and ``time``, for example an
+    :class:`~dask_estimators.optim.progress.IterationLog`.  ``verbose``
+    prints a line when the solver ends, and with ``verbose >= 2`` each
+    evaluation of the objective (one distributed round) as well.  A ``ConvergenceWarning``
     is raised when the solver stops at ``max_iter`` (``max_iter=0`` included), or stops short of ``tol``
     (max |gradient|) because the objective no longer decreases in floating
     point; a non-finite objective
@@ -250,13 +327,13 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     """
     x0 = np.asarray(x0, dtype=np.float64)
     info = check_solver(solver, l1=objective.l1, n_params=x0.size)
-    if verbose:
+    if verbose >= 2:
         objective = _Printing(objective)
     with np.errstate(invalid="ignore", over="ignore"):
         if max_iter == 0:
             res = _no_iteration(objective, x0)
         else:
-            res = info.fn(objective, x0, tol=tol, max_iter=max_iter)
+            res = info.fn(objective, x0, tol=tol, max_iter=max_iter, callback=callback)
     if verbose:
         print(f"{solver}: {res.nit} iteration(s), {res.get('nfev', 0)} evaluation(s), objective {res.fun:.10g}: "
               f"{res.message}", flush=True)
