@@ -90,10 +90,13 @@ def _iteration(x, f, nit, grad_max):
     )  # x copied: L-BFGS-B updates its iterate in place
 
 
-def _scipy_callback(evals, callback, grad_max):
-    """scipy's per-iteration ``callback(intermediate_result)`` calling ours with the iterate's gradient."""
+def _tracked(fun_and_grad, callback, grad_max):
+    """``(fun, scipy_callback)`` for ``scipy.optimize.minimize``: with a ``callback``, ``fun`` remembers its last
+    evaluations and scipy's per-iteration ``callback(intermediate_result)`` calls ours with the iterate's
+    gradient; without one, ``fun_and_grad`` itself and None (nothing kept)."""
     if callback is None:
-        return None
+        return fun_and_grad, None
+    evals = _Evaluations(fun_and_grad)
     count = [0]
 
     def cb(intermediate_result):
@@ -102,7 +105,7 @@ def _scipy_callback(evals, callback, grad_max):
         f, g = evals.at(x)
         callback(_iteration(x, f, count[0], grad_max(x, g)))
 
-    return cb
+    return evals, cb
 
 
 def _max_abs(x, g):
@@ -115,9 +118,8 @@ def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
     # which L-BFGS-B otherwise reaches first and stops silently short of ``tol``.
     options = {"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 0.0}
     if objective.l1 == 0.0:
-        evals = _Evaluations(objective.fun_and_grad)
-        res = optimize.minimize(evals, x0, method="L-BFGS-B", jac=True, options=options,
-                                callback=_scipy_callback(evals, callback, _max_abs))
+        fun, cb = _tracked(objective.fun_and_grad, callback, _max_abs)
+        res = optimize.minimize(fun, x0, method="L-BFGS-B", jac=True, options=options, callback=cb)
         return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback)
     pen = objective.penalized
     n_pen = int(pen.sum())
@@ -143,9 +145,8 @@ def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
         lower = np.concatenate([np.zeros(2 * n_pen), np.full(theta.size - 2 * n_pen, -np.inf)])
         return np.max(np.abs(np.maximum(theta - g, lower) - theta), initial=0.0)
 
-    evals = _Evaluations(fun)
-    res = optimize.minimize(evals, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options,
-                            callback=_scipy_callback(evals, callback, projected_max))
+    fun, cb = _tracked(fun, callback, projected_max)
+    res = optimize.minimize(fun, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options, callback=cb)
     res.x = split(res.x)
     res.jac = None
     return res
@@ -183,15 +184,15 @@ def _newton_polish(objective, res, *, tol, max_iter, callback=None):
 
 @register("newton-cg")
 def _newton_cg(objective, x0, *, tol, max_iter, callback=None):
-    evals = _Evaluations(objective.fun_and_grad)
+    fun, cb = _tracked(objective.fun_and_grad, callback, _max_abs)
     res = optimize.minimize(
-        evals,
+        fun,
         x0,
         method="trust-ncg",
         jac=True,
         hessp=objective.hessp,
         options={"maxiter": max_iter, "gtol": tol},
-        callback=_scipy_callback(evals, callback, _max_abs),
+        callback=cb,
     )
     return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback)
 
