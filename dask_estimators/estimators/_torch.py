@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 
 from ..engine import DistributedEvaluator
 from ..engine.collective import run_collective
+from ..optim.progress import progress_bar
 from ..optim.torch_driver import ddp_rank, train_tree
 
 __all__ = ["STRATEGIES", "Progress", "resolve_strategy", "train_on_placement"]
@@ -39,36 +39,33 @@ def train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state=No
 
 
 class Progress:
-    """Per-epoch records as they arrive: kept, and shown when ``verbose`` (a tqdm bar when tqdm is installed)."""
+    """Per-epoch records as they arrive: kept, printed when ``verbose``, counted on a tqdm bar when ``progress``."""
 
-    def __init__(self, verbose, total, desc, callback=None):
+    def __init__(self, verbose, total, desc, callback=None, progress=False):
         self.records = []
         self.callback = callback
         self.verbose = verbose
-        self.bar = None
-        if verbose:
-            with contextlib.suppress(ImportError):
-                from tqdm.auto import tqdm
-
-                self.bar = tqdm(total=total, desc=desc, unit="epoch", file=sys.stderr, leave=True)
+        self.bar = progress_bar(total, desc, "epoch") if progress else None
 
     def __call__(self, rec):
         if self.callback is not None:
             self.callback(rec)
         rec = {k: v for k, v in rec.items() if k != "params"}
         self.records.append(rec)
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{rec['loss']:.5f}", refresh=False)
         if not self.verbose:
             return
         line = f"Iteration {rec['epoch']}, loss = {rec['loss']:.8f}"
         if rec.get("validation_score") is not None:
             line += f", validation score = {rec['validation_score']:.6f}"
         if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{rec['loss']:.5f}")
-            self.bar.write(line)
+            self.bar.write(line, file=sys.stdout)
         else:
             print(line, flush=True)
 
     def close(self):
         if self.bar is not None:
             self.bar.close()
+            self.bar = None

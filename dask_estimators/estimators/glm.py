@@ -41,6 +41,7 @@ class _GeneralizedLinearRegressor(InferenceMixin, RegressorMixin, DistributedLin
         "alpha": [Interval(Real, 0, None, closed="left")],
         "l1_ratio": [Interval(Real, 0, 1, closed="both")],
         "verbose": ["verbose"],
+        "progress": ["boolean"],
         "compute_inference": ["boolean"],
     }
 
@@ -55,6 +56,7 @@ class _GeneralizedLinearRegressor(InferenceMixin, RegressorMixin, DistributedLin
         tol=1e-4,
         warm_start=False,
         verbose=0,
+        progress=False,
         compute_inference=False,
         client=None,
         reduction="tree",
@@ -69,6 +71,7 @@ class _GeneralizedLinearRegressor(InferenceMixin, RegressorMixin, DistributedLin
         self.tol = tol
         self.warm_start = warm_start
         self.verbose = verbose
+        self.progress = progress
         self.compute_inference = compute_inference
         self.client = client
         self.reduction = reduction
@@ -176,7 +179,12 @@ class PoissonRegressor(_GeneralizedLinearRegressor):
         ``solver="lbfgs"`` when positive.
     fit_intercept : bool, default=True
     verbose : int, default=0
-        Print each evaluation of the objective and the solver's result.
+        Print one line per solver iteration (objective, largest gradient
+        entry, seconds since the fit began) and the solver's result; 2 also
+        prints each evaluation of the objective.
+    progress : bool, default=False
+        Show a tqdm progress bar of the solver's iterations (up to
+        ``max_iter``) on stderr.  Needs tqdm (``pip install tqdm``).
     compute_inference : bool, default=False
         After the fit, one more distributed round computes ``coef_cov_``,
         ``coef_cov_robust_`` and ``dispersion_`` for :meth:`summary` (at most
@@ -325,6 +333,7 @@ class TweedieRegressor(_GeneralizedLinearRegressor):
         tol=1e-4,
         warm_start=False,
         verbose=0,
+        progress=False,
         compute_inference=False,
         client=None,
         reduction="tree",
@@ -333,7 +342,7 @@ class TweedieRegressor(_GeneralizedLinearRegressor):
     ):
         super().__init__(
             alpha=alpha, l1_ratio=l1_ratio, fit_intercept=fit_intercept, solver=solver, max_iter=max_iter, tol=tol,
-            warm_start=warm_start, verbose=verbose, compute_inference=compute_inference, client=client,
+            warm_start=warm_start, verbose=verbose, progress=progress, compute_inference=compute_inference, client=client,
             reduction=reduction, device=device, timeout=timeout,
         )
         self.power = power

