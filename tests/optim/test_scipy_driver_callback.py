@@ -84,16 +84,18 @@ def test_l1_reports_the_projected_gradient_of_the_split_problem():
     res = minimize(obj, np.zeros(obj.n_params), solver="lbfgs", tol=1e-7, max_iter=500, callback=reports.append)
     assert len(reports) == res.nit and np.any(res.x[obj.penalized] == 0)
     last = reports[-1]
-    # the split variables theta = (u, v, intercept) with w = u - v; at the end u * v = 0 entrywise
+    # the callback sees the model's parameters w = u - v, not the split variables theta = (u, v, intercept)
+    np.testing.assert_array_equal(last.x, res.x)
+    # at the end u * v = 0 entrywise, so theta is u = max(w, 0), v = max(-w, 0)
     pen, n_pen = obj.penalized, int(obj.penalized.sum())
-    u, v = last.x[:n_pen], last.x[n_pen : 2 * n_pen]
-    np.testing.assert_allclose(u - v, res.x[pen])
+    u, v = np.maximum(res.x[pen], 0), np.maximum(-res.x[pen], 0)
+    theta = np.r_[u, v, res.x[~pen]]
     # L-BFGS-B's projected gradient of the split objective, from the unsplit gradient
     f, g = obj.fun_and_grad(res.x)
     gp = g[pen]
     gt = np.r_[gp + obj.l1, -gp + obj.l1, g[~pen]]
     lower = np.r_[np.zeros(2 * n_pen), -np.inf]
-    proj = np.maximum(last.x - gt, lower) - last.x
+    proj = np.maximum(theta - gt, lower) - theta
     assert last.grad_max == pytest.approx(np.max(np.abs(proj)), rel=1e-9, abs=1e-15)
     assert last.fun == pytest.approx(f + obj.l1 * (u.sum() + v.sum()), rel=1e-12)
     assert last.grad_max <= 1e-7
