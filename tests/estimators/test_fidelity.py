@@ -681,8 +681,11 @@ def test_callbacks_see_every_iteration_as_a_fit_stopped_there(name, solver, dask
             warnings.simplefilter("ignore", ConvergenceWarning)
             cut = getattr(de, name)(**kw, max_iter=i).fit(Xf, yf)
         got = cb.ends[i - 1]
-        np.testing.assert_allclose(got.coef_, cut.coef_, rtol=1e-7, atol=1e-10)
-        np.testing.assert_allclose(got.intercept_, cut.intercept_, rtol=1e-7, atol=1e-10)
+        # dask input: the scheduler may lay the rows out on other shards for another fit, and the sums' other
+        # rounding moves late L-BFGS iterates in the 7th digit; NumPy input is split the same way every time
+        rtol = 1e-5 if dask_input else 1e-7
+        np.testing.assert_allclose(got.coef_, cut.coef_, rtol=rtol, atol=1e-10)
+        np.testing.assert_allclose(got.intercept_, cut.intercept_, rtol=rtol, atol=1e-10)
     # the last iterate is the fitted model; the callbacks do not survive into a pickle's behaviour
     np.testing.assert_allclose(cb.ends[n_iter - 1].coef_, est.coef_)
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(est)).predict(X), est.predict(X))
