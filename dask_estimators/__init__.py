@@ -19,9 +19,11 @@ if TYPE_CHECKING:  # what the names below resolve to (for type checkers and the 
     from .estimators import (
         CharLSTM,
         LinearRegression,
+        LinearRegressionCV,
         LinearSVC,
         LinearSVR,
         LogisticRegression,
+        LogisticRegressionCV,
         MLPClassifier,
         MLPRegressor,
     )
@@ -31,9 +33,11 @@ __version__ = "0.1.0"
 __all__ = [
     "CharLSTM",
     "LinearRegression",
+    "LinearRegressionCV",
     "LinearSVC",
     "LinearSVR",
     "LogisticRegression",
+    "LogisticRegressionCV",
     "MLPClassifier",
     "MLPRegressor",
     "__version__",
@@ -45,6 +49,8 @@ _LAZY = {
     "LinearSVC": ".estimators.linear",
     "LinearSVR": ".estimators.linear",
     "LogisticRegression": ".estimators.linear",
+    "LogisticRegressionCV": ".estimators.cv",
+    "LinearRegressionCV": ".estimators.cv",
     "MLPClassifier": ".estimators.neural",
     "MLPRegressor": ".estimators.neural",
     "CharLSTM": ".estimators.text",

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from .cv import LinearRegressionCV, LogisticRegressionCV
     from .linear import LinearRegression, LinearSVC, LinearSVR, LogisticRegression
     from .neural import MLPClassifier, MLPRegressor
     from .text import CharLSTM
 
 __all__ = [
-    "CharLSTM", "LinearRegression", "LinearSVC", "LinearSVR", "LogisticRegression", "MLPClassifier", "MLPRegressor",
+    "CharLSTM", "LinearRegression", "LinearRegressionCV", "LinearSVC", "LinearSVR", "LogisticRegression",
+    "LogisticRegressionCV", "MLPClassifier", "MLPRegressor",
 ]
 
 _LAZY = {
@@ -24,6 +26,8 @@ _LAZY = {
     "LinearSVC": ".linear",
     "LinearSVR": ".linear",
     "LogisticRegression": ".linear",
+    "LogisticRegressionCV": ".cv",
+    "LinearRegressionCV": ".cv",
     "MLPClassifier": ".neural",
     "MLPRegressor": ".neural",
     "CharLSTM": ".text",
