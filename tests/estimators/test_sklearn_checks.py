@@ -15,6 +15,9 @@ ESTIMATORS = [
     de.LinearRegression(alpha=0.1, solver="newton-cg"),
     de.LinearRegression(alpha=0.01, l1_ratio=0.5),
     de.LinearSVR(epsilon=0.1),
+    # small grids: every fit of a check is a whole search (3 folds x 3 grid points and a refit)
+    de.LogisticRegressionCV(Cs=3, cv=3),
+    de.LinearRegressionCV(alphas=3, cv=3),
 ]
 
 # scikit-learn runs its sample-weight equivalence checks on iterative linear
