@@ -262,6 +262,12 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         Held-out scores use the sample weights without the class weights, as
         scikit-learn's.
     refit : bool, default=True
+    use_legacy_attributes : bool, default=True
+        True: the fitted attributes as scikit-learn's default of today (dicts
+        keyed by class, ``C_`` and ``l1_ratio_`` arrays).  False: scikit-learn's
+        layout from its version 1.10: ``C_`` and ``l1_ratio_`` floats,
+        ``coefs_paths_`` of shape (n_folds, n_l1_ratios, n_cs, n_classes or 1,
+        n_dof), ``scores_`` and ``n_iter_`` of shape (n_folds, n_l1_ratios, n_cs).
     random_state : int, RandomState instance or None, default=None
         Accepted and validated; the solvers are deterministic and the
         ``cv=int`` splits unshuffled, so it changes nothing.
@@ -315,6 +321,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         "scoring": [str, callable, None],
         "refit": ["boolean"],
         "path_method": [StrOptions({"batched", "sequential"})],
+        "use_legacy_attributes": ["boolean"],
     })
 
     def __init__(
@@ -332,6 +339,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         refit=True,
         random_state=None,
         path_method="batched",
+        use_legacy_attributes=True,
         client=None,
         reduction="tree",
         device="auto",
@@ -349,6 +357,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         self.refit = refit
         self.random_state = random_state
         self.path_method = path_method
+        self.use_legacy_attributes = use_legacy_attributes
         self.client = client
         self.reduction = reduction
         self.device = device
@@ -358,7 +367,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         return self.scoring is None or (isinstance(self.scoring, str) and self.scoring in _WORKER_SCORERS)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, **params):
         """Search ``Cs`` (and ``l1_ratios``) by cross-validation on the cluster, then refit.
 
         Parameters
@@ -366,11 +375,15 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
         y : array-like or dask collection of shape (n_samples,)
         sample_weight : array-like or dask collection of shape (n_samples,), default=None
+        **params : dict
+            Refused with a ``ValueError``: metadata routing to the splitter and
+            the scorer is not offered.
 
         Returns
         -------
         self : object
         """
+        _refuse_params(self, "fit", params)
         if self.scoring is not None and not callable(self.scoring):
             from sklearn.metrics import get_scorer_names
 
@@ -447,6 +460,12 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
             if K > 1:
                 b = b - b.mean(axis=-1, keepdims=True)
             W = np.concatenate([W, b[..., None]], axis=-1)
+        if not self.use_legacy_attributes:  # scikit-learn's layout from its version 1.10 on
+            self.C_, self.l1_ratio_ = float(C_), float(l1_ratio_)
+            self.coefs_paths_ = np.swapaxes(W, 1, 2).copy()  # (n_folds, n_l1_ratios, n_cs, n_classes or 1, n_dof)
+            self.scores_ = np.swapaxes(scores, 1, 2).copy()  # (n_folds, n_l1_ratios, n_cs)
+            self.n_iter_ = np.swapaxes(n_iter, 1, 2).copy()
+            return
         keys = self.classes_[1:] if n_cls == 2 else self.classes_
         drop = self.l1_ratios is None
         self.coefs_paths_ = {c: (W[:, :, 0, j] if drop else W[:, :, :, j]) for j, c in enumerate(keys)}
@@ -462,7 +481,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         from sklearn.linear_model import LogisticRegression as SkLR
         from sklearn.metrics import get_scorer
 
-        scorer = get_scorer(self.scoring)
+        scorer = _with_labels(get_scorer(self.scoring), self.classes_)
         train, test = search.splits[k]
         Xt, yt = search.X[test], search.y[test]
         params = {} if search.sample_weight is None else {"sample_weight": search.sample_weight[test]}
@@ -476,7 +495,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
             out.append(scorer(est, Xt, yt, **params))
         return np.asarray(out, dtype=float)
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X, y, sample_weight=None, **params):
         """The ``scoring`` score (accuracy when None) of the model on ``X``, ``y``.
 
         Parameters
@@ -484,16 +503,22 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
         sample_weight : array-like of shape (n_samples,), default=None
+        **params : dict
+            Refused with a ``ValueError`` (no metadata routing).
 
         Returns
         -------
         float
         """
+        _refuse_params(self, "score", params)
+        kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
+        return self._get_scorer()(self, X, y, **kwargs)
+
+    def _get_scorer(self):
+        """The scorer of ``scoring`` (accuracy when None), as scikit-learn's ``LogisticRegressionCV`` has it."""
         from sklearn.metrics import get_scorer
 
-        scorer = get_scorer(self.scoring or "accuracy")
-        kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
-        return scorer(self, X, y, **kwargs)
+        return get_scorer(self.scoring or "accuracy")
 
     def to_sklearn(self):
         """The equivalent fitted ``sklearn.linear_model.LogisticRegression`` at ``C_`` and ``l1_ratio_``.
@@ -504,8 +529,8 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         """
         from sklearn.linear_model import LogisticRegression as SkLR
 
-        l1r = float(self.l1_ratio_[0])
-        est = SkLR(C=float(self.C_[0]), l1_ratio=l1r, fit_intercept=self.fit_intercept, tol=self.tol,
+        l1r = float(np.ravel(self.l1_ratio_)[0])
+        est = SkLR(C=float(np.ravel(self.C_)[0]), l1_ratio=l1r, fit_intercept=self.fit_intercept, tol=self.tol,
                    class_weight=self.class_weight, max_iter=self.max_iter, solver="lbfgs" if l1r == 0 else "saga")
         return self._sklearn_fitted(est, names=("coef_", "intercept_"))
 
@@ -705,6 +730,35 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = False
         return tags
+
+
+def _refuse_params(est, method, params):
+    if params:
+        raise ValueError(
+            f"{type(est).__name__}.{method} got unexpected argument(s) {set(params)}: passing extra keyword "
+            "arguments is only supported if enable_metadata_routing=True in scikit-learn's estimators, and "
+            f"{type(est).__name__} routes no metadata."
+        )
+
+
+def _with_labels(scorer, classes):
+    """``scorer`` told every class (and the positive one for two), when its metric takes ``labels``.
+
+    A held-out fold may lack a class; as scikit-learn's ``LogisticRegressionCV``
+    does, metrics such as log-loss or the Brier score then still see them all.
+    """
+    import inspect
+
+    from sklearn.metrics import make_scorer
+
+    func = getattr(scorer, "_score_func", None)
+    if func is None or "labels" not in inspect.signature(func).parameters:
+        return scorer
+    extra = {"labels": classes}
+    if len(classes) <= 2 and "pos_label" in inspect.signature(func).parameters:
+        extra["pos_label"] = classes[-1]
+    return make_scorer(func, greater_is_better=scorer._sign == 1, response_method=scorer._response_method,
+                       **extra, **getattr(scorer, "_kwargs", {}))
 
 
 def _xy_sums(shard):

@@ -270,3 +270,21 @@ def test_pickles_and_predicts_without_a_cluster(cancer):
     np.testing.assert_allclose(copy.predict_proba(X), clf.predict_proba(X))
     sk_copy = clf.to_sklearn()
     np.testing.assert_allclose(sk_copy.predict_proba(X), clf.predict_proba(X))
+
+
+def test_new_attribute_layout_as_sklearn(digits):
+    X, y = digits
+    kw = dict(Cs=[0.1, 1.0], l1_ratios=[0.0], cv=3, scoring="neg_log_loss", use_legacy_attributes=False)
+    ours = de.LogisticRegressionCV(**kw, tol=1e-8, max_iter=1000).fit(X, y)
+    ref = sk.LogisticRegressionCV(**kw, tol=1e-8, max_iter=10_000).fit(X, y)
+    assert isinstance(ours.C_, float) and ours.C_ == ref.C_ and ours.l1_ratio_ == ref.l1_ratio_
+    assert ours.coefs_paths_.shape == ref.coefs_paths_.shape == (3, 1, 2, 10, X.shape[1] + 1)
+    assert ours.scores_.shape == ref.scores_.shape and ours.n_iter_.shape == ref.n_iter_.shape
+    np.testing.assert_allclose(ours.scores_, ref.scores_, rtol=1e-6)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-4 * np.abs(ref.coef_).max())
+
+
+def test_fit_params_refused_without_routing(cancer):
+    X, y = cancer
+    with pytest.raises(ValueError, match="only supported if enable_metadata_routing=True"):
+        de.LogisticRegressionCV(Cs=2).fit(X, y, groups=np.zeros(len(y)))
