@@ -40,7 +40,7 @@ _WORKER_SCORERS = {"accuracy": ("accuracy", 1.0), "neg_log_loss": ("log_loss", -
 class _Search:
     """What one search keeps while its data is placed: the evaluator, the model's spec, the splits' sums."""
 
-    def __init__(self, placement, evaluator, spec, sums, n_splits, y_test_weight):
+    def __init__(self, placement, evaluator, spec, sums, n_splits):
         self.placement, self.evaluator, self.spec = placement, evaluator, spec
         self.full_sums, self.fold_sums = sums[0], sums[1:]
         self.n_splits = n_splits
@@ -81,17 +81,15 @@ class _PlacedSearchMixin:
         prestart(self.client)
         dtype = input_float_dtype(X)
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
-        if not dask_input and self._is_classifier is False and np.ndim(y) > 1 and np.shape(y)[1] > 1:
-            raise ValueError(f"For multi-task outputs, use a model per target; {type(self).__name__} fits one.")
-        if not dask_input and not self._is_classifier:
-            y = np.reshape(y, -1)
-        splits = None if self._worker_folds() and self._scores_on_workers() else \
-            self._splits_on_client(X, y, dask_input)
         if dask_input and not self._scores_on_workers():
             raise ValueError(
                 f"scoring={self.scoring!r} needs the held-out rows on the client; with dask input use one of "
                 f"{sorted(_WORKER_SCORERS)} or None, which are computed on the workers."
             )
+        if not dask_input and not self._is_classifier:
+            y = np.reshape(y, -1)
+        splits = None if self._worker_folds() and self._scores_on_workers() else \
+            self._splits_on_client(X, y, dask_input)
         check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=False)
         y_placed, classes = y, None
         if labels is not None:
@@ -118,7 +116,7 @@ class _PlacedSearchMixin:
                         raise ValueError(f"The training rows of split {k} have a zero sum of sample weights.")
                 spec = LinearSpec(loss, self.n_features_in_, n_outputs, self.fit_intercept)
                 evaluator = DistributedEvaluator(placement, reduction=self.reduction)
-                search = _Search(placement, evaluator, spec, sums, n_splits, None)
+                search = _Search(placement, evaluator, spec, sums, n_splits)
                 search.splits = splits
                 search.X, search.y, search.sample_weight = (None, None, None) if dask_input else (X, y, sample_weight)
                 self._search(search)

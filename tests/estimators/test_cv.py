@@ -288,3 +288,13 @@ def test_fit_params_refused_without_routing(cancer):
     X, y = cancer
     with pytest.raises(ValueError, match="only supported if enable_metadata_routing=True"):
         de.LogisticRegressionCV(Cs=2).fit(X, y, groups=np.zeros(len(y)))
+
+
+def test_splitter_on_dask_input_equals_numpy(cancer):
+    X, y = cancer
+    cv = KFold(3, shuffle=True, random_state=0)
+    ours = de.LogisticRegressionCV(Cs=[0.1, 1.0], cv=cv, **TIGHT).fit(X, y)
+    on_dask = de.LogisticRegressionCV(Cs=[0.1, 1.0], cv=cv, **TIGHT).fit(
+        da.from_array(X, chunks=(150, -1)), da.from_array(y, chunks=(150,)))
+    np.testing.assert_array_equal(on_dask.scores_[1], ours.scores_[1])
+    np.testing.assert_allclose(on_dask.coef_, ours.coef_, rtol=1e-8, atol=1e-10)
