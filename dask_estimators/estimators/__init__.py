@@ -11,14 +11,16 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from .cv import LinearRegressionCV, LogisticRegressionCV
     from .glm import GammaRegressor, PoissonRegressor, TweedieRegressor
     from .linear import LinearRegression, LinearSVC, LinearSVR, LogisticRegression
     from .neural import MLPClassifier, MLPRegressor
     from .text import CharLSTM
 
 __all__ = [
-    "CharLSTM", "GammaRegressor", "LinearRegression", "LinearSVC", "LinearSVR", "LogisticRegression", "MLPClassifier",
-    "MLPRegressor", "PoissonRegressor", "TweedieRegressor",
+    "CharLSTM", "GammaRegressor", "LinearRegression", "LinearRegressionCV", "LinearSVC", "LinearSVR",
+    "LogisticRegression", "LogisticRegressionCV", "MLPClassifier", "MLPRegressor", "PoissonRegressor",
+    "TweedieRegressor",
 ]
 
 _LAZY = {
@@ -26,6 +28,8 @@ _LAZY = {
     "LinearSVC": ".linear",
     "LinearSVR": ".linear",
     "LogisticRegression": ".linear",
+    "LogisticRegressionCV": ".cv",
+    "LinearRegressionCV": ".cv",
     "MLPClassifier": ".neural",
     "MLPRegressor": ".neural",
     "CharLSTM": ".text",

@@ -325,6 +325,16 @@ class LinearObjective:
         w = np.asarray(w, dtype=np.float64)
         loss, grad = self.evaluate(value_grad, w, self.spec)
         self._state_at = w.copy()
+        return self.finish(w, loss, grad)
+
+    def finish(self, w, loss, grad):
+        """``F``'s smooth part and its gradient at ``w`` from the tree-summed raw ``loss`` and ``grad`` there.
+
+        :meth:`fun_and_grad` is ``finish`` of one :func:`value_grad` round; a
+        caller that evaluated several models in one round (cross-validation,
+        :mod:`dask_estimators.optim.batched`) finishes each with its own objective.
+        """
+        w = np.asarray(w, dtype=np.float64)
         wp = w * self.penalized
         f = loss / self.sw_sum + 0.5 * self.l2 * float(wp @ wp)
         g = grad / self.sw_sum + self.l2 * wp

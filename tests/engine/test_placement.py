@@ -436,3 +436,29 @@ def test_a_shard_that_cannot_be_built_fails_the_placement(client, rng, kind, tra
     arrays, _ = _inputs(kind, X, y, sw)
     with pytest.raises(RuntimeError, match="no CUDA device"):
         place(client, arrays, device="cuda", transport=transport)
+
+
+def _first_column(shard):
+    return shard.get("X")[:, 0].cpu().numpy()
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask-uneven", "dask-empty-chunks"])
+def test_row_ranges_name_each_shards_rows(client, rng, kind):
+    """row_ranges gives the global position of every row of every shard (cross-validation folds use it)."""
+    n = 301
+    X = np.column_stack([np.arange(n, dtype=float), rng.standard_normal(n)])
+    if kind == "dask-uneven":
+        X = da.from_array(X, chunks=(37, -1))
+    elif kind == "dask-empty-chunks":
+        X = da.concatenate([da.from_array(X[:100], chunks=(50, -1)), da.zeros((0, 2), chunks=(0, 2)),
+                            da.from_array(X[100:], chunks=(67, -1))])
+    with place(client, {"X": X}) as p:
+        assert len(p.row_ranges) == len(p.shards)
+        firsts = p.map(_first_column)
+        seen = []
+        for ranges, col, rows in zip(p.row_ranges, firsts, p.n_rows):
+            positions = np.concatenate([np.arange(a, b) for a, b in ranges])
+            assert len(positions) == rows
+            np.testing.assert_array_equal(col, positions)  # X[:, 0] is the row's global position
+            seen.append(positions)
+        np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(n))

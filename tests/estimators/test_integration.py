@@ -456,6 +456,37 @@ def test_grid_search_pipeline_on_joblib_dask_backend(cancer, sklearn_search, cli
     assert b"distributed" not in pickle.dumps(search.best_estimator_)
 
 
+def test_halving_search_and_regression_grid_on_joblib_dask_backend(cancer, client):
+    """HalvingGridSearchCV over a pipeline, and GridSearchCV over LinearRegression, with fits as Dask tasks."""
+    from sklearn.datasets import load_diabetes
+    from sklearn.experimental import enable_halving_search_cv  # noqa: F401
+    from sklearn.model_selection import HalvingGridSearchCV
+
+    _assert_fits_inside_a_task(client)
+
+    def halving(clf):
+        pipe = Pipeline([("scale", StandardScaler()), ("clf", clf)])
+        return HalvingGridSearchCV(pipe, {"clf__C": [0.01, 0.1, 1, 10]}, cv=3, factor=2, random_state=0)
+
+    reference = halving(sk.LogisticRegression()).fit(*cancer)
+    with joblib.parallel_backend("dask"):
+        search = halving(de.LogisticRegression()).fit(*cancer)
+    assert search.best_params_ == reference.best_params_
+    np.testing.assert_array_equal(search.n_resources_, reference.n_resources_)
+    np.testing.assert_allclose(search.cv_results_["mean_test_score"], reference.cv_results_["mean_test_score"],
+                               atol=0.01)
+    assert isinstance(search.best_estimator_[-1], de.LogisticRegression)
+
+    X, y = load_diabetes(return_X_y=True)
+    alphas = {"alpha": [0.01, 0.1, 1.0]}
+    lasso = GridSearchCV(sk.Lasso(tol=1e-10, max_iter=100_000), alphas, cv=3).fit(X, y)
+    with joblib.parallel_backend("dask"):
+        ours = GridSearchCV(de.LinearRegression(l1_ratio=1.0, tol=1e-10), alphas, cv=3).fit(X, y)
+    assert ours.best_params_ == lasso.best_params_  # our alpha is Lasso's (the same objective scale)
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], lasso.cv_results_["mean_test_score"],
+                               rtol=1e-5)
+
+
 # ------------------------------------------------------------------ 4. pickling
 def _walk(obj, seen=None):
     """Every object reachable from containers and instance dicts (no deeper than needed here)."""

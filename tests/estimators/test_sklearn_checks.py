@@ -21,6 +21,9 @@ ESTIMATORS = [
     de.TweedieRegressor(power=1.5),
     de.TweedieRegressor(power=0.0, alpha=0.1),
     de.TweedieRegressor(power=3.0, solver="newton-cholesky"),
+    # small grids: every fit of a check is a whole search (3 folds x 3 grid points and a refit)
+    de.LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], cv=3),  # C up to 1: at C=1e4 the 15-sample checks are ill-posed
+    de.LinearRegressionCV(alphas=3, cv=3),
 ]
 
 # scikit-learn runs its sample-weight equivalence checks on iterative linear

@@ -11,7 +11,8 @@ from upstream_loader import TARGETS, load
 def test_upstream_modules_see_our_estimators():
     logistic = load("sklearn.linear_model.tests.test_logistic")
     assert logistic.LogisticRegression is dask_estimators.LogisticRegression
-    assert logistic.LogisticRegressionCV is sklearn.linear_model.LogisticRegressionCV  # not ours: skipped
+    assert logistic.LogisticRegressionCV is dask_estimators.LogisticRegressionCV
+    assert logistic.SGDClassifier is sklearn.linear_model.SGDClassifier  # not ours: stays scikit-learn's
 
     mlp = load("sklearn.neural_network.tests.test_mlp")
     assert mlp.MLPClassifier is dask_estimators.MLPClassifier

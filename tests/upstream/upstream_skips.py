@@ -44,25 +44,16 @@ SKIPS = [
         {LOGISTIC: [r"array_api"]},
     ),
     Rule(
-        "LogisticRegressionCV",
-        "LogisticRegressionCV is not offered yet; these tests are about it (scikit-learn's own, which fits "
-        "scikit-learn's LogisticRegression inside).",
-        {
-            LOGISTIC: [
-                r"(?i)regressioncv", r"LogisticRegressionCV", r"logistic_cv", r"lr_cv", r"_cv_", r"-cv\]",
-                r"^test_n_iter\[", r"scores_attribute_layout", r"lr_scoring_warns", r"get_default_scorer",
-                r"without_enabling_metadata_routing",
-            ]
-        },
-    ),
-    Rule(
         "deprecated arguments",
         "Arguments scikit-learn deprecates (LogisticRegression's penalty=, n_jobs=, l1_ratio=None) were "
-        "never offered here; tests of them or of their warnings do not apply.",
+        "never offered here; tests of them or of their warnings do not apply (nor of the FutureWarning of "
+        "LogisticRegressionCV's use_legacy_attributes and scoring defaults: True and accuracy here, without a "
+        "warning).",
         {
             LOGISTIC: [
                 r"penalty", r"n_jobs", r"l1_ratio_None", r"elasticnet_l1_ratio_err_helpful",
                 r"l1_ratio_non_elasticnet", r"elastic_net_l1_l2_equivalence",
+                r"warns_with_use_legacy_attributes", r"lr_scoring_warns",
             ]
         },
     ),
@@ -78,6 +69,11 @@ SKIPS = [
                 r"warm_start_converge_LR", r"elastic_net_coeffs", r"elastic_net_vs_l1_l2",
                 r"LogisticRegression_elastic_net_objective", r"elastic_net_versus_sgd",
                 r"callback_support_warning",
+                # LogisticRegressionCV tests whose bodies run saga, sag or liblinear (or loop over them)
+                r"^test_logistic_cv\[", r"^test_multinomial_cv_iris", r"^test_logistic_regressioncv_class_weights",
+                r"^test_logistic_regression_cv_refit", r"LogisticRegressionCV_GridSearchCV_elastic_net",
+                r"^test_LogisticRegressionCV_no_refit", r"LogisticRegressionCV_elasticnet_attribute_shapes",
+                r"^test_scores_attribute_layout_elasticnet",
             ]
         },
     ),
@@ -114,6 +110,9 @@ XFAILS = [
     # LogisticRegression
     Rule("sparse input", "sparsify()/densify() work; the test then predicts on sparse input, which is its own "
          "open issue.", {LOGISTIC: [r"^test_sparsify"]}),
+    Rule("no metadata routing in LogisticRegressionCV", "LogisticRegressionCV passes sample_weight to its "
+         "scorer whenever fit gets it; a scorer's set_score_request(sample_weight=False) is not honoured.",
+         {LOGISTIC: [r"lr_cv_scores_differ_when_sample_weight_is_requested"]}),
     # LinearSVC / LinearSVR
     Rule("LinearSVC multi_class not supported", "LinearSVC takes no multi_class= (crammer_singer).", {
         SVM: [r"crammer_singer"],

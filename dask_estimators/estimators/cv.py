@@ -1,0 +1,776 @@
+"""Cross-validated linear models on placed data: LogisticRegressionCV and LinearRegressionCV.
+
+A search places its data on the workers once.  The splits are roles of the
+rows kept on the shards (:mod:`dask_estimators.objectives.cv`): for
+``cv=int`` each worker computes them from its rows' global positions, as
+scikit-learn's unshuffled ``StratifiedKFold`` (classifiers) or ``KFold``
+(regressors) would; for a splitter or an iterable of splits the client sends
+each shard its rows' roles once.  Every fold model is a fit on the same
+shards with the held-out rows weighted zero; the held-out scores are sums
+computed on the workers and tree-summed; the final refit uses the same
+shards again.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import _fit_context
+from sklearn.model_selection import check_cv
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from ..engine import DistributedEvaluator, client_context, place
+from ..engine.cluster import prestart
+from ..objectives import LinearObjective, LinearSpec
+from ..objectives import cv as CV
+from ..optim import minimize
+from ..optim.batched import minimize_many
+from ._base import DistributedLinearModel, _check_block, input_float_dtype
+from .linear import LinearRegression, LogisticRegression
+
+__all__ = ["LogisticRegressionCV", "LinearRegressionCV"]
+
+#: Scorers computed on the workers from sums over the held-out rows: name -> (metric, sign).
+_WORKER_SCORERS = {"accuracy": ("accuracy", 1.0), "neg_log_loss": ("log_loss", -1.0)}
+
+
+class _Search:
+    """What one search keeps while its data is placed: the evaluator, the model's spec, the splits' sums."""
+
+    def __init__(self, placement, evaluator, spec, sums, n_splits):
+        self.placement, self.evaluator, self.spec = placement, evaluator, spec
+        self.full_sums, self.fold_sums = sums[0], sums[1:]
+        self.n_splits = n_splits
+
+    def objective(self, k):
+        """The normalised objective of split k's training rows (k None: all rows); penalties set by the caller."""
+        evaluate = functools.partial(_on_fold, self.evaluator, k)
+        sums = self.full_sums if k is None else self.fold_sums[k]
+        return LinearObjective(evaluate, self.spec, weight_sums=tuple(sums))
+
+    def heldout(self, k, ws, metric):
+        return np.asarray(self.evaluator(CV.heldout_sums, k, np.asarray(ws, dtype=np.float64), self.spec, metric))
+
+
+def _on_fold(evaluator, k, kernel, *args):
+    return evaluator(CV.on_fold, k, kernel, *args)
+
+
+class _PlacedSearchMixin:
+    """Validation, one placement, the splits on the shards, the fold paths, and the release."""
+
+    def _splits_on_client(self, X, y, dask_input):
+        """Splits computed on the client (a splitter, an iterable of splits, or a scorer run on the client)."""
+        cv = check_cv(self.cv, None if dask_input else y, classifier=self._is_classifier)
+        if dask_input:
+            y_host = np.asarray(y.compute()).reshape(-1) if y is not None else None
+            X_host = np.empty((len(y_host), 0))
+            if self._is_classifier and isinstance(self.cv, (Integral, type(None))):
+                cv = check_cv(self.cv, y_host, classifier=True)
+            return list(cv.split(X_host, y_host))
+        return list(cv.split(X, y))
+
+    def _worker_folds(self):
+        """Whether the splits are computed on the workers: ``cv`` None or an int."""
+        return self.cv is None or isinstance(self.cv, Integral)
+
+    def _place_and_search(self, X, y, sample_weight, loss_of, n_outputs_of):
+        prestart(self.client)
+        dtype = input_float_dtype(X)
+        X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
+        if dask_input and not self._scores_on_workers():
+            raise ValueError(
+                f"scoring={self.scoring!r} needs the held-out rows on the client; with dask input use one of "
+                f"{sorted(_WORKER_SCORERS)} or None, which are computed on the workers."
+            )
+        if not dask_input and not self._is_classifier:
+            y = np.reshape(y, -1)
+        splits = None if self._worker_folds() and self._scores_on_workers() else \
+            self._splits_on_client(X, y, dask_input)
+        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=False)
+        y_placed, classes = y, None
+        if labels is not None:
+            classes, codes = labels
+            classes = self._check_classes(classes)
+            y_placed = np.searchsorted(classes, y) if codes is None else codes
+        with client_context(self.client) as client:
+            placement = place(
+                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
+                timeout=self.timeout,
+            )
+            try:
+                n_classes, class_weight = None, None
+                if self._is_classifier:
+                    self.classes_ = self._dask_classes(placement) if dask_input else classes
+                    n_classes = len(self.classes_)
+                    class_weight = self._class_weight_vector(placement, n_classes)
+                n_splits = self._set_splits(placement, splits, n_classes)
+                loss = loss_of(n_classes)
+                n_outputs = n_outputs_of(n_classes)
+                sums = np.asarray(placement.map(CV.prepare, loss, n_outputs, class_weight)).sum(axis=0)
+                for k in range(n_splits):
+                    if not sums[1 + k, 0] > 0:
+                        raise ValueError(f"The training rows of split {k} have a zero sum of sample weights.")
+                spec = LinearSpec(loss, self.n_features_in_, n_outputs, self.fit_intercept)
+                evaluator = DistributedEvaluator(placement, reduction=self.reduction)
+                search = _Search(placement, evaluator, spec, sums, n_splits)
+                search.splits = splits
+                search.X, search.y, search.sample_weight = (None, None, None) if dask_input else (X, y, sample_weight)
+                self._search(search)
+                stats = evaluator.stats.as_dict()
+                stats.update(n_shards=len(placement.shards), rows_per_shard=list(placement.n_rows),
+                             weight_sum=float(search.full_sums[0]), n_splits=n_splits)
+            finally:
+                placement.release()
+        if self._keeps_float32 and dtype == np.float32:
+            self.coef_ = self.coef_.astype(np.float32)
+            self.intercept_ = (
+                np.float32(self.intercept_) if np.ndim(self.intercept_) == 0 else self.intercept_.astype(np.float32)
+            )
+        self.fit_stats_ = stats
+        return self
+
+    def _scores_on_workers(self):
+        return True
+
+    def _set_splits(self, placement, splits, n_classes):
+        """The splits' roles on every shard; returns the number of splits."""
+        ranges = placement.row_ranges
+        n = placement.n_samples
+        if splits is None:
+            cv = 5 if self.cv is None else int(self.cv)
+            if cv < 2:
+                raise ValueError(f"k-fold cross-validation requires at least one train/test split by setting "
+                                 f"n_splits=2 or more, got n_splits={cv}.")
+            if cv > n:
+                raise ValueError(f"Cannot have number of splits n_splits={cv} greater than the number of samples: "
+                                 f"n_samples={n}.")
+            if self._is_classifier:
+                runs = placement.map_each(CV.class_runs, [(r, n_classes) for r in ranges])
+                bounds, prefixes = CV.stratified_plan(runs, n_classes, cv)
+                placement.map_each(CV.assign_stratified, [(r, p, bounds) for r, p in zip(ranges, prefixes)])
+            else:
+                placement.map_each(CV.assign_kfold, [(r, n, cv) for r in ranges])
+            return cv
+        roles = np.zeros((len(splits), n), dtype=np.int8)
+        for k, (train, test) in enumerate(splits):
+            roles[k, np.asarray(train, dtype=np.int64)] = CV.TRAIN
+            roles[k, np.asarray(test, dtype=np.int64)] = CV.TEST
+        placement.map_each(CV.set_roles, [(roles[:, CV._positions(r)],) for r in ranges])
+        return len(splits)
+
+    def _fold_paths(self, search, penalties, grid, folds):
+        """Each split's regularisation path: the parameters and iterations at every grid point, warm-started.
+
+        ``grid`` lists the grid points in path order; ``penalties(point, sw_sum)``
+        gives (l2, l1).  Returns ``(coefs (n_folds, n_points, n_params), n_iter (n_folds, n_points))``.
+        """
+        n_params = search.spec.n_params
+        coefs = np.zeros((len(folds), len(grid), n_params))
+        n_iter = np.zeros((len(folds), len(grid)), dtype=np.int32)
+        objectives = [search.objective(k) for k in folds]
+        solvers = [self._resolved_solver(n_params, penalties(p, 1.0)[1]) for p in grid]
+        if self._batched(solvers):
+            w = np.zeros((len(folds), n_params))
+            for j, point in enumerate(grid):
+                for obj in objectives:
+                    obj.l2, obj.l1 = penalties(point, obj.sw_sum)
+                results = minimize_many(search.evaluator, search.spec, folds, objectives, w, tol=self.tol,
+                                        max_iter=self.max_iter)
+                for i, res in enumerate(results):
+                    coefs[i, j], n_iter[i, j] = res.x, res.nit
+                w = coefs[:, j].copy()
+            return coefs, n_iter
+        for i, obj in enumerate(objectives):
+            w = np.zeros(n_params)
+            for j, point in enumerate(grid):
+                obj.l2, obj.l1 = penalties(point, obj.sw_sum)
+                res = minimize(obj, w, solver=solvers[j], tol=self.tol, max_iter=self.max_iter)
+                coefs[i, j], n_iter[i, j] = res.x, res.nit
+                w = res.x
+        return coefs, n_iter
+
+    def _batched(self, solvers):
+        """The splits' paths run in lockstep (one pass over X per round for all splits) with L-BFGS."""
+        return getattr(self, "path_method", "batched") == "batched" and all(s == "lbfgs" for s in solvers)
+
+    def _refit(self, search, penalties, point, w0):
+        obj = search.objective(None)
+        obj.l2, obj.l1 = penalties(point, obj.sw_sum)
+        solver = self._resolved_solver(search.spec.n_params, obj.l1)
+        res = minimize(obj, w0, solver=solver, tol=self.tol, max_iter=self.max_iter)
+        self.solver_ = solver
+        return res
+
+
+_CV_DOC = """
+    cv : int, cross-validation generator or iterable, default=None
+        None: 5 splits.  An int: that many unshuffled ``{splitter}`` splits,
+        computed on the workers from each row's position{stratified} (the
+        rows never move).  A splitter or an iterable of ``(train, test)``
+        index arrays: the splits are made on the client (for dask input the
+        splitter sees ``y``, computed, and an ``X`` without columns) and each
+        shard gets its rows' roles once.
+    path_method : {{"batched", "sequential"}}, default="batched"
+        ``"batched"``: the splits' L-BFGS runs go in lockstep, each round
+        evaluating every still-running split's model in one pass over X
+        (:mod:`dask_estimators.optim.batched`); each run's iterates are those
+        it would take alone.  ``"sequential"``: one split after the other,
+        each with the solver (the Newton solvers are always sequential).
+"""
+
+
+class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
+    """Logistic regression with ``C`` (and ``l1_ratio``) chosen by cross-validation, on one placement.
+
+    The objective of each fit is :class:`LogisticRegression`'s (scikit-learn's
+    scale); the search follows scikit-learn's ``LogisticRegressionCV``: for
+    every split and every ``l1_ratio`` a path over ``Cs`` in the given order,
+    each fit warm-started from the previous one (with ``Cs`` increasing, the
+    largest penalty first); the scores are summed over the splits and the best
+    ``(C, l1_ratio)`` is refitted on all rows (``refit=True``), or the
+    splits' best coefficients are averaged (``refit=False``).
+
+    The data is placed on the workers once for the whole search (see
+    :mod:`dask_estimators.estimators.cv`), and the held-out scores of
+    ``scoring`` None, ``"accuracy"`` or ``"neg_log_loss"`` are sums computed
+    on the workers.  Other scorers (any scikit-learn scorer name or callable)
+    are applied on the client to the held-out rows, so they need NumPy input.
+
+    Parameters
+    ----------
+    Cs : int or array-like of float, default=10
+        The values of C, or their number: ``np.logspace(-4, 4, Cs)``.
+    l1_ratios : array-like of float in [0, 1] or None, default=None
+        Elastic-net mixing values searched; None is the L2 penalty alone, and
+        then the fitted arrays have no ``l1_ratio`` axis (as scikit-learn's
+        ``l1_ratios=None``).  Values above 0 need ``solver="lbfgs"``.
+    fit_intercept : bool, default=True
+    {cv}
+    scoring : str, callable or None, default=None
+        None is accuracy.  See above for where it is computed.
+    solver : {{"lbfgs", "newton-cg", "newton-cholesky"}}, default="lbfgs"
+    tol : float, default=1e-4
+    max_iter : int, default=100
+    class_weight : dict, "balanced" or None, default=None
+        As in :class:`LogisticRegression`; "balanced" is computed on all rows.
+        Held-out scores use the sample weights without the class weights, as
+        scikit-learn's.
+    refit : bool, default=True
+    use_legacy_attributes : bool, default=True
+        True: the fitted attributes as scikit-learn's default of today (dicts
+        keyed by class, ``C_`` and ``l1_ratio_`` arrays).  False: scikit-learn's
+        layout from its version 1.10: ``C_`` and ``l1_ratio_`` floats,
+        ``coefs_paths_`` of shape (n_folds, n_l1_ratios, n_cs, n_classes or 1,
+        n_dof), ``scores_`` and ``n_iter_`` of shape (n_folds, n_l1_ratios, n_cs).
+    random_state : int, RandomState instance or None, default=None
+        Accepted and validated; the solvers are deterministic and the
+        ``cv=int`` splits unshuffled, so it changes nothing.
+    client, reduction, device, timeout
+        As in :class:`LogisticRegression`.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+    Cs_ : ndarray of shape (n_cs,)
+    l1_ratios_ : ndarray of shape (n_l1_ratios,)
+        ``[None]`` when ``l1_ratios`` is None.
+    coefs_paths_ : dict of ndarray
+        Class label -> ``(n_folds, n_cs, n_dof)`` (``(n_folds, n_cs,
+        n_l1_ratios, n_dof)`` with ``l1_ratios``), ``n_dof`` the features and
+        the intercept; one key (the positive class) for two classes.
+        Multinomial intercepts are centred.
+    scores_ : dict of ndarray
+        Class label -> ``(n_folds, n_cs)`` (or with the ``l1_ratio`` axis), the
+        same array for every key.
+    C_ : ndarray of shape (1,) or (n_classes,)
+    l1_ratio_ : ndarray of shape (1,) or (n_classes,)
+    n_iter_ : ndarray of shape (1, n_folds, n_cs) or (1, n_folds, n_cs, n_l1_ratios)
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+    solver_ : str
+        The solver of the refit.
+    fit_stats_ : dict
+        Distributed rounds, seconds, bytes, shards, rows per shard, splits.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from dask_estimators import LogisticRegressionCV
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> clf = LogisticRegressionCV(Cs=5).fit(StandardScaler().fit_transform(X), y)  # doctest: +SKIP
+    >>> clf.C_.shape, clf.scores_[1].shape  # doctest: +SKIP
+    ((1,), (5, 5))
+    """
+
+    _parameter_constraints = {
+        k: v for k, v in LogisticRegression._parameter_constraints.items() if k not in ("C", "l1_ratio", "warm_start")
+    }
+    _parameter_constraints.update({
+        "Cs": [Interval(Integral, 1, None, closed="left"), "array-like"],
+        "l1_ratios": ["array-like", None],
+        "cv": ["cv_object"],
+        "scoring": [str, callable, None],
+        "refit": ["boolean"],
+        "path_method": [StrOptions({"batched", "sequential"})],
+        "use_legacy_attributes": ["boolean"],
+    })
+
+    def __init__(
+        self,
+        *,
+        Cs=10,
+        l1_ratios=None,
+        fit_intercept=True,
+        cv=None,
+        scoring=None,
+        solver="lbfgs",
+        tol=1e-4,
+        max_iter=100,
+        class_weight=None,
+        refit=True,
+        random_state=None,
+        path_method="batched",
+        use_legacy_attributes=True,
+        client=None,
+        reduction="tree",
+        device="auto",
+        timeout=None,
+    ):
+        self.Cs = Cs
+        self.l1_ratios = l1_ratios
+        self.fit_intercept = fit_intercept
+        self.cv = cv
+        self.scoring = scoring
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.class_weight = class_weight
+        self.refit = refit
+        self.random_state = random_state
+        self.path_method = path_method
+        self.use_legacy_attributes = use_legacy_attributes
+        self.client = client
+        self.reduction = reduction
+        self.device = device
+        self.timeout = timeout
+
+    def _scores_on_workers(self):
+        return self.scoring is None or (isinstance(self.scoring, str) and self.scoring in _WORKER_SCORERS)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None, **params):
+        """Search ``Cs`` (and ``l1_ratios``) by cross-validation on the cluster, then refit.
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        y : array-like or dask collection of shape (n_samples,)
+        sample_weight : array-like or dask collection of shape (n_samples,), default=None
+        **params : dict
+            Refused with a ``ValueError``: metadata routing to the splitter and
+            the scorer is not offered.
+
+        Returns
+        -------
+        self : object
+        """
+        _refuse_params(self, "fit", params)
+        if self.scoring is not None and not callable(self.scoring):
+            from sklearn.metrics import get_scorer_names
+
+            if self.scoring not in get_scorer_names():
+                raise ValueError(f"scoring must be a scorer name of scikit-learn, a callable or None; "
+                                 f"got {self.scoring!r}.")
+        Cs = np.logspace(-4, 4, self.Cs) if isinstance(self.Cs, Integral) else np.asarray(self.Cs, dtype=float)
+        if Cs.ndim != 1 or Cs.size == 0 or np.any(Cs <= 0):
+            raise ValueError(f"Cs must be a positive int or a non-empty list of positive floats, got {self.Cs!r}.")
+        l1_ratios = None if self.l1_ratios is None else np.asarray(self.l1_ratios, dtype=float).reshape(-1)
+        if l1_ratios is not None and (l1_ratios.size == 0 or np.any((l1_ratios < 0) | (l1_ratios > 1))):
+            raise ValueError(f"l1_ratios must be an array-like of numbers between 0 and 1; got "
+                             f"(l1_ratios={self.l1_ratios!r})")
+        self.Cs_ = Cs
+        self._l1 = np.zeros(1) if l1_ratios is None else l1_ratios
+        if np.any(self._l1 > 0) and self.solver != "lbfgs":
+            raise ValueError(f"Solver {self.solver!r} supports only the L2 penalty (l1_ratios of 0); use "
+                             "solver='lbfgs' for L1 or elastic-net penalties.")
+        self._place_and_search(
+            X, y, sample_weight,
+            lambda n_classes: "binomial" if n_classes == 2 else "multinomial",
+            lambda n_classes: 1 if n_classes == 2 else n_classes,
+        )
+        self.l1_ratios_ = np.asarray([None], dtype=object) if l1_ratios is None else l1_ratios
+        del self._l1
+        return self
+
+    def _search(self, search):
+        spec, Cs, l1s = search.spec, self.Cs_, self._l1
+        n_folds, n_cs, n_l1 = search.n_splits, len(Cs), len(l1s)
+        K, d = spec.n_outputs, spec.n_features
+        coefs = np.zeros((n_folds, n_cs, n_l1, spec.n_params))
+        n_iter = np.zeros((n_folds, n_cs, n_l1), dtype=np.int32)
+        scores = np.zeros((n_folds, n_cs, n_l1))
+        folds = list(range(n_folds))
+        for m, l1r in enumerate(l1s):
+            def penalties(C, sw_sum, l1r=l1r):
+                scale = 1.0 / (C * sw_sum)
+                return (1.0 - l1r) * scale, l1r * scale
+
+            paths, iters = self._fold_paths(search, penalties, list(Cs), folds)
+            coefs[:, :, m], n_iter[:, :, m] = paths, iters
+            for k in folds:
+                scores[k, :, m] = self._scores(search, k, paths[k])
+        if self.refit:
+            total = scores.sum(axis=0)
+            i, m = np.unravel_index(np.argmax(total), total.shape)
+            C_, l1_ratio_ = Cs[i], l1s[m]
+            w0 = coefs[:, i, m].mean(axis=0)
+            l1r = l1_ratio_
+
+            def penalties(C, sw_sum):
+                scale = 1.0 / (C * sw_sum)
+                return (1.0 - l1r) * scale, l1r * scale
+
+            res = self._refit(search, penalties, C_, w0)
+            w = res.x
+        else:
+            flat = scores.reshape(n_folds, -1).argmax(axis=1)
+            best = [np.unravel_index(b, (n_cs, n_l1)) for b in flat]
+            w = np.mean([coefs[k, i, m] for k, (i, m) in enumerate(best)], axis=0)
+            C_ = float(np.mean([Cs[i] for i, _ in best]))
+            l1_ratio_ = float(np.mean([l1s[m] for _, m in best])) if self.l1_ratios is not None else 0.0
+            self.solver_ = self.solver
+        self._set_params_from(w, spec, None)
+        n_cls = len(self.classes_)
+        reps = 1 if n_cls == 2 else n_cls
+        self.C_ = np.repeat(float(C_), reps)
+        self.l1_ratio_ = np.repeat(float(l1_ratio_), reps)
+        # the paths as scikit-learn lays them out: per class [coef, intercept]
+        W = coefs[..., : K * d].reshape(n_folds, n_cs, n_l1, K, d)
+        if spec.fit_intercept:
+            b = coefs[..., K * d :]
+            if K > 1:
+                b = b - b.mean(axis=-1, keepdims=True)
+            W = np.concatenate([W, b[..., None]], axis=-1)
+        if not self.use_legacy_attributes:  # scikit-learn's layout from its version 1.10 on
+            self.C_, self.l1_ratio_ = float(C_), float(l1_ratio_)
+            self.coefs_paths_ = np.swapaxes(W, 1, 2).copy()  # (n_folds, n_l1_ratios, n_cs, n_classes or 1, n_dof)
+            self.scores_ = np.swapaxes(scores, 1, 2).copy()  # (n_folds, n_l1_ratios, n_cs)
+            self.n_iter_ = np.swapaxes(n_iter, 1, 2).copy()
+            return
+        keys = self.classes_[1:] if n_cls == 2 else self.classes_
+        drop = self.l1_ratios is None
+        self.coefs_paths_ = {c: (W[:, :, 0, j] if drop else W[:, :, :, j]) for j, c in enumerate(keys)}
+        self.scores_ = {c: (scores[:, :, 0] if drop else scores).copy() for c in keys}
+        self.n_iter_ = (n_iter[:, :, 0] if drop else n_iter)[None, ...]
+
+    def _scores(self, search, k, path):
+        """Held-out scores of split k for each point of its path."""
+        if self._scores_on_workers():
+            metric, sign = _WORKER_SCORERS[self.scoring or "accuracy"]
+            sums = search.heldout(k, path, metric)
+            return sign * sums[:, 0] / sums[:, 1]
+        from sklearn.linear_model import LogisticRegression as SkLR
+        from sklearn.metrics import get_scorer
+
+        scorer = _with_labels(get_scorer(self.scoring), self.classes_)
+        train, test = search.splits[k]
+        Xt, yt = search.X[test], search.y[test]
+        params = {} if search.sample_weight is None else {"sample_weight": search.sample_weight[test]}
+        out = []
+        for w in path:
+            est = SkLR()
+            est.classes_ = self.classes_
+            W, b = search.spec.unpack(w)
+            est.coef_ = W.copy()
+            est.intercept_ = b.copy() if b is not None else np.zeros(search.spec.n_outputs)
+            out.append(scorer(est, Xt, yt, **params))
+        return np.asarray(out, dtype=float)
+
+    def score(self, X, y, sample_weight=None, **params):
+        """The ``scoring`` score (accuracy when None) of the model on ``X``, ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+        **params : dict
+            Refused with a ``ValueError`` (no metadata routing).
+
+        Returns
+        -------
+        float
+        """
+        _refuse_params(self, "score", params)
+        kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
+        return self._get_scorer()(self, X, y, **kwargs)
+
+    def _get_scorer(self):
+        """The scorer of ``scoring`` (accuracy when None), as scikit-learn's ``LogisticRegressionCV`` has it."""
+        from sklearn.metrics import get_scorer
+
+        return get_scorer(self.scoring or "accuracy")
+
+    def to_sklearn(self):
+        """The equivalent fitted ``sklearn.linear_model.LogisticRegression`` at ``C_`` and ``l1_ratio_``.
+
+        Returns
+        -------
+        sklearn.linear_model.LogisticRegression
+        """
+        from sklearn.linear_model import LogisticRegression as SkLR
+
+        l1r = float(np.ravel(self.l1_ratio_)[0])
+        est = SkLR(C=float(np.ravel(self.C_)[0]), l1_ratio=l1r, fit_intercept=self.fit_intercept, tol=self.tol,
+                   class_weight=self.class_weight, max_iter=self.max_iter, solver="lbfgs" if l1r == 0 else "saga")
+        return self._sklearn_fitted(est, names=("coef_", "intercept_"))
+
+
+class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
+    """Elastic-net least squares with ``alpha`` (and ``l1_ratio``) chosen by cross-validation, on one placement.
+
+    Each fit minimises :class:`LinearRegression`'s objective, which is
+    scikit-learn's ``ElasticNet`` objective on the same scale (``alpha`` here
+    is ``ElasticNet``'s ``alpha``), and the search follows scikit-learn's
+    ``ElasticNetCV``: for every ``l1_ratio``, a path over the ``alphas`` from
+    the largest down, warm-started; the alpha with the smallest mean squared
+    error over the held-out rows (mean over the splits) is refitted on all
+    rows.  The data is placed once for the whole search and the held-out
+    errors are sums computed on the workers.
+
+    Parameters
+    ----------
+    l1_ratio : float or array-like of float in [0, 1], default=0.5
+    eps : float, default=1e-3
+        ``alpha_min / alpha_max`` of a generated grid.
+    alphas : int or array-like of float, default=100
+        The alphas, or their number: a geometric grid from the smallest alpha
+        that zeros every coefficient (computed on the workers, from all rows,
+        as scikit-learn's) down to ``eps`` times it.  A generated grid needs
+        ``l1_ratio > 0``.
+    fit_intercept : bool, default=True
+    {cv}
+    solver : {{"auto", "lbfgs", "newton-cg", "newton-cholesky"}}, default="auto"
+        "auto": L-BFGS with L1, else Newton-Cholesky (up to 5000 parameters).
+    tol : float, default=1e-6
+    max_iter : int, default=1000
+    client, reduction, device, timeout
+        As in :class:`LinearRegression`.
+
+    Attributes
+    ----------
+    alpha_ : float
+    l1_ratio_ : float
+    alphas_ : ndarray of shape (n_alphas,) or (n_l1_ratio, n_alphas)
+    mse_path_ : ndarray of shape (n_alphas, n_folds) or (n_l1_ratio, n_alphas, n_folds)
+    coef_ : ndarray of shape (n_features,)
+    intercept_ : float
+    n_iter_ : int
+        Iterations of the refit.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+    solver_ : str
+    fit_stats_ : dict
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_diabetes
+    >>> from dask_estimators import LinearRegressionCV
+    >>> X, y = load_diabetes(return_X_y=True)
+    >>> reg = LinearRegressionCV(alphas=10, l1_ratio=[0.5, 1.0]).fit(X, y)  # doctest: +SKIP
+    >>> reg.mse_path_.shape  # doctest: +SKIP
+    (2, 10, 5)
+    """
+
+    _multi_output = False
+    _parameter_constraints = {
+        k: v for k, v in LinearRegression._parameter_constraints.items() if k not in ("alpha", "l1_ratio", "warm_start")
+    }
+    _parameter_constraints.update({
+        "l1_ratio": [Interval(Real, 0, 1, closed="both"), "array-like"],
+        "eps": [Interval(Real, 0, None, closed="neither")],
+        "alphas": [Interval(Integral, 1, None, closed="left"), "array-like"],
+        "cv": ["cv_object"],
+        "path_method": [StrOptions({"batched", "sequential"})],
+    })
+
+    def __init__(
+        self,
+        *,
+        l1_ratio=0.5,
+        eps=1e-3,
+        alphas=100,
+        fit_intercept=True,
+        cv=None,
+        solver="auto",
+        tol=1e-6,
+        max_iter=1000,
+        path_method="batched",
+        client=None,
+        reduction="tree",
+        device="auto",
+        timeout=None,
+    ):
+        self.l1_ratio = l1_ratio
+        self.eps = eps
+        self.alphas = alphas
+        self.fit_intercept = fit_intercept
+        self.cv = cv
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.path_method = path_method
+        self.client = client
+        self.reduction = reduction
+        self.device = device
+        self.timeout = timeout
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Search ``alphas`` (and ``l1_ratio``) by cross-validation on the cluster, then refit.
+
+        Parameters
+        ----------
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        y : array-like or dask collection of shape (n_samples,)
+        sample_weight : array-like or dask collection of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        l1s = np.atleast_1d(np.asarray(self.l1_ratio, dtype=float))
+        if l1s.ndim != 1 or l1s.size == 0 or np.any((l1s < 0) | (l1s > 1)):
+            raise ValueError(f"l1_ratio must be a float or a list of floats in [0, 1], got {self.l1_ratio!r}.")
+        if isinstance(self.alphas, Integral) and np.any(l1s == 0):
+            raise ValueError(
+                "Automatic alpha grid generation is not supported for l1_ratio=0. Please supply a grid by "
+                "providing your estimator with the appropriate `alphas=` argument."
+            )
+        if not isinstance(self.alphas, Integral):
+            alphas = np.asarray(self.alphas, dtype=float).reshape(-1)
+            if alphas.size == 0 or np.any(alphas < 0) or not np.all(np.isfinite(alphas)):
+                raise ValueError(f"alphas must be non-negative finite floats, got {self.alphas!r}.")
+        self._l1 = l1s
+        self._place_and_search(X, y, sample_weight, lambda n: "squared", lambda n: 1)
+        del self._l1
+        return self
+
+    def _search(self, search):
+        l1s = self._l1
+        spec = search.spec
+        if isinstance(self.alphas, Integral):
+            Xsy, Sx, Sy, S = search.evaluator(_xy_sums)
+            Xyw = Xsy - (Sy / S) * Sx if self.fit_intercept else Xsy
+            grids = []
+            for l1r in l1s:
+                alpha_max = np.max(np.abs(Xyw)) / (S * l1r)
+                if alpha_max <= np.finfo(np.float64).resolution:
+                    grids.append(np.full(self.alphas, np.finfo(np.float64).resolution))
+                else:
+                    grids.append(np.geomspace(alpha_max, alpha_max * self.eps, num=self.alphas))
+            alphas = np.asarray(grids)
+        else:
+            alphas = np.tile(np.sort(np.asarray(self.alphas, dtype=float))[::-1], (len(l1s), 1))
+        n_folds = search.n_splits
+        folds = list(range(n_folds))
+        mse = np.zeros((len(l1s), alphas.shape[1], n_folds))
+        paths = []
+        for m, l1r in enumerate(l1s):
+            def penalties(alpha, sw_sum, l1r=l1r):
+                return alpha * (1.0 - l1r), alpha * l1r
+
+            coefs, _ = self._fold_paths(search, penalties, list(alphas[m]), folds)
+            paths.append(coefs)
+            for k in folds:
+                sums = search.heldout(k, coefs[k], "squared_error")
+                mse[m, :, k] = sums[:, 0] / sums[:, 1]
+        mean = mse.mean(axis=2)
+        best, best_mse = (0, 0), np.inf
+        for m in range(len(l1s)):
+            i = int(np.argmin(mean[m]))
+            if mean[m, i] < best_mse:
+                best, best_mse = (m, i), mean[m, i]
+        m, i = best
+        self.alpha_, self.l1_ratio_ = float(alphas[m, i]), float(l1s[m])
+        self.alphas_ = alphas[0] if (len(l1s) == 1 or not isinstance(self.alphas, Integral)) else alphas
+        self.mse_path_ = np.squeeze(mse)
+        l1r = self.l1_ratio_
+
+        def penalties(alpha, sw_sum):
+            return alpha * (1.0 - l1r), alpha * l1r
+
+        res = self._refit(search, penalties, self.alpha_, paths[m][:, i].mean(axis=0))
+        self._set_params_from(res.x, spec, (None,))
+        self.n_iter_ = int(res.nit)
+
+    def to_sklearn(self):
+        """The equivalent fitted ``sklearn.linear_model.ElasticNet`` at ``alpha_`` and ``l1_ratio_``.
+
+        Returns
+        -------
+        sklearn.linear_model.ElasticNet
+        """
+        from sklearn.linear_model import ElasticNet
+
+        est = ElasticNet(alpha=self.alpha_, l1_ratio=self.l1_ratio_, fit_intercept=self.fit_intercept, tol=self.tol,
+                         max_iter=self.max_iter)
+        return self._sklearn_fitted(est, names=("coef_", "intercept_"))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = False
+        return tags
+
+
+def _refuse_params(est, method, params):
+    if params:
+        raise ValueError(
+            f"{type(est).__name__}.{method} got unexpected argument(s) {set(params)}: passing extra keyword "
+            "arguments is only supported if enable_metadata_routing=True in scikit-learn's estimators, and "
+            f"{type(est).__name__} routes no metadata."
+        )
+
+
+def _with_labels(scorer, classes):
+    """``scorer`` told every class (and the positive one for two), when its metric takes ``labels``.
+
+    A held-out fold may lack a class; as scikit-learn's ``LogisticRegressionCV``
+    does, metrics such as log-loss or the Brier score then still see them all.
+    """
+    import inspect
+
+    from sklearn.metrics import make_scorer
+
+    func = getattr(scorer, "_score_func", None)
+    if func is None or "labels" not in inspect.signature(func).parameters:
+        return scorer
+    extra = {"labels": classes}
+    if len(classes) <= 2 and "pos_label" in inspect.signature(func).parameters:
+        extra["pos_label"] = classes[-1]
+    return make_scorer(func, greater_is_better=scorer._sign == 1, response_method=scorer._response_method,
+                       **extra, **getattr(scorer, "_kwargs", {}))
+
+
+def _xy_sums(shard):
+    """Kernel: ``X.T @ (s * y)``, ``sum s * x``, ``sum s * y``, ``sum s`` (the alpha grid's statistics)."""
+    X, y = shard.get("X"), shard.get("y")[:, 0]
+    s = shard.get("sample_weight")
+    sy = y if s is None else s * y
+    Sx = X.sum(0) if s is None else s @ X
+    S = float(X.shape[0]) if s is None else s.sum()
+    return X.T @ sy, Sx, sy.sum(), S
+
+
+for _cls, _splitter, _strat in [
+    (LogisticRegressionCV, "StratifiedKFold", " and its class"),
+    (LinearRegressionCV, "KFold", ""),
+]:
+    _cls.__doc__ = _cls.__doc__.format(cv=_CV_DOC.format(splitter=_splitter, stratified=_strat).strip("\n").lstrip())

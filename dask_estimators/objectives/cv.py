@@ -1,0 +1,353 @@
+"""Cross-validation on placed shards: folds as per-row roles, fold views of a shard, held-out sums.
+
+A search places its data once.  Each shard then keeps, in its cache, the
+role of each of its rows in each split (``TRAIN``, ``TEST`` or neither) as an
+int8 array of shape (n_splits, n_rows):
+
+* for ``cv=int`` the roles are computed on the worker from each row's global
+  position (:attr:`~dask_estimators.engine.Placement.row_ranges`), as
+  scikit-learn's unshuffled ``KFold`` and ``StratifiedKFold`` assign them
+  (:func:`assign_kfold`, :func:`assign_stratified`): no row moves;
+* for a splitter or an iterable of splits the client sends each shard the
+  roles of its rows once (:func:`set_roles`).
+
+:class:`FoldView` shows a shard to the linear kernels of
+:mod:`dask_estimators.objectives.linear` with the training weights of one
+split (the shard's weights times its training mask), and with a cache of its
+own, so those kernels run unchanged on a fold.  :func:`fold_value_grad_many`
+evaluates several splits' models in one pass over X (``X @ W`` with the
+splits' columns side by side).  :func:`heldout_sums` returns raw sums over
+the held-out rows (tree-summed like every kernel's result); the estimator
+turns them into scores.
+
+Nothing here knows Dask: these are per-shard functions, run through
+``Placement.map`` / ``map_each`` or an evaluator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._lazy import lazy_module
+from . import linear as _linear
+
+torch = lazy_module("torch")
+
+__all__ = [
+    "TRAIN", "TEST", "FoldView", "on_fold", "assign_kfold", "class_runs", "stratified_plan", "assign_stratified",
+    "set_roles", "prepare", "fold_weight_sums", "fold_value_grad_many", "heldout_sums", "drop_fold_state",
+]
+
+#: A row's role in a split.
+TRAIN, TEST = 1, 2
+
+
+def _positions(ranges) -> np.ndarray:
+    """Global positions of a shard's rows, from its ``[start, stop)`` ranges (in row order)."""
+    if not ranges:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges])
+
+
+def kfold_test_fold(positions, n_samples: int, n_splits: int) -> np.ndarray:
+    """The split in which each global row position is held out by an unshuffled ``KFold(n_splits)``.
+
+    The first ``n_samples % n_splits`` folds have one row more, as in scikit-learn.
+
+    Examples
+    --------
+    >>> kfold_test_fold(np.arange(7), 7, 3).tolist()
+    [0, 0, 0, 1, 1, 2, 2]
+    """
+    sizes = np.full(n_splits, n_samples // n_splits, dtype=np.int64)
+    sizes[: n_samples % n_splits] += 1
+    return np.searchsorted(np.cumsum(sizes), positions, side="right")
+
+
+def _set_test_fold(shard, fold, n_splits):
+    roles = np.where(np.asarray(fold)[None, :] == np.arange(n_splits)[:, None], TEST, TRAIN).astype(np.int8)
+    set_roles(shard, roles)
+
+
+def set_roles(shard, roles) -> None:
+    """Store the shard's roles, an int8 array (n_splits, n_rows) of ``TRAIN``, ``TEST`` or 0 (neither)."""
+    roles = np.ascontiguousarray(roles, dtype=np.int8)
+    if roles.ndim != 2 or roles.shape[1] != shard.n_rows:
+        raise ValueError(f"roles must have shape (n_splits, {shard.n_rows}), got {roles.shape}.")
+    drop_fold_state(shard)
+    shard.cache["cv_roles"] = roles
+
+
+def assign_kfold(shard, ranges, n_samples: int, n_splits: int) -> None:
+    """Roles of an unshuffled ``KFold(n_splits)``, from the rows' global positions ``ranges``."""
+    _set_test_fold(shard, kfold_test_fold(_positions(ranges), n_samples, n_splits), n_splits)
+
+
+def _codes(shard) -> np.ndarray:
+    y = shard.get("y")
+    return (y.cpu().numpy() if hasattr(y, "cpu") else np.asarray(y)).astype(np.int64, copy=False).reshape(-1)
+
+
+def class_runs(shard, ranges, n_classes: int) -> list:
+    """For each of the shard's row ranges: ``(start, count of each class code, first local row of each or -1)``.
+
+    The shard's ``y`` must hold class codes (``0..n_classes-1``).
+    """
+    codes = _codes(shard)
+    out, i = [], 0
+    for a, b in ranges:
+        c = codes[i : i + (b - a)]
+        i += b - a
+        first = np.full(n_classes, -1, dtype=np.int64)
+        first[c[::-1]] = np.arange(len(c), dtype=np.int64)[::-1]  # the last write of each class is its first row
+        out.append((int(a), np.bincount(c, minlength=n_classes).astype(np.int64), first))
+    return out
+
+
+def _n_congruent(stop, i, k):
+    """How many integers in [0, stop) are congruent to i modulo k (vectorised over ``stop``)."""
+    return np.maximum(0, (np.asarray(stop) - i + k - 1) // k)
+
+
+def stratified_plan(runs_per_shard: list, n_classes: int, n_splits: int):
+    """The client's part of an unshuffled ``StratifiedKFold``: from every shard's :func:`class_runs`.
+
+    Returns ``(bounds, prefixes)``: ``bounds[c]`` are the cumulative sizes,
+    over the splits, of class code c's share of each test fold (so the r-th
+    row of class c, in global order, is held out in split
+    ``searchsorted(bounds[c], r, side="right")``); ``prefixes[s][j]`` counts
+    the rows of each class before range j of shard s.  As scikit-learn,
+    classes are ordered by first appearance to share the rows out, and
+    ``n_splits`` greater than every class's count raises ``ValueError``
+    (greater than the smallest warns).
+    """
+    import warnings
+
+    flat = [(a, counts, first, s, j) for s, runs in enumerate(runs_per_shard) for j, (a, counts, first) in
+            enumerate(runs)]
+    flat.sort(key=lambda t: t[0])
+    counts = np.zeros(n_classes, dtype=np.int64)
+    first_pos = np.full(n_classes, np.iinfo(np.int64).max)
+    prefixes = [[None] * len(runs) for runs in runs_per_shard]
+    for a, c, first, s, j in flat:
+        prefixes[s][j] = counts.copy()
+        counts += c
+        seen = first >= 0
+        first_pos[seen] = np.minimum(first_pos[seen], a + first[seen])
+    present = counts > 0
+    y_counts = counts[present]
+    if np.all(n_splits > y_counts):
+        raise ValueError(f"n_splits={n_splits} cannot be greater than the number of members in each class.")
+    if n_splits > y_counts.min():
+        warnings.warn(
+            f"The least populated class in y has only {y_counts.min()} members, which is less than "
+            f"n_splits={n_splits}.", UserWarning,
+        )
+    # scikit-learn's order of the classes: by first appearance
+    order = np.argsort(np.where(present, first_pos, np.iinfo(np.int64).max), kind="stable")
+    start = np.zeros(n_classes, dtype=np.int64)
+    start[order] = np.concatenate([[0], np.cumsum(counts[order])[:-1]])
+    stop = start + counts
+    alloc = np.stack([_n_congruent(stop, i, n_splits) - _n_congruent(start, i, n_splits) for i in range(n_splits)])
+    bounds = np.cumsum(alloc, axis=0).T  # (n_classes, n_splits)
+    return bounds, prefixes
+
+
+def assign_stratified(shard, ranges, prefixes, bounds) -> None:
+    """Roles of an unshuffled ``StratifiedKFold`` (see :func:`stratified_plan`) for the shard's rows."""
+    codes = _codes(shard)
+    n_splits = bounds.shape[1]
+    fold = np.empty(len(codes), dtype=np.int64)
+    i = 0
+    for (a, b), pre in zip(ranges, prefixes):
+        c = codes[i : i + (b - a)]
+        order = np.argsort(c, kind="stable")
+        cs = c[order]
+        first = np.searchsorted(cs, np.arange(len(pre)))  # where each class starts in the sorted codes
+        rank = np.empty(len(c), dtype=np.int64)
+        rank[order] = np.arange(len(c)) - first[cs] + np.asarray(pre)[cs]
+        fold[i : i + (b - a)] = _fold_of(bounds, c, rank)
+        i += b - a
+    _set_test_fold(shard, np.minimum(fold, n_splits - 1), n_splits)
+
+
+def _fold_of(bounds, codes, rank):
+    out = np.empty(len(codes), dtype=np.int64)
+    for k in np.unique(codes):
+        m = codes == k
+        out[m] = np.searchsorted(bounds[k], rank[m], side="right")
+    return out
+
+
+def prepare(shard, loss: str, n_outputs: int, class_weight=None):
+    """Keep the shard's own sample weights (held-out scores use them, without class weights), then
+    encode the targets for ``loss`` and apply the class weights
+    (:func:`~dask_estimators.objectives.targets.prepare_targets`).
+
+    Returns ``(S, n)`` of the whole shard and of each split's training rows, shape (n_splits + 1, 2).
+    """
+    from . import targets as T
+
+    if "cv_raw_weight" not in shard.cache:  # replayed after a recovery: the first call's weights
+        s = shard.get("sample_weight")
+        shard.cache["cv_raw_weight"] = None if s is None else s.clone()
+        T.prepare_targets(shard, loss, n_outputs, class_weight)
+    return np.vstack([np.asarray(_linear.weight_sum(shard))[None, :], fold_weight_sums(shard)])
+
+
+def _base_weight(shard):
+    s = shard.get("sample_weight")
+    if s is None:
+        X = shard.get("X")
+        return torch.ones(X.shape[0], dtype=X.dtype, device=X.device)
+    return s
+
+
+def _train_weight(shard, k: int):
+    """Training weights of split k: the shard's weights (class weights included) on its training rows, else 0."""
+    key = ("cv_train_weight", k)
+    w = shard.cache.get(key)
+    if w is None:
+        base = _base_weight(shard)
+        mask = torch.from_numpy(shard.cache["cv_roles"][k] == TRAIN).to(base.device)
+        w = base * (mask.reshape(-1, 1) if base.ndim == 2 else mask).to(base.dtype)
+        shard.cache[key] = w
+    return w
+
+
+def fold_weight_sums(shard) -> np.ndarray:
+    """``(S, n)`` of each split's training rows, shape (n_splits, 2) (see :func:`~.linear.weight_sum`)."""
+    roles = shard.cache["cv_roles"]
+    out = np.empty((roles.shape[0], 2))
+    for k in range(roles.shape[0]):
+        s = _train_weight(shard, k)
+        out[k] = float(s.sum()) / (s.shape[1] if s.ndim == 2 else 1), float((roles[k] == TRAIN).sum())
+    return out
+
+
+class FoldView:
+    """A shard as split ``k``'s training set: its ``sample_weight`` is zero off the training rows.
+
+    The linear kernels read ``X``, ``y``, ``sample_weight``, ``n_rows`` and
+    ``cache``; a view gives them the shard's arrays, the split's training
+    weights, and a cache of its own (the curvature of the split's last point).
+    """
+
+    def __init__(self, shard, k: int):
+        self._shard = shard
+        self.k = int(k)
+        self.n_rows = shard.n_rows
+        self.device = shard.device
+        self.cache = shard.cache.setdefault(("cv_cache", self.k), {})
+
+    def get(self, name, default=None):
+        if name == "sample_weight":
+            return _train_weight(self._shard, self.k)
+        return self._shard.get(name, default)
+
+
+def on_fold(shard, k, kernel, *args):
+    """Kernel: ``kernel`` on split ``k``'s training rows (``k`` None: on all rows)."""
+    return kernel(shard if k is None else FoldView(shard, k), *args)
+
+
+def drop_fold_state(shard) -> None:
+    """Forget the splits' training weights and cached curvatures (the roles stay)."""
+    for key in [k for k in shard.cache if isinstance(k, tuple) and k and str(k[0]).startswith("cv_")]:
+        del shard.cache[key]
+
+
+def fold_value_grad_many(shard, folds, ws, spec):
+    """Kernel: :func:`~.linear.value_grad` of several splits' models in one pass over X.
+
+    ``folds`` lists split indices (None for all rows) and ``ws`` the
+    matching parameter vectors, shape (len(folds), n_params).  ``X @ W`` is
+    computed for all of them at once (X is read once for the predictions and
+    once for the gradients, whatever the number of splits).  Returns
+    ``(losses (m,), grads (m, n_params))`` of raw sums.  The torch pointwise
+    losses are used (not the fused numba kernels), so no Hessian state is kept.
+    """
+    X, y = shard.get("X"), shard.get("y")
+    m, K, d = len(folds), spec.n_outputs, spec.n_features
+    Ws = ws[:, : K * d].reshape(m * K, d)
+    # (W @ X.T): BLAS streams X once; X @ W.T with a few columns took a much slower path
+    Zt = Ws @ X.T  # (m*K, n)
+    if spec.fit_intercept:
+        Zt = Zt + ws[:, K * d :].reshape(m * K, 1)
+    loss_fn = spec.get_loss()
+    weights = [_base_weight(shard) if k is None else _train_weight(shard, k) for k in folds]
+    if K == 1 and not loss_fn.coupled and all(s.ndim == 1 for s in weights):
+        # one output per model: the pointwise loss of every split's row at once (y broadcasts over them)
+        key = ("cv_weight_rows", tuple(folds))
+        St = shard.cache.get(key)
+        if St is None:  # kept while the same splits run: along a path, until one of them converges
+            for old in [c for c in shard.cache if isinstance(c, tuple) and c and c[0] == "cv_weight_rows"]:
+                del shard.cache[old]
+            St = shard.cache[key] = torch.stack(weights)  # (m, n)
+        loss, Gt, _ = loss_fn.value_grad(Zt, y.reshape(1, -1))
+        Gt = Gt * St
+        losses = (loss * St).sum(1)
+        gW, gb = Gt @ X, Gt.sum(1)  # X read once more
+    else:
+        Z = Zt.T
+        G = torch.empty((X.shape[0], m * K), dtype=X.dtype, device=X.device)
+        losses = torch.empty(m, dtype=X.dtype, device=X.device)
+        for j, s in enumerate(weights):
+            s = s[:, None] if s.ndim == 1 else s
+            loss, g, _ = loss_fn.value_grad(Z[:, j * K : (j + 1) * K], y)
+            losses[j] = (loss * s).sum()
+            G[:, j * K : (j + 1) * K] = g * s
+        gW, gb = G.T @ X, G.sum(0)  # X read once more
+    gW = gW.reshape(m, K * d)
+    grads = torch.cat([gW, gb.reshape(m, K)], dim=1) if spec.fit_intercept else gW
+    return losses, grads
+
+
+def heldout_sums(shard, k, ws, spec, metric: str):
+    """Kernel: raw sums of ``metric`` over split ``k``'s held-out rows, for each parameter vector in ``ws``.
+
+    Weights are the shard's own sample weights (without class weights), as
+    scikit-learn's scorers get them.  Returns an array (len(ws), m):
+
+    * ``"accuracy"``: weight of the correct predictions, total weight;
+    * ``"log_loss"``: weighted log-loss sum, total weight;
+    * ``"squared_error"``: weighted sum of squared errors, total weight;
+    * ``"r2"``: squared errors, sum of w*y, sum of w*y**2, total weight.
+    """
+    roles = shard.cache["cv_roles"][k]
+    key = ("cv_test_rows", k)
+    idx = shard.cache.get(key)
+    X = shard.get("X")
+    if idx is None:
+        idx = torch.from_numpy(np.flatnonzero(roles == TEST)).to(X.device)
+        shard.cache[key] = idx
+    Xt, yt = X[idx], shard.get("y")[idx]
+    raw = shard.cache.get("cv_raw_weight")
+    st = torch.ones(len(idx), dtype=X.dtype, device=X.device) if raw is None else raw[idx].to(X.dtype)
+    ws = torch.as_tensor(ws, dtype=X.dtype, device=X.device).reshape(-1, spec.n_params)
+    out = []
+    for w in ws:
+        W, b = spec.unpack(w)
+        z = _linear._z(Xt, W, b)
+        if metric == "accuracy":
+            if spec.loss == "binomial":
+                right = (z[:, 0] > 0).to(X.dtype) == yt[:, 0]
+            else:
+                right = z.argmax(1) == yt
+            out.append(torch.stack([(st * right.to(X.dtype)).sum(), st.sum()]))
+        elif metric == "log_loss":
+            if spec.loss == "binomial":
+                ll = torch.nn.functional.softplus(z[:, 0]) - yt[:, 0] * z[:, 0]
+            else:
+                ll = -torch.log_softmax(z, 1).gather(1, yt.reshape(-1, 1))[:, 0]
+            out.append(torch.stack([(st * ll).sum(), st.sum()]))
+        elif metric in ("squared_error", "r2"):
+            r2 = ((yt - z) ** 2).sum(1)
+            parts = [(st * r2).sum()]
+            if metric == "r2":
+                yy = yt[:, 0]
+                parts += [(st * yy).sum(), (st * yy * yy).sum()]
+            out.append(torch.stack(parts + [st.sum()]))
+        else:
+            raise ValueError(f"Unknown held-out metric {metric!r}.")
+    return torch.stack(out)

@@ -1,0 +1,300 @@
+"""LogisticRegressionCV and LinearRegressionCV: the search on one placement, against scikit-learn's CV estimators.
+
+* the splits made on the workers are scikit-learn's unshuffled ``StratifiedKFold`` / ``KFold``
+  (also for shards holding several interleaved row ranges, as dask input gives);
+* parity on breast_cancer (binary), digits (multinomial) and diabetes (elastic net) with the
+  same folds: the same hyperparameters, the same scores, coefficients within rtol 1e-4;
+* the data is placed once per search; dask input gives the NumPy result;
+* the lockstep (batched) paths equal the sequential ones; splitters, iterables, client-side
+  scorers, ``refit=False``, class and sample weights; pickling and predicting without a cluster.
+"""
+
+import pickle
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn import linear_model as sk
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits
+from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.preprocessing import StandardScaler
+
+import dask_estimators as de
+from dask_estimators.engine import Shard
+from dask_estimators.estimators import cv as cv_module
+from dask_estimators.objectives import cv as CV
+
+TIGHT = dict(tol=1e-10, max_iter=1000)
+CS = [0.01, 0.1, 1.0, 10.0]
+
+
+def _sk_logistic_cv(**kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return sk.LogisticRegressionCV(l1_ratios=None, scoring=kw.pop("scoring", None), use_legacy_attributes=True,
+                                       **kw)
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+# ------------------------------------------------------------------ the splits, computed where the rows are
+def _shards(y_codes, ranges_per_shard):
+    """Local shards holding the given global row ranges of ``y_codes`` (in range order)."""
+    shards = []
+    for ranges in ranges_per_shard:
+        idx = np.concatenate([np.arange(a, b) for a, b in ranges])
+        shards.append(Shard({"X": np.zeros((len(idx), 1)), "y": y_codes[idx]}, device="cpu"))
+    return shards
+
+
+def _held_out_split(shards, ranges_per_shard, n):
+    fold = np.full(n, -1)
+    for shard, ranges in zip(shards, ranges_per_shard):
+        roles = shard.cache["cv_roles"]
+        assert np.all((roles == CV.TEST).sum(0) == 1)  # held out in exactly one split, trained on in the others
+        fold[CV._positions(ranges)] = (roles == CV.TEST).argmax(0)
+    return fold
+
+
+@pytest.mark.parametrize("n_splits", [2, 3, 5])
+def test_worker_stratified_folds_are_sklearns(n_splits):
+    rng = np.random.default_rng(0)
+    n = 203
+    labels = np.array([7, 3, 5, 9])  # first appearance order differs from sorted order
+    y = labels[rng.choice(4, n, p=[0.1, 0.5, 0.25, 0.15])]
+    classes = np.unique(y)
+    codes = np.searchsorted(classes, y)
+    ranges = [[(0, 40), (90, 150)], [(40, 90), (150, 203)]]  # interleaved, as dask placement can give
+    shards = _shards(codes, ranges)
+    runs = [CV.class_runs(s, r, len(classes)) for s, r in zip(shards, ranges)]
+    bounds, prefixes = CV.stratified_plan(runs, len(classes), n_splits)
+    for s, r, p in zip(shards, ranges, prefixes):
+        CV.assign_stratified(s, r, p, bounds)
+    expected = np.empty(n, dtype=int)
+    for k, (_, test) in enumerate(StratifiedKFold(n_splits).split(np.zeros(n), y)):
+        expected[test] = k
+    np.testing.assert_array_equal(_held_out_split(shards, ranges, n), expected)
+
+
+def test_worker_kfold_folds_are_sklearns():
+    n, ranges = 53, [[(0, 10), (30, 53)], [(10, 30)]]
+    shards = _shards(np.zeros(n, dtype=int), ranges)
+    for s, r in zip(shards, ranges):
+        CV.assign_kfold(s, r, n, 4)
+    expected = np.empty(n, dtype=int)
+    for k, (_, test) in enumerate(KFold(4).split(np.zeros(n))):
+        expected[test] = k
+    np.testing.assert_array_equal(_held_out_split(shards, ranges, n), expected)
+
+
+def test_stratified_plan_refuses_too_many_splits_as_sklearn():
+    codes = np.array([0, 0, 1, 1, 1])
+    shards = _shards(codes, [[(0, 5)]])
+    runs = [CV.class_runs(shards[0], [(0, 5)], 2)]
+    with pytest.raises(ValueError, match="n_splits=4 cannot be greater than the number of members in each class"):
+        CV.stratified_plan(runs, 2, 4)
+    with pytest.warns(UserWarning, match="least populated class in y has only 2 members"):
+        CV.stratified_plan(runs, 2, 3)
+
+
+# --------------------------------------------------------------------------------- parity with scikit-learn
+def _check_logistic(ours, ref, rtol=1e-4):
+    np.testing.assert_array_equal(ours.C_, ref.C_)
+    np.testing.assert_array_equal(ours.Cs_, ref.Cs_)
+    assert set(ours.scores_) == set(ref.scores_) and set(ours.coefs_paths_) == set(ref.coefs_paths_)
+    for key in ref.scores_:
+        np.testing.assert_allclose(ours.scores_[key], ref.scores_[key], atol=1e-12)
+        assert ours.coefs_paths_[key].shape == ref.coefs_paths_[key].shape
+    assert ours.n_iter_.shape == ref.n_iter_.shape
+    scale = np.abs(ref.coef_).max()
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=rtol, atol=rtol * scale)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=rtol, atol=rtol * scale)
+
+
+def test_binary_parity_breast_cancer(cancer):
+    X, y = cancer
+    ours = de.LogisticRegressionCV(Cs=CS, **TIGHT).fit(X, y)
+    ref = _sk_logistic_cv(Cs=CS, tol=1e-10, max_iter=10_000).fit(X, y)
+    _check_logistic(ours, ref)
+    assert list(ours.scores_) == [1] and ours.coefs_paths_[1].shape == (5, len(CS), X.shape[1] + 1)
+    # the fold paths themselves (converged at every C here)
+    np.testing.assert_allclose(ours.coefs_paths_[1], ref.coefs_paths_[1], rtol=1e-4, atol=1e-4)
+
+
+def test_multinomial_parity_digits(digits):
+    X, y = digits
+    Cs = [0.01, 0.1, 1.0]
+    ours = de.LogisticRegressionCV(Cs=Cs, cv=3, tol=1e-8, max_iter=1000).fit(X, y)
+    ref = _sk_logistic_cv(Cs=Cs, cv=3, tol=1e-8, max_iter=10_000).fit(X, y)
+    _check_logistic(ours, ref)
+    assert ours.C_.shape == (10,) and ours.coefs_paths_[3].shape == (3, 3, X.shape[1] + 1)
+
+
+def test_elastic_net_parity_diabetes():
+    X, y = load_diabetes(return_X_y=True)
+    kw = dict(alphas=5, l1_ratio=[0.5, 1.0])
+    ours = de.LinearRegressionCV(**kw, tol=1e-10).fit(X, y)
+    ref = sk.ElasticNetCV(**kw, tol=1e-12, max_iter=100_000).fit(X, y)
+    # the same objective scale: LinearRegression's alpha is ElasticNet's
+    assert ours.alpha_ == pytest.approx(ref.alpha_, rel=1e-12) and ours.l1_ratio_ == ref.l1_ratio_
+    np.testing.assert_allclose(ours.alphas_, ref.alphas_, rtol=1e-12)
+    np.testing.assert_allclose(ours.mse_path_, ref.mse_path_, rtol=1e-6)
+    scale = np.abs(ref.coef_).max()
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-6 * scale)
+    assert ours.intercept_ == pytest.approx(ref.intercept_, rel=1e-6)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-6)
+
+
+def test_elastic_net_given_alphas_and_ridge_weights():
+    X, y = load_diabetes(return_X_y=True)
+    sw = np.random.default_rng(1).uniform(0.5, 2.0, len(y))
+    alphas = [0.001, 0.01, 0.1]
+    ours = de.LinearRegressionCV(alphas=alphas, l1_ratio=0.0, cv=3, tol=1e-10).fit(X, y, sample_weight=sw)
+    ref = sk.ElasticNetCV(alphas=alphas, l1_ratio=0.0, cv=3, tol=1e-12, max_iter=100_000).fit(X, y, sample_weight=sw)
+    assert ours.alpha_ == ref.alpha_
+    np.testing.assert_allclose(ours.alphas_, ref.alphas_)
+    np.testing.assert_allclose(ours.mse_path_, ref.mse_path_, rtol=1e-6)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-6 * np.abs(ref.coef_).max())
+
+
+def test_generated_grid_needs_l1_as_sklearn():
+    X, y = load_diabetes(return_X_y=True)
+    with pytest.raises(ValueError, match="Automatic alpha grid generation is not supported for l1_ratio=0"):
+        de.LinearRegressionCV(l1_ratio=0.0).fit(X, y)
+
+
+def test_weights_refit_false_and_splitter(cancer):
+    X, y = cancer
+    rng = np.random.default_rng(0)
+    sw = rng.uniform(0.2, 3.0, len(y))
+    cv = StratifiedKFold(3, shuffle=True, random_state=0)
+    kw = dict(Cs=CS, cv=cv, class_weight="balanced", refit=False)
+    ours = de.LogisticRegressionCV(**kw, **TIGHT).fit(X, y, sample_weight=sw)
+    ref = _sk_logistic_cv(**kw, tol=1e-10, max_iter=10_000).fit(X, y, sample_weight=sw)
+    _check_logistic(ours, ref)
+
+
+def test_iterable_of_splits_and_client_side_scorer(cancer):
+    X, y = cancer
+    splits = list(KFold(4, shuffle=True, random_state=1).split(X))
+    ours = de.LogisticRegressionCV(Cs=CS, cv=splits, scoring="roc_auc", **TIGHT).fit(X, y)
+    ref = _sk_logistic_cv(Cs=CS, cv=splits, scoring="roc_auc", tol=1e-10, max_iter=10_000).fit(X, y)
+    _check_logistic(ours, ref)
+    assert ours.score(X, y) == pytest.approx(ref.score(X, y), rel=1e-6)
+
+
+def test_neg_log_loss_on_workers_and_elastic_net(cancer):
+    X, y = cancer
+    kw = dict(Cs=[0.1, 1.0], l1_ratios=[0.0, 0.5], scoring="neg_log_loss", cv=3)
+    ours = de.LogisticRegressionCV(**kw, **TIGHT).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = sk.LogisticRegressionCV(**kw, solver="saga", tol=1e-10, max_iter=100_000,
+                                      use_legacy_attributes=True).fit(X, y)
+    assert ours.scores_[1].shape == ref.scores_[1].shape == (3, 2, 2)
+    np.testing.assert_allclose(ours.scores_[1], ref.scores_[1], rtol=1e-5)
+    np.testing.assert_array_equal(ours.C_, ref.C_)
+    np.testing.assert_array_equal(ours.l1_ratio_, ref.l1_ratio_)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-3, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- one placement, dask input
+def test_one_placement_per_search_and_dask_equals_numpy(cancer, monkeypatch):
+    X, y = cancer
+    calls = []
+    real = cv_module.place
+
+    def spy(*args, **kwargs):
+        calls.append(args[1]["X"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cv_module, "place", spy)
+    ours = de.LogisticRegressionCV(Cs=CS, cv=4, **TIGHT).fit(X, y)
+    assert len(calls) == 1  # 4 splits x 4 values of C and the refit: one placement
+    # uneven chunks: the shards hold interleaved row ranges, and the splits still follow the rows' positions
+    Xd = da.from_array(X, chunks=(97, -1))
+    yd = da.from_array(y, chunks=(131,))
+    on_dask = de.LogisticRegressionCV(Cs=CS, cv=4, **TIGHT).fit(Xd, yd)
+    assert len(calls) == 2
+    np.testing.assert_array_equal(on_dask.C_, ours.C_)
+    for key in ours.scores_:
+        np.testing.assert_array_equal(on_dask.scores_[key], ours.scores_[key])
+    np.testing.assert_allclose(on_dask.coef_, ours.coef_, rtol=1e-8, atol=1e-10)
+
+    Xr, yr = load_diabetes(return_X_y=True)
+    reg = de.LinearRegressionCV(alphas=4, l1_ratio=1.0, cv=3, tol=1e-10).fit(Xr, yr)
+    reg_dask = de.LinearRegressionCV(alphas=4, l1_ratio=1.0, cv=3, tol=1e-10).fit(
+        da.from_array(Xr, chunks=(100, -1)), da.from_array(yr, chunks=(150,)))
+    assert len(calls) == 4
+    assert reg_dask.alpha_ == pytest.approx(reg.alpha_, rel=1e-12)
+    np.testing.assert_allclose(reg_dask.mse_path_, reg.mse_path_, rtol=1e-6)
+    np.testing.assert_allclose(reg_dask.coef_, reg.coef_, rtol=1e-6, atol=1e-6)
+
+
+def test_dask_input_refuses_client_side_scorer(cancer):
+    X, y = cancer
+    with pytest.raises(ValueError, match="needs the held-out rows on the client"):
+        de.LogisticRegressionCV(Cs=2, scoring="roc_auc").fit(da.from_array(X, chunks=100), da.from_array(y, chunks=100))
+
+
+# ------------------------------------------------------------------------------ lockstep = sequential paths
+def test_batched_paths_equal_sequential(cancer):
+    X, y = cancer
+    kw = dict(Cs=CS, cv=3, **TIGHT)
+    seq = de.LogisticRegressionCV(path_method="sequential", **kw).fit(X, y)
+    bat = de.LogisticRegressionCV(path_method="batched", **kw).fit(X, y)
+    np.testing.assert_allclose(bat.coefs_paths_[1], seq.coefs_paths_[1], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(bat.scores_[1], seq.scores_[1])
+    # the splits of a point of the path share each round (tests/optim/test_batched.py: the iterates of each
+    # run are a lone run's; here the kernels differ, a GEMM against the fused one-model kernel, in rounding)
+    assert bat.fit_stats_["rounds"] < seq.fit_stats_["rounds"] / 2
+
+
+def test_pickles_and_predicts_without_a_cluster(cancer):
+    X, y = cancer
+    clf = de.LogisticRegressionCV(Cs=[0.1, 1.0], cv=3).fit(X, y)
+    copy = pickle.loads(pickle.dumps(clf))
+    assert copy.client is None
+    np.testing.assert_array_equal(copy.predict(X), clf.predict(X))
+    np.testing.assert_allclose(copy.predict_proba(X), clf.predict_proba(X))
+    sk_copy = clf.to_sklearn()
+    np.testing.assert_allclose(sk_copy.predict_proba(X), clf.predict_proba(X))
+
+
+def test_new_attribute_layout_as_sklearn(digits):
+    X, y = digits
+    kw = dict(Cs=[0.1, 1.0], l1_ratios=[0.0], cv=3, scoring="neg_log_loss", use_legacy_attributes=False)
+    ours = de.LogisticRegressionCV(**kw, tol=1e-8, max_iter=1000).fit(X, y)
+    ref = sk.LogisticRegressionCV(**kw, tol=1e-8, max_iter=10_000).fit(X, y)
+    assert isinstance(ours.C_, float) and ours.C_ == ref.C_ and ours.l1_ratio_ == ref.l1_ratio_
+    assert ours.coefs_paths_.shape == ref.coefs_paths_.shape == (3, 1, 2, 10, X.shape[1] + 1)
+    assert ours.scores_.shape == ref.scores_.shape and ours.n_iter_.shape == ref.n_iter_.shape
+    np.testing.assert_allclose(ours.scores_, ref.scores_, rtol=1e-6)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-4 * np.abs(ref.coef_).max())
+
+
+def test_fit_params_refused_without_routing(cancer):
+    X, y = cancer
+    with pytest.raises(ValueError, match="only supported if enable_metadata_routing=True"):
+        de.LogisticRegressionCV(Cs=2).fit(X, y, groups=np.zeros(len(y)))
+
+
+def test_splitter_on_dask_input_equals_numpy(cancer):
+    X, y = cancer
+    cv = KFold(3, shuffle=True, random_state=0)
+    ours = de.LogisticRegressionCV(Cs=[0.1, 1.0], cv=cv, **TIGHT).fit(X, y)
+    on_dask = de.LogisticRegressionCV(Cs=[0.1, 1.0], cv=cv, **TIGHT).fit(
+        da.from_array(X, chunks=(150, -1)), da.from_array(y, chunks=(150,)))
+    np.testing.assert_array_equal(on_dask.scores_[1], ours.scores_[1])
+    np.testing.assert_allclose(on_dask.coef_, ours.coef_, rtol=1e-8, atol=1e-10)
