@@ -748,3 +748,36 @@ def test_mlp_multilabel_log_proba_is_the_log_of_proba():
     with np.errstate(divide="ignore"):
         np.testing.assert_allclose(log_proba, np.log(proba))
     np.testing.assert_array_equal(log_proba.argmax(1), proba.argmax(1))
+
+
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("PoissonRegressor", {"alpha": 0.01}),
+        ("GammaRegressor", {"alpha": 0.1, "solver": "newton-cholesky"}),
+        ("TweedieRegressor", {"power": 1.5, "alpha": 0.05}),
+        ("TweedieRegressor", {"power": 0.0, "link": "identity", "alpha": 0.05}),
+    ],
+)
+def test_to_sklearn_glm(name, kw):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 4))
+    mu = np.exp(0.3 * X[:, 0] - 0.2 * X[:, 1] + 0.5)
+    y = rng.gamma(2.0, mu / 2.0) if name == "GammaRegressor" else rng.poisson(mu).astype(float)
+    ours = getattr(de, name)(**kw).fit(X, y)
+    sk = ours.to_sklearn()
+    assert type(sk) is getattr(sk_lm, name)
+    assert sk.get_params()["alpha"] == ours.alpha
+    for attr in ["coef_", "intercept_", "n_features_in_", "n_iter_"]:
+        np.testing.assert_array_equal(getattr(sk, attr), getattr(ours, attr))
+    assert sk.score(X, y) == pytest.approx(ours.score(X, y), rel=1e-12)
+    _assert_same_predictions(ours, sk, X)
+    # the same objective: scikit-learn's fit from scratch lands on these coefficients
+    ref = getattr(sk_lm, name)(**{k: v for k, v in sk.get_params().items() if k != "tol"}, tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-3, atol=1e-4)
+
+
+def test_to_sklearn_glm_refuses_l1():
+    X, y = np.random.default_rng(0).normal(size=(50, 2)), np.arange(50) % 3
+    with pytest.raises(ValueError, match="no L1 term"):
+        de.PoissonRegressor(l1_ratio=0.5, alpha=0.1).fit(X, y).to_sklearn()
