@@ -33,7 +33,8 @@ import pytest
 import dask_estimators as de
 from dask_estimators.engine import place
 from dask_estimators.engine import evaluator as ev_mod
-from dask_estimators.engine.collective import one_process_per_worker, process_identity
+from dask_estimators.engine import collective
+from dask_estimators.engine.collective import interface_of, one_process_per_worker, process_identity
 from dask_estimators.engine.reduce import _shares
 
 from hosts import SimulatedHosts, unavailable  # tests/hosts.py (tests/ is on sys.path under pytest)
@@ -99,6 +100,30 @@ def test_one_process_is_one_identity(client):
     ids = client.run(process_identity)
     assert ids == client.run(process_identity)  # stable
     assert process_identity() not in ids.values()  # the client is another process
+
+
+def test_process_identity_without_proc_is_a_per_process_nonce(monkeypatch):
+    real_open = open
+
+    def no_proc(path, *a, **k):
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(path)
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", no_proc)
+    ident = process_identity()
+    assert ident == f"nonce:{collective._PROCESS_NONCE}" and ident == process_identity()
+    collective._new_nonce()  # what a forked child does (os.register_at_fork)
+    assert process_identity() != ident
+
+
+def test_gloo_binds_to_the_interface_of_the_workers_own_address(hosts):
+    assert interface_of("127.0.0.1") == "lo"
+    ws = hosts.workers()
+    ifaces = hosts.client.run(lambda dask_worker: interface_of(dask_worker.address.split("//")[1].split(":")[0]))
+    assert sorted(ifaces.values()) == ["eth0", "eth0"]  # the veth end in each host's namespace
+    assert hosts.client.run(interface_of, "127.0.0.1", workers=[ws[0]]) == {ws[0]: "lo"}
+    assert interface_of(hosts.host_ip(0)) is None  # the root namespace does not hold a host's address
 
 
 # ------------------------------------------------------------------------- shortcuts on and off
