@@ -111,7 +111,8 @@ def _table(rows, params):
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["hosts"], r["rate"], f"{r['place_s']:.2f}", f"{r['link_rate_achieved']:.2f}",
-                 f"{r['numpy_fit_s']:.2f} ({r['numpy_rounds']} rounds)", f"{r['dask_fit_s']:.2f} ({r['dask_rounds']} rounds)",
+                 f"{r['numpy_fit_s']:.2f} ({r['numpy_rounds']} rounds)",
+                 f"{r['dask_fit_s']:.2f} ({r['dask_rounds']} rounds)",
                  *(f"{r[f'tree_sum_{int(p):.0e}_s']:.3f}" for p in params)]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
