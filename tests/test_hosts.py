@@ -102,6 +102,29 @@ def test_one_process_is_one_identity(client):
     assert process_identity() not in ids.values()  # the client is another process
 
 
+def test_a_rate_limited_link_bounds_the_transfer_and_teardown_removes_everything():
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    import subprocess
+
+    h = SimulatedHosts(1, rate="50mbit")
+    try:
+        h.start()
+        [w] = h.workers()
+        payload = np.ones(1 << 20)  # 8 MiB: at 50 Mbit/s past the 1 MB burst, at least 1.1 s
+        t0 = time.monotonic()
+        [f] = h.client.scatter([payload], workers=[w], direct=True)
+        assert h.client.submit(np.sum, f, pure=False).result() == payload.size
+        assert time.monotonic() - t0 > 0.9  # a lower bound: a loaded machine is slower, never faster
+        names = (h.netns[0], h.veths[0], h.bridge)
+    finally:
+        h.close()
+    assert names[0] not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for dev in names[1:]:
+        assert subprocess.run(["ip", "link", "show", dev], capture_output=True).returncode != 0
+
+
 def test_process_identity_without_proc_is_a_per_process_nonce(monkeypatch):
     real_open = open
 
