@@ -12,6 +12,7 @@ a client with an ``H`` times faster link would.  Measured, per (hosts, rate):
 * NumPy input: the placement alone (each worker's rows are scattered to it
   once), its achieved rate per link against the link rate; then the whole fit;
 * dask input (a dask array made on the workers and persisted there): the fit;
+* the step of an MLP (``--mlp-hidden`` units) trained with ``strategy="ddp"`` (gloo's allreduce);
 * the tree-sum of one float64 vector of ``P`` parameters per host, for each ``--params``.
 
 It needs root and ``ip``/``tc``; it is not part of ``run.py`` (it builds its
@@ -62,7 +63,7 @@ def _data(n, d, seed=0):
     return X, y
 
 
-def run_one(n_hosts, rate, X, y, params, repeat, max_iter):
+def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden):
     import dask.array as da
     from distributed import futures_of, wait
 
@@ -97,6 +98,15 @@ def run_one(n_hosts, rate, X, y, params, repeat, max_iter):
         out["dask_fit_s"] = _median_time(lambda: est.fit(Xd, yd), repeat)
         out["dask_rounds"] = est.fit_stats_["rounds"]
 
+        mlp = de.MLPClassifier(hidden_layer_sizes=(mlp_hidden,), strategy="ddp", max_iter=2, batch_size=4096,
+                               tol=0.0, n_iter_no_change=100, random_state=0, client=c)
+        n_mlp = min(len(X), 200_000)
+        mlp.fit(X[:n_mlp], y[:n_mlp])
+        st = mlp.fit_stats_
+        out["mlp_params"] = int(sum(w.size for w in mlp.coefs_ + mlp.intercepts_))
+        out["mlp_ddp_step_ms"] = 1e3 * st["seconds"] / (mlp.n_iter_ * st["steps_per_epoch"])
+        out["mlp_allreduce"] = st.get("allreduce")
+
         for p in params:
             parts = [c.submit(np.ones, int(p), workers=[w], pure=False) for w in ws]
             wait(parts)
@@ -107,13 +117,14 @@ def run_one(n_hosts, rate, X, y, params, repeat, max_iter):
 
 def _table(rows, params):
     head = ["hosts", "rate", "place s", "rate achieved / link", "NumPy fit s", "dask fit s",
-            *(f"tree-sum {int(p):.0e} s" for p in params)]
+            *(f"tree-sum {int(p):.0e} s" for p in params), "MLP ddp step ms (params, allreduce)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["hosts"], r["rate"], f"{r['place_s']:.2f}", f"{r['link_rate_achieved']:.2f}",
                  f"{r['numpy_fit_s']:.2f} ({r['numpy_rounds']} rounds)",
                  f"{r['dask_fit_s']:.2f} ({r['dask_rounds']} rounds)",
-                 *(f"{r[f'tree_sum_{int(p):.0e}_s']:.3f}" for p in params)]
+                 *(f"{r[f'tree_sum_{int(p):.0e}_s']:.3f}" for p in params),
+                 f"{r['mlp_ddp_step_ms']:.2f} ({r['mlp_params']}, {r['mlp_allreduce']})"]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
 
@@ -126,6 +137,7 @@ def main(argv=None):
     ap.add_argument("--rates", nargs="+", default=["1gbit", "10gbit"])
     ap.add_argument("--params", type=float, nargs="+", default=[1e6, 1e7])
     ap.add_argument("--max-iter", type=int, default=20, help="L-BFGS iterations per fit (tol=0: exactly these)")
+    ap.add_argument("--mlp-hidden", type=int, default=256, help="hidden units of the MLP whose ddp step is timed")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
@@ -134,10 +146,11 @@ def main(argv=None):
         sys.exit(reason)
     X, y = _data(args.rows, args.features)
     warnings.filterwarnings("ignore", message="lbfgs failed to converge")  # fixed iteration counts
+    warnings.filterwarnings("ignore", message="Stochastic Optimizer")
     rows = []
     for n_hosts in args.hosts:
         for rate in args.rates:
-            rows.append(run_one(n_hosts, rate, X, y, args.params, args.repeat, args.max_iter))
+            rows.append(run_one(n_hosts, rate, X, y, args.params, args.repeat, args.max_iter, args.mlp_hidden))
             print(json.dumps(rows[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"rows": args.rows, "features": args.features, "max_iter": args.max_iter, "repeat": args.repeat}
