@@ -16,7 +16,9 @@ workers, so the rows are split the same way):
   order, so the last bits differ and grow a little over the epochs).
 
 The shared-memory shortcuts (placement, tree-sum, allreduce) are on for the
-session cluster and off across hosts: the tests check both.
+session cluster and off across hosts: the tests check both.  The harness
+itself is checked too: a tbf-limited link slows a transfer down, and closing
+it leaves no namespace, veth or bridge behind.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ def test_process_identity_without_proc_is_a_per_process_nonce(monkeypatch):
 
 
 def test_gloo_binds_to_the_interface_of_the_workers_own_address(hosts):
-    assert interface_of("127.0.0.1") == "lo"
+    assert interface_of("127.0.0.1") == "lo" and interface_of("localhost") == "lo"
     ws = hosts.workers()
     ifaces = hosts.client.run(lambda dask_worker: interface_of(dask_worker.address.split("//")[1].split(":")[0]))
     assert sorted(ifaces.values()) == ["eth0", "eth0"]  # the veth end in each host's namespace

@@ -262,14 +262,18 @@ def process_identity() -> str:
 def interface_of(host: str) -> str | None:
     """The name of the network interface that holds the IP address ``host`` in this process's namespace.
 
-    None when no interface holds it (a host name, or an address of another
-    namespace) or psutil cannot tell.
+    A host name is resolved first (a worker that registered as
+    ``tcp://worker-0.svc:...``).  None when no interface holds the address (one
+    of another namespace), the name does not resolve, or psutil cannot tell.
     """
     try:
+        wanted = {host}
+        with contextlib.suppress(OSError, UnicodeError):
+            wanted |= {info[4][0] for info in socket.getaddrinfo(host, None)}
         import psutil
 
         for name, addrs in psutil.net_if_addrs().items():
-            if any(a.address.split("%")[0] == host for a in addrs):
+            if any(a.address.split("%")[0] in wanted for a in addrs):
                 return name
     except Exception:  # pragma: no cover - psutil without net_if_addrs support on this platform
         return None
