@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _memfd
+from . import _memfd, _shared
 
 SHM_DIR = "/dev/shm"
 #: Arrays below this size are not worth shared memory: they travel with the task.
@@ -41,6 +41,8 @@ class Handle:
     path: str
     shape: tuple
     dtype: str
+    #: The writer's :func:`._shared.host_token`: ``path`` names its memfd only in a process that shares it.
+    token: str | None = None
 
 
 def _available() -> bool:
@@ -68,11 +70,15 @@ def write(a: np.ndarray) -> Handle | None:
         m.close()
         return None
     _in_use[m.path] = m
-    return Handle(m.path, tuple(a.shape), a.dtype.str)
+    return Handle(m.path, tuple(a.shape), a.dtype.str, _shared.host_token())
 
 
 def read(h: Handle) -> np.ndarray:
     """Map a client's array as a writable array (worker side)."""
+    mine = _shared.host_token()
+    if h.token is None or mine != h.token:
+        # another host or pid namespace: /proc/<pid> there is another process (perhaps one that exists)
+        raise NotShared(f"the client's memory is not visible from this process (host token {mine!r})")
     try:
         fd = os.open(h.path, os.O_RDWR)
     except OSError as e:

@@ -121,6 +121,23 @@ class SharedMemoryAllreduce:
                 pass
 
 
+def _same_host_token():
+    """What every rank must share to use one /dev/shm file and watch each other's pids.
+
+    The kernel's boot (one machine), the pid namespace (the pids it watches
+    mean the same process) and the device of /dev/shm (the same tmpfs, not a
+    container's own).  None where any of them cannot be read.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+        shm_dev = os.stat(_shm.SHM_DIR).st_dev
+    except OSError:
+        return None
+    return f"{boot}:{pid_ns}:{shm_dev}"
+
+
 def create(rank: int, world: int, capacity: int, timeout: float):
     """Set up on every rank of the default process group at once; None (on every rank) where gloo must stay.
 
@@ -136,8 +153,8 @@ def create(rank: int, world: int, capacity: int, timeout: float):
         and _shm._available()
     )
     flags = [None] * world
-    dist.all_gather_object(flags, usable)
-    if not all(flags):
+    dist.all_gather_object(flags, _same_host_token() if usable else None)
+    if flags[0] is None or any(f != flags[0] for f in flags):  # off across hosts (or containers): gloo stays
         return None
     nbytes = world * _LINE + 2 * world * capacity
     name = [None]

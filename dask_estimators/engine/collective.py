@@ -7,7 +7,12 @@ calls join one process group (gloo on CPU, NCCL on CUDA) and exchange
 gradients among themselves with an allreduce.  The client only waits, and
 receives the events the workers send while they run.
 
-- The rendezvous port is chosen free at run time on the rank-0 worker's host.
+- The rendezvous is served by rank 0 at its worker's own address (as the
+  scheduler knows it, so the peers can reach it), on a port chosen free
+  there at run time.  Each rank's gloo sockets bind to the interface of its
+  own worker's address, never to what the host name resolves to.
+- "One process per worker" is decided by :func:`process_identity` (boot id,
+  pid namespace, pid), not by the bare pid, which containers repeat.
 - A worker process holds one default process group at a time: a lock makes a
   second collective on the same worker wait (with a timeout) for the first.
 - The group is destroyed when the call ends, also when it fails.
@@ -16,6 +21,7 @@ receives the events the workers send while they run.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import uuid
@@ -53,6 +59,9 @@ class Comm:
         The rendezvous (a TCPStore served by rank 0).
     topic : str or None
         The Dask event topic the client listens on.
+    own_host : str or None
+        This rank's own address (the host of its worker's address, which the
+        peers can reach); gloo binds to its interface.
     timeout : float
         Seconds any rendezvous or collective may wait before failing.
     """
@@ -64,6 +73,7 @@ class Comm:
     topic: str | None = None
     timeout: float = 120.0
     worker: object = None
+    own_host: str | None = None
 
     def report(self, msg: dict) -> None:
         """Send ``msg`` (msgpack-able) to the client now, as a Dask event; a no-op without a listener."""
@@ -95,7 +105,8 @@ def process_group(comm: Comm, device: str = "cpu"):
         backend = "nccl" if str(device).startswith("cuda") else "gloo"
         td = timedelta(seconds=comm.timeout)
         store = dist.TCPStore(comm.host, comm.port, comm.world_size, comm.rank == 0, timeout=td)
-        dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.world_size, timeout=td)
+        with _gloo_interface(comm.own_host if backend == "gloo" else None):
+            dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.world_size, timeout=td)
         try:
             yield
         finally:
@@ -108,7 +119,11 @@ def process_group(comm: Comm, device: str = "cpu"):
 def _body(shard, fn, comm, *args):
     from ._worker import _current_worker
 
+    from distributed.comm import get_address_host
+
     comm.worker = getattr(shard, "worker", None) or _current_worker()
+    if comm.own_host is None and getattr(comm.worker, "address", None):
+        comm.own_host = get_address_host(comm.worker.address)
     return fn(shard, comm, *args)
 
 
@@ -194,8 +209,7 @@ def _lost_soon(placement, grace=3.0) -> set:
 
 
 def _check_one_process_per_shard(client, workers) -> None:
-    pids = client.run(_pid, workers=list(workers))
-    if len(set(pids.values())) < len(set(workers)):
+    if not one_process_per_worker(client, workers):
         raise RuntimeError(
             "strategy='ddp' needs every worker in its own process (torch.distributed allows one group "
             "per process); this cluster runs several workers in one process. Use strategy='tree' or a "
@@ -203,7 +217,85 @@ def _check_one_process_per_shard(client, workers) -> None:
         )
 
 
-def _pid() -> int:
-    import os
+def one_process_per_worker(client, workers) -> bool:
+    """Whether no two of ``workers`` share an operating-system process (by :func:`process_identity`)."""
+    ids = client.run(process_identity, workers=list(workers))
+    return len(set(ids.values())) == len(set(workers))
 
-    return os.getpid()
+
+#: Drawn once per process (a forked child draws its own, see ``os.register_at_fork`` below).
+_PROCESS_NONCE = uuid.uuid4().hex
+
+
+def _new_nonce() -> None:
+    global _PROCESS_NONCE
+    _PROCESS_NONCE = uuid.uuid4().hex
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_nonce)
+
+
+def process_identity() -> str:
+    """A name for this operating-system process that no process on another host or container shares.
+
+    A bare pid is not one: two containers' workers are often both pid 1.  It
+    is the kernel's boot id, the inode of the pid namespace and the pid,
+    which together name one process on one machine; where ``/proc`` cannot
+    be read, a random id drawn once per process.
+
+    Examples
+    --------
+    >>> from dask_estimators.engine.collective import process_identity
+    >>> process_identity() == process_identity()
+    True
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return f"nonce:{_PROCESS_NONCE}"
+    return f"{boot}:{pid_ns}:{os.getpid()}"
+
+
+def interface_of(host: str) -> str | None:
+    """The name of the network interface that holds the IP address ``host`` in this process's namespace.
+
+    A host name is resolved first (a worker that registered as
+    ``tcp://worker-0.svc:...``).  None when no interface holds the address (one
+    of another namespace), the name does not resolve, or psutil cannot tell.
+    """
+    try:
+        wanted = {host}
+        with contextlib.suppress(OSError, UnicodeError):
+            wanted |= {info[4][0] for info in socket.getaddrinfo(host, None)}
+        import psutil
+
+        for name, addrs in psutil.net_if_addrs().items():
+            if any(a.address.split("%")[0] in wanted for a in addrs):
+                return name
+    except Exception:  # pragma: no cover - psutil without net_if_addrs support on this platform
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def _gloo_interface(host: str | None):
+    """Make gloo bind this rank's sockets to the interface of ``host`` (the worker's own address).
+
+    Without it gloo binds to what the machine's host name resolves to, often
+    127.0.0.1 (then the peers on other hosts cannot connect) or an address
+    not present in a container.  ``GLOO_SOCKET_IFNAME`` is read once, when
+    the group is made; a value the user set is kept.
+    """
+    name = "GLOO_SOCKET_IFNAME"
+    iface = interface_of(host) if host else None
+    if iface is None or os.environ.get(name):
+        yield
+        return
+    os.environ[name] = iface
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)

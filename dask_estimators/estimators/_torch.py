@@ -22,10 +22,9 @@ def resolve_strategy(strategy: str, client, workers) -> str:
 
 
 def _one_process_per_worker(client, workers) -> bool:
-    from ..engine.collective import _pid
+    from ..engine.collective import one_process_per_worker
 
-    pids = client.run(_pid, workers=list(workers))
-    return len(set(pids.values())) == len(set(workers))
+    return one_process_per_worker(client, workers)
 
 
 def train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state=None, progress=None):

@@ -1,6 +1,7 @@
 """Same-host placement through the client's shared memory gives the same shards as scatter, leaves no files
 behind, and reuses the memory of released placements only."""
 
+import dataclasses
 import os
 
 import dask
@@ -101,3 +102,18 @@ def test_a_placement_never_released_gives_its_memory_back_when_collected(client,
     del p
     gc.collect()
     assert paths.isdisjoint(_shm._in_use)
+
+
+def test_a_handle_from_another_host_is_not_mapped():
+    # /proc/<pid>/fd/<fd> names the writer's memfd only in its own pid namespace: elsewhere the same path may be
+    # another process's file, so a handle is mapped only where the writer's host token is this process's
+    a = np.arange(_shm.MIN_BYTES // 8 + 1, dtype=np.float64)
+    h = _shm.write(a)
+    assert h is not None
+    try:
+        np.testing.assert_array_equal(_shm.read(h), a)
+        for token in (None, h.token + ":another-namespace"):
+            with pytest.raises(_shm.NotShared, match="not visible"):
+                _shm.read(dataclasses.replace(h, token=token))
+    finally:
+        _shm.release(h)

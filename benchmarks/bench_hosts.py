@@ -1,0 +1,164 @@
+"""LogisticRegression and the tree-sum across simulated hosts with rate-limited links (issue 25).
+
+    sudo python benchmarks/bench_hosts.py                      # 1M x 100; 2 and 4 hosts; 1 and 10 Gbit/s
+    sudo python benchmarks/bench_hosts.py --rows 20000 --hosts 2 --rates 1gbit --params 1e5 --repeat 1  # smoke
+
+Each host is a network + pid namespace with one single-threaded worker
+(``tests/hosts.py``), its link to the bridge limited by ``tc ... tbf`` in both
+directions.  The scheduler and the client sit on the bridge, whose own port is
+not limited: the client reaches the ``H`` hosts through ``H`` links at once, as
+a client with an ``H`` times faster link would.  Measured, per (hosts, rate):
+
+* NumPy input: the placement alone (each worker's rows are scattered to it
+  once), its achieved rate per link against the link rate; then the whole fit;
+* dask input (a dask array made on the workers and persisted there): the fit;
+* the step of an MLP (``--mlp-hidden`` units) trained with ``strategy="ddp"`` (gloo's allreduce);
+* the tree-sum of one float64 vector of ``P`` parameters per host, for each ``--params``.
+
+It needs root and ``ip``/``tc``; it is not part of ``run.py`` (it builds its
+own network and takes minutes at full size).  Writes ``hosts.json`` and
+``hosts.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from hosts import SimulatedHosts, unavailable  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _bits_per_s(rate: str) -> float:
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+    for u, f in units.items():
+        if rate.lower().endswith(u):
+            return float(rate[: -len(u)]) * f
+    raise ValueError(f"rate {rate!r}: use kbit, mbit or gbit")
+
+
+def _median_time(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _data(n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = (X @ rng.standard_normal(d) + rng.standard_normal(n) > 0).astype(np.int64)
+    return X, y
+
+
+def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden):
+    import dask.array as da
+    from distributed import futures_of, wait
+
+    import dask_estimators as de
+    from dask_estimators.engine import place
+    from dask_estimators.engine.reduce import tree_sum
+
+    out = {"hosts": n_hosts, "rate": rate}
+    with SimulatedHosts(n_hosts, rate) as h, h.client.as_current():
+        c = h.client
+        ws = h.workers()
+
+        # warm-up, untimed: the workers import the engine, torch and the kernels on their first task
+        de.LogisticRegression(client=c, max_iter=1).fit(X[:1000], y[:1000])
+
+        def _place():
+            with place(c, {"X": X, "y": y}):
+                pass
+
+        t_place = _median_time(_place, repeat)
+        per_link = (X.nbytes + y.nbytes) / n_hosts * 8 / t_place
+        out.update(place_s=t_place, link_rate_achieved=per_link / _bits_per_s(rate))
+        est = de.LogisticRegression(client=c, max_iter=max_iter, tol=0.0)
+        out["numpy_fit_s"] = _median_time(lambda: est.fit(X, y), repeat)
+        out["numpy_rounds"] = est.fit_stats_["rounds"]
+
+        chunks = (-(-X.shape[0] // n_hosts), X.shape[1])
+        Xd = da.random.default_rng(0).standard_normal(X.shape, chunks=chunks)
+        yd = (Xd[:, 0] > 0).astype(np.int64)
+        Xd, yd = c.persist([Xd, yd])
+        wait(futures_of(Xd) + futures_of(yd))
+        out["dask_fit_s"] = _median_time(lambda: est.fit(Xd, yd), repeat)
+        out["dask_rounds"] = est.fit_stats_["rounds"]
+
+        mlp = de.MLPClassifier(hidden_layer_sizes=(mlp_hidden,), strategy="ddp", max_iter=2, batch_size=4096,
+                               tol=0.0, n_iter_no_change=100, random_state=0, client=c)
+        n_mlp = min(len(X), 200_000)
+        mlp.fit(X[:n_mlp], y[:n_mlp])
+        st = mlp.fit_stats_
+        out["mlp_params"] = int(sum(w.size for w in mlp.coefs_ + mlp.intercepts_))
+        out["mlp_ddp_step_ms"] = 1e3 * st["seconds"] / (mlp.n_iter_ * st["steps_per_epoch"])
+        out["mlp_allreduce"] = st.get("allreduce")
+
+        for p in params:
+            parts = [c.submit(np.ones, int(p), workers=[w], pure=False) for w in ws]
+            wait(parts)
+            out[f"tree_sum_{int(p):.0e}_s"] = _median_time(lambda: tree_sum(c, parts, ws).result(), repeat)
+            del parts
+    return out
+
+
+def _table(rows, params):
+    head = ["hosts", "rate", "place s", "rate achieved / link", "NumPy fit s", "dask fit s",
+            *(f"tree-sum {int(p):.0e} s" for p in params), "MLP ddp step ms (params, allreduce)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["hosts"], r["rate"], f"{r['place_s']:.2f}", f"{r['link_rate_achieved']:.2f}",
+                 f"{r['numpy_fit_s']:.2f} ({r['numpy_rounds']} rounds)",
+                 f"{r['dask_fit_s']:.2f} ({r['dask_rounds']} rounds)",
+                 *(f"{r[f'tree_sum_{int(p):.0e}_s']:.3f}" for p in params),
+                 f"{r['mlp_ddp_step_ms']:.2f} ({r['mlp_params']}, {r['mlp_allreduce']})"]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--features", type=int, default=100)
+    ap.add_argument("--hosts", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--rates", nargs="+", default=["1gbit", "10gbit"])
+    ap.add_argument("--params", type=float, nargs="+", default=[1e6, 1e7])
+    ap.add_argument("--max-iter", type=int, default=20, help="L-BFGS iterations per fit (tol=0: exactly these)")
+    ap.add_argument("--mlp-hidden", type=int, default=256, help="hidden units of the MLP whose ddp step is timed")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    reason = unavailable()
+    if reason:
+        sys.exit(reason)
+    X, y = _data(args.rows, args.features)
+    warnings.filterwarnings("ignore", message="lbfgs failed to converge")  # fixed iteration counts
+    warnings.filterwarnings("ignore", message="Stochastic Optimizer")
+    rows = []
+    for n_hosts in args.hosts:
+        for rate in args.rates:
+            rows.append(run_one(n_hosts, rate, X, y, args.params, args.repeat, args.max_iter, args.mlp_hidden))
+            print(json.dumps(rows[-1]), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"rows": args.rows, "features": args.features, "max_iter": args.max_iter, "repeat": args.repeat}
+    (args.out / "hosts.json").write_text(json.dumps({"args": meta, "rows": rows}, indent=1))
+    md = _table(rows, args.params)
+    (args.out / "hosts.md").write_text(md + "\n")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
