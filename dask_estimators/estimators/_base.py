@@ -350,6 +350,7 @@ class DistributedLinearModel(DistributedEstimator):
         evaluator = DistributedEvaluator(placement, reduction=self.reduction)
         objective = LinearObjective(evaluator, spec, weight_sums=tuple(map(sum, zip(*sums))))
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
+        objective = self._primal_objective(objective)
         solver = self._resolved_solver(spec.n_params, objective.l1)
         res = minimize(
             objective, self._initial_params(spec), solver=solver, tol=self.tol, max_iter=self.max_iter,
@@ -372,6 +373,10 @@ class DistributedLinearModel(DistributedEstimator):
 
     def _format_n_iter(self, nit):
         return nit
+
+    def _primal_objective(self, objective):
+        """The objective the solver sees (a subclass may reparametrise it, as the SVMs' bias feature)."""
+        return objective
 
     def _initial_params(self, spec: LinearSpec) -> np.ndarray:
         w0 = np.zeros(spec.n_params)

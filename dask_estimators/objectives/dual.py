@@ -73,8 +73,14 @@ class DualSpec:
         Half-width of the insensitive tube (regression).
     n_shards : int
         ``sigma'`` of CoCoA+ and the number of stopping slots.
-    local_passes : int
-        Passes over the shard's rows per round (``H``).
+    tol : float
+        LIBLINEAR's tolerance, used within a round when there is one shard (see :func:`dual_round`).
+    aggregation : {"line-search", "add"}
+        How the shards' updates combine.  ``"add"``: CoCoA+'s adding with ``sigma' = n_shards``
+        (safe for any data; step 1).  ``"line-search"``: local subproblems with ``sigma' = 1``
+        (each shard's plain dual coordinate ascent) and the sum of their steps scaled by the
+        ``gamma`` in [0, 1] that minimises a quadratic upper bound of the dual objective along it
+        (exact for the classifiers), formed from raw sums; one shard takes step 1 (LIBLINEAR).
     """
 
     loss: str
@@ -84,15 +90,23 @@ class DualSpec:
     bias: float = 0.0
     epsilon: float = 0.0
     n_shards: int = 1
-    local_passes: int = 1
+    tol: float = 1e-4
+    aggregation: str = "line-search"
 
     def __post_init__(self):
         if self.loss not in DUAL_LOSSES:
             raise ValueError(f"loss must be one of {sorted(DUAL_LOSSES)} for the dual method, got {self.loss!r}.")
         if not (0 < self.C < math.inf):
             raise ValueError(f"The dual method needs a finite positive C, got {self.C!r}.")
-        if self.n_shards < 1 or self.local_passes < 1:
-            raise ValueError("n_shards and local_passes must be positive.")
+        if self.n_shards < 1:
+            raise ValueError("n_shards must be positive.")
+        if self.aggregation not in ("line-search", "add"):
+            raise ValueError(f"aggregation must be 'line-search' or 'add', got {self.aggregation!r}.")
+
+    @property
+    def sigma(self) -> float:
+        """CoCoA+'s ``sigma'``: the weight of the shard's own change in its local subproblem."""
+        return float(self.n_shards) if self.aggregation == "add" else 1.0
 
     @property
     def classification(self) -> bool:
@@ -255,6 +269,9 @@ def dual_state(shard, spec: DualSpec) -> dict:
         "sqnorm": np.einsum("ij,ij->i", X, X) + spec.bias**2,
         "alpha": np.zeros((K, n)),
         "v": np.zeros((K, p + 1)),
+        "pending": None,  # (d_alpha, u) of the last round, applied with the step the next round brings
+        "classification": spec.classification,
+        "upper": None if spec.squared else c,
         "spec": (spec.loss, spec.C, spec.bias, spec.epsilon),
     }
     shard.cache["dual_state"] = st
@@ -283,57 +300,96 @@ def _pieces(st, W, spec: DualSpec):
 
 
 # ----------------------------------------------------------------------- kernels
-def dual_objective(shard, W, spec: DualSpec):
-    """Kernel: ``{"primal": sum_i C_i loss_i(W~), "dual": dual row sum at alpha, "v": w~(alpha_k)}`` (raw sums).
+def _apply_pending(st, gamma):
+    """Take the last round's step, scaled by ``gamma`` (per output): alpha += gamma * d_alpha, v += gamma * u."""
+    pending, st["pending"] = st["pending"], None
+    if pending is None:
+        return
+    d_alpha, u = pending
+    gamma = np.asarray(_host(gamma), dtype=np.float64).reshape(-1, 1)
+    st["alpha"] += gamma * d_alpha
+    st["v"] += gamma * u
+    upper = st.get("upper")
+    if upper is not None:  # rounding must not leave the box
+        lo = 0.0 if st["classification"] else -upper
+        np.clip(st["alpha"], lo, upper, out=st["alpha"])
+
+
+def dual_objective(shard, W, gamma, spec: DualSpec):
+    """Kernel: after the last step (scaled by ``gamma``), ``{"primal": sum_i C_i loss_i(W~),
+    "dual": dual row sum at alpha, "v": w~(alpha_k)}`` (raw sums).
 
     ``P = 1/2 ||W~||^2 + primal`` and ``D = dual - 1/2 ||w~(alpha)||^2`` are formed on the client.
     """
     st = dual_state(shard, spec)
+    _apply_pending(st, gamma)
     W = np.asarray(_host(W), dtype=np.float64).reshape(spec.n_outputs, spec.n_features + 1)
     primal, dual = _pieces(st, W, spec)
     return {"primal": primal, "dual": dual, "v": st["v"].copy()}
 
 
-def dual_round(shard, W, active, seed, spec: DualSpec):
+def dual_round(shard, W, gamma, active, first, seed, passes, spec: DualSpec):
     """Kernel: one CoCoA+ round on this shard (see the module docstring).
 
     Parameters
     ----------
     shard : Shard
     W : array of shape (n_outputs, n_features + 1)
-        The global ``w~`` (the sum of the shards' ``v``) at the start of the round.
+        The global ``w~`` (the sum of the shards' ``v``) at the start of the round, the last
+        round's step taken.
+    gamma : array of shape (n_outputs,)
+        The scale of the last round's step (1 with ``aggregation="add"``).
     active : array of shape (n_outputs,)
         1 for the columns still to update, 0 for those that have converged.
+    first : array of shape (n_outputs,)
+        Regression: the sum of the violations in the fit's first pass (0 in the first round).
     seed : int
-        Seeds the order of the rows (a fresh permutation per round, as LIBLINEAR's per pass).
+        Seeds the order of the rows (a fresh permutation per pass, as LIBLINEAR's).
+    passes : int
+        Local passes over the shard's rows in this round.  With one shard they are LIBLINEAR's
+        iterations and stop early on its rule; with several the stopping values are those of the
+        first pass, whose gradients start from the global point.
     spec : DualSpec
 
     Returns
     -------
     dict of raw sums
-        ``"v"`` (n_outputs, p + 1): this shard's ``w~(alpha_k)`` after the update; ``"primal"`` and
+        ``"v"`` (n_outputs, p + 1): this shard's ``w~(alpha_k)`` at the start (their sum is ``W``);
+        ``"u"``: its change by this round's step (kept on the shard until the next round brings
+        the step's scale); ``"lin"`` and ``"quad"`` (n_outputs,): the shard's terms of the dual
+        objective's change along the step, ``gamma * lin + gamma^2 / 2 * quad`` plus the terms in
+        ``W`` and ``sum u`` that the client adds (an upper bound for the regressors); ``"primal"`` and
         ``"dual"`` (n_outputs,): the pieces of P and D at the start of the round; ``"stop"``
         (n_shards, 2, n_outputs): in this shard's slot, for SVC the (max, min) of the projected
-        gradient in the first local pass, for SVR the (max, sum) of the violations (zeros elsewhere);
-        ``"rows"`` (n_outputs,): the rows visited.
+        gradient, for SVR the (max, sum) of the violations (zeros elsewhere); ``"passes"``
+        (n_shards, n_outputs): in this shard's slot, the passes made; ``"first"`` (n_outputs,):
+        SVR, the sum of the violations in the round's first pass.
     """
     st = dual_state(shard, spec)
+    _apply_pending(st, gamma)
     K, p = spec.n_outputs, spec.n_features
     W = np.asarray(_host(W), dtype=np.float64).reshape(K, p + 1)
     active = np.asarray(_host(active)).reshape(K) > 0
+    first = np.asarray(_host(first), dtype=np.float64).reshape(K)
     primal, dual = _pieces(st, W, spec)
+    v_start = st["v"].copy()
+    alpha_start = st["alpha"].copy()
     index = int(shard.cache.get("dual_index", 0))
     stop = np.zeros((spec.n_shards, 2, K))
-    rows = np.zeros(K)
-    X, sigma = st["X"], float(spec.n_shards)
+    done = np.zeros((spec.n_shards, K))
+    first_sum = np.zeros(K)
+    U = np.zeros((K, p + 1))
+    X, sigma, alone = st["X"], spec.sigma, spec.n_shards == 1
     n = X.shape[0]
     rng = np.random.default_rng([int(seed) & 0x7FFFFFFF, index])
+    tol = spec.tol
     for k in range(K):
         if not active[k]:
             continue
         w = W[k].copy()
-        u = np.zeros(p + 1)
-        for h in range(spec.local_passes):
+        u = U[k]
+        live = bool(np.any(st["c"][k] > 0))
+        for h in range(int(passes)):
             perm = rng.permutation(n).astype(np.int64)
             if spec.classification:
                 a, b = _svc_pass(X, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
@@ -341,11 +397,44 @@ def dual_round(shard, W, active, seed, spec: DualSpec):
             else:
                 a, b = _svr_pass(X, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
                                  spec.squared, spec.epsilon, perm)
-            if h == 0:
+            if h == 0 or alone:
                 stop[index, :, k] = (a, b)
-        st["v"][k] += u
-        rows[k] = float(np.count_nonzero(st["c"][k] > 0))
-    if spec.classification:  # empty shards: no bound on either side
-        stop[index, 0, :][rows == 0] = np.nan
-        stop[index, 1, :][rows == 0] = np.nan
-    return {"v": st["v"].copy(), "primal": primal, "dual": dual, "stop": stop, "rows": rows}
+            if h == 0:
+                first_sum[k] = b
+            done[index, k] = h + 1
+            if alone:  # the pass is LIBLINEAR's iteration: its rule decides here
+                if spec.classification:
+                    met = not live or a - b <= tol
+                else:
+                    if first[k] == 0.0:
+                        first[k] = b
+                    met = b <= tol * first[k]
+                if met:
+                    break
+        if spec.classification and not live:  # no row of weight > 0: no bound on either side
+            stop[index, :, k] = np.nan
+    d_alpha = st["alpha"] - alpha_start
+    st["alpha"][...] = alpha_start  # the step is taken when its scale is known (next round)
+    st["pending"] = (d_alpha, U.copy())
+    lin, quad = _step_terms(st, alpha_start, d_alpha, spec)
+    return {"v": v_start, "u": U, "lin": lin, "quad": quad, "primal": primal, "dual": dual, "stop": stop,
+            "passes": done, "first": first_sum if not spec.classification else np.zeros(K)}
+
+
+def _step_terms(st, alpha, d, spec: DualSpec):
+    """The shard's terms of ``f(alpha + g d) - f(alpha) <= g * (W . dW + lin) + g^2 / 2 * (||dW||^2 + quad)``.
+
+    ``f`` is the dual objective to minimise (the negated ``D``); for the regressors the
+    ``epsilon |beta|`` term is bounded by its chord on [0, 1], so the bound holds for ``g`` in [0, 1].
+    """
+    c = st["c"]
+    live = c > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diag = np.where(live, 0.5 / c, 0.0) if spec.squared else np.zeros_like(c)
+    if spec.classification:
+        lin = ((diag * alpha - 1.0) * d)
+    else:
+        lin = (-st["y"] * d + spec.epsilon * (np.abs(alpha + d) - np.abs(alpha)) + diag * alpha * d)
+    lin = np.where(live, lin, 0.0).sum(axis=1)
+    quad = (diag * d * d).sum(axis=1)
+    return lin, quad
