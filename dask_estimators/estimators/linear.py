@@ -957,6 +957,12 @@ _RANDOM_STATE_DOC = """
         randomised solvers.  Every solver here is deterministic, so it does
         not change the fit."""
 
+_SVM_RANDOM_STATE_DOC = """
+    random_state : int, RandomState instance or None, default=None
+        Seeds the order in which the dual method visits the rows (a new
+        order each pass, as LIBLINEAR).  The primal solvers are
+        deterministic and do not use it."""
+
 
 def _fill_docs():
     for cls, default, tol, max_iter, n_iter in [
@@ -968,7 +974,8 @@ def _fill_docs():
         auto = default.startswith("auto")
         default = "auto" if auto else default
         common = _COMMON_DOC.format(
-            random_state=_RANDOM_STATE_DOC if cls is not LinearRegression else "",
+            random_state=(_SVM_RANDOM_STATE_DOC if cls in (LinearSVC, LinearSVR)
+                          else _RANDOM_STATE_DOC if cls is not LinearRegression else ""),
             auto=', "auto"' if auto else "",
             default=default,
             auto_doc=_AUTO_DOC[cls.__name__] if auto else "",
