@@ -393,6 +393,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         evaluator = DistributedEvaluator(placement, reduction=self.reduction)
         objective = LinearObjective(evaluator, spec, weight_sums=sums[:2])
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
+        objective = self._primal_objective(objective)
         solver = self._resolved_solver(spec.n_params, objective.l1)
         y_mean = sums[2] / objective.sw_sum if self._start_at_mean else None
         w0 = self._initial_params(spec, y_mean)
@@ -434,6 +435,10 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
 
     def _format_n_iter(self, nit):
         return nit
+
+    def _primal_objective(self, objective):
+        """The objective the solver sees (a subclass may reparametrise it, as the SVMs' bias feature)."""
+        return objective
 
     def _cast_params(self, dtype):
         if self._keeps_float32 and dtype == np.float32:  # computed in float64, kept in X's dtype as scikit-learn does

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Real
 
 import numpy as np
@@ -338,31 +339,206 @@ class LogisticRegression(InferenceMixin, _LinearClassifierMixin, DistributedLine
         return self._map_rows(X, log_proba, len(self.classes_))
 
 
-class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
-    """Linear support vector classifier (squared hinge loss) fitted on a Dask cluster.
+#: (loss, penalty) -> the formulations LIBLINEAR offers for it (True: dual, False: primal), as scikit-learn.
+_SVM_FORMULATIONS = {
+    ("hinge", "l2"): {True},
+    ("squared_hinge", "l1"): {False},
+    ("squared_hinge", "l2"): {False, True},
+    ("epsilon_insensitive", "l2"): {True},
+    ("squared_epsilon_insensitive", "l2"): {False, True},
+}
 
-    Minimises, for each class k against the rest (one problem for two classes)::
+#: The encoding of the targets (objectives.targets) for each loss of the dual method.
+_TARGET_ENCODING = {
+    "hinge": "squared_hinge", "squared_hinge": "squared_hinge",
+    "epsilon_insensitive": "squared_epsilon_insensitive",
+    "squared_epsilon_insensitive": "squared_epsilon_insensitive",
+}
 
-        penalty(W_k) + C * sum_i s_ik * max(0, 1 - t_ik * (x_i . W_k + b_k))^2
 
-    with ``t_ik = +1`` when sample i is of class k and -1 otherwise, and
-    ``penalty = 1/2 ||.||_2^2`` (``penalty="l2"``) or ``||.||_1`` (``"l1"``).
-    Class weights follow LIBLINEAR: for two classes each sample's weight is
-    multiplied by its class's weight; one-vs-rest multiplies only the "k"
-    side of problem k.  All one-vs-rest problems are solved together, so one
-    distributed round serves every class.
+class _LinearSVMMixin:
+    """What LinearSVC and LinearSVR share: ``loss``/``dual``, LIBLINEAR's bias feature, the dual method."""
 
-    Unlike LIBLINEAR (scikit-learn's ``LinearSVC``) the intercept is not
-    penalised, so there is no ``intercept_scaling``; with
-    ``fit_intercept=False`` the objectives are identical.
+    _penalty = "l2"  # LinearSVR has no penalty parameter
+
+    def _penalty_name(self):
+        return getattr(self, "penalty", self._penalty)
+
+    def _check_formulation(self, dual):
+        """Raise scikit-learn's error for a (penalty, loss, dual) combination that LIBLINEAR does not offer."""
+        penalty, loss = self._penalty_name(), self.loss
+        offered = _SVM_FORMULATIONS.get((loss, penalty))
+        if offered is None:
+            detail = f"The combination of penalty='{penalty}' and loss='{loss}' is not supported"
+        elif dual not in offered:
+            detail = f"The combination of penalty='{penalty}' and loss='{loss}' are not supported when dual={dual}"
+        else:
+            return
+        raise ValueError(
+            f"Unsupported set of arguments: {detail}, Parameters: penalty={penalty!r}, loss={loss!r}, dual={dual!r}"
+        )
+
+    def _resolved_dual(self, n_samples, n_features):
+        """``dual`` with ``"auto"`` resolved, checked against the loss, the penalty and the other parameters."""
+        offered = _SVM_FORMULATIONS.get((self.loss, self._penalty_name()), set())
+        if self.dual == "auto":
+            # an explicit primal solver, a warm start or C=inf ask for the primal problem where it exists
+            if False in offered and (self.solver != "auto" or self.warm_start or np.isinf(self.C)):
+                dual = False
+            elif n_samples < n_features:  # scikit-learn's rule: the dual when it is offered
+                dual = True in offered
+            else:  # the primal when it is offered
+                dual = False not in offered
+        else:
+            dual = bool(self.dual)
+        self._check_formulation(dual)
+        if dual:
+            if self.solver != "auto":
+                raise ValueError(
+                    f"solver={self.solver!r} solves the primal problem; with dual=True (or loss={self.loss!r}, "
+                    "which only has a dual form) leave solver='auto'."
+                )
+            if np.isinf(self.C):
+                raise ValueError("C=np.inf (no penalty) has no dual problem; use dual=False with a squared loss.")
+            if self.warm_start:
+                raise ValueError("warm_start=True needs the primal problem (dual=False): the dual method starts "
+                                 "from alpha = 0.")
+        return dual
+
+    # ----------------------------------------------------- LIBLINEAR's bias feature
+    def _bias_feature(self):
+        return self.fit_intercept and not np.isinf(self.C)
+
+    def _primal_objective(self, objective):
+        if not self._bias_feature():
+            return objective
+        from ..objectives.bias import BiasFeatureObjective
+
+        return BiasFeatureObjective(objective, float(self.intercept_scaling))
+
+    def _initial_params(self, spec, y_mean=None):
+        w0 = super()._initial_params(spec, y_mean)
+        if self._bias_feature():
+            w0[spec.n_outputs * spec.n_features :] /= float(self.intercept_scaling)
+        return w0
+
+    def _set_params_from(self, w, spec, y_shape):
+        w = np.array(w, dtype=np.float64)
+        if self._bias_feature():
+            w[spec.n_outputs * spec.n_features :] *= float(self.intercept_scaling)
+        super()._set_params_from(w, spec, y_shape)
+
+    # ------------------------------------------------------------ the dual method
+    def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None):
+        if not self._resolved_dual(placement.n_samples, self.n_features_in_):
+            return super()._fit_placed(placement, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0)
+        return self._fit_dual(placement, classes, dask_input)
+
+    def _fit_dual(self, placement, classes, dask_input):
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.utils import check_random_state
+
+        from ..engine import DistributedEvaluator
+        from ..objectives import LinearSpec
+        from ..objectives.dual import DualSpec, set_shard_index
+        from ..optim.dual_driver import LIBLINEAR_WARNING, dual_coordinate_ascent
+        from ._base import _prepare_and_weigh
+
+        n_classes, class_weight = None, None
+        if self._is_classifier:
+            self.classes_ = self._dask_classes(placement) if dask_input else classes
+            n_classes = len(self.classes_)
+            class_weight = self._class_weight_vector(placement, n_classes)
+        n_outputs = 1 if not self._is_classifier or n_classes == 2 else n_classes
+        encoding = _TARGET_ENCODING[self.loss]
+        sums = placement.map(_prepare_and_weigh, encoding, n_outputs, class_weight)
+        sw_sum = float(sum(s[0] for s in sums))
+        if not sw_sum > 0:
+            raise ValueError("The sum of sample weights must be positive.")
+        n_shards = len(placement.shards)
+        placement.map_each(set_shard_index, [(i,) for i in range(n_shards)])
+        d = self.n_features_in_
+        spec = DualSpec(
+            self.loss, d, n_outputs, C=float(self.C), bias=float(self.intercept_scaling) if self.fit_intercept else 0.0,
+            epsilon=float(getattr(self, "epsilon", 0.0)), n_shards=n_shards, tol=float(self.tol),
+        )
+        seed = check_random_state(self.random_state).randint(np.iinfo("i").max)
+        evaluator = DistributedEvaluator(placement, reduction=self.reduction)
+        res = dual_coordinate_ascent(
+            evaluator, spec, max_iter=self.max_iter, seed=seed, verbose=self.verbose,
+        )
+        if not res.success:
+            warnings.warn(LIBLINEAR_WARNING, ConvergenceWarning, stacklevel=4)
+        W = res.x
+        flat = np.concatenate([W[:, :d].ravel(), W[:, d]]) if self.fit_intercept else W[:, :d].ravel()
+        y_shape = (placement.n_samples,)
+        self._set_params_from(flat, LinearSpec(encoding, d, n_outputs, self.fit_intercept), y_shape)
+        self.n_iter_ = int(res.nit)
+        self.solver_ = "dual-cd"
+        stats = evaluator.stats.as_dict()
+        stats.update(
+            n_shards=n_shards, rows_per_shard=list(placement.n_rows), dual_rounds=res.rounds, objective=res.fun,
+            dual_objective=res.dual,
+            duality_gap=res.gap, weight_sum=sw_sum,
+        )
+        return stats
+
+
+class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel):
+    """Linear support vector classifier (hinge or squared hinge loss) fitted on a Dask cluster.
+
+    Solves LIBLINEAR's problem (scikit-learn's ``LinearSVC``), for each class k
+    against the rest (one problem for two classes)::
+
+        penalty(w~_k) + C * sum_i s_ik * loss(t_ik * (x_i . W_k + b_k))
+
+    with ``t_ik = +1`` when sample i is of class k and -1 otherwise,
+    ``loss(m) = max(0, 1 - m)`` (``"hinge"``) or its square
+    (``"squared_hinge"``), and ``penalty = 1/2 ||.||_2^2`` (``penalty="l2"``)
+    or ``||.||_1`` (``"l1"``).  As in LIBLINEAR the intercept is the weight of
+    a constant feature of value ``intercept_scaling``, penalised with the
+    coefficients: ``w~_k = [W_k, b_k / intercept_scaling]``; a larger
+    ``intercept_scaling`` penalises the intercept less.  Class weights follow
+    LIBLINEAR: for two classes each sample's weight is multiplied by its
+    class's weight; one-vs-rest multiplies only the "k" side of problem k.  All
+    one-vs-rest problems are solved together, so one distributed round serves
+    every class.
+
+    Two methods, as in scikit-learn (``dual``):
+
+    - the **primal** (``dual=False``, squared hinge only): the scipy solvers
+      (``solver``) on the smooth objective, one distributed round per
+      evaluation;
+    - the **dual** (``dual=True``, both losses, L2 penalty): distributed dual
+      coordinate ascent (CoCoA+).  Each worker keeps the dual variables of its
+      rows and runs one pass of LIBLINEAR's dual coordinate method over them
+      per round; one reduction sums the workers' parts of the weights, scaled
+      by an exact line search on the dual objective.  It stops on LIBLINEAR's rule (projected gradient
+      spread at most ``tol``); ``n_iter_`` counts passes over the data, as
+      LIBLINEAR's iterations, and ``fit_stats_`` reports the rounds and the
+      duality gap.
 
     Parameters
     ----------
     penalty : {{"l2", "l1"}}, default="l2"
+    loss : {{"squared_hinge", "hinge"}}, default="squared_hinge"
+        ``"hinge"`` needs the dual (``dual=True`` or "auto").
+    dual : "auto" or bool, default="auto"
+        Solve the dual (True) or the primal (False) problem.  ``"auto"`` picks
+        as scikit-learn does: the dual when ``n_samples < n_features`` and the
+        combination of ``loss`` and ``penalty`` offers it, else the primal when
+        offered.  An explicit primal ``solver``, ``warm_start=True`` or
+        ``C=np.inf`` make ``"auto"`` pick the primal when the loss has one.
+        Unsupported combinations raise scikit-learn's ``ValueError``
+        ("Unsupported set of arguments: ...").
     C : float, default=1.0
         Weight of the data term; ``np.inf`` for no penalty (an unpenalised
-        fit, which scikit-learn's ``LinearSVC`` does not accept).
+        fit of the primal, which scikit-learn's ``LinearSVC`` does not accept;
+        the intercept is then unpenalised too).
     fit_intercept : bool, default=True
+    intercept_scaling : float, default=1.0
+        Value of LIBLINEAR's constant feature whose weight times this value is
+        the intercept (see above).  Used only with ``fit_intercept=True``.
     class_weight : dict, "balanced" or None, default=None
     {common}
     Attributes
@@ -378,14 +554,19 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
     >>> X, y = load_iris(return_X_y=True)
     >>> LinearSVC(C=0.5).fit(X, y).score(X, y) > 0.9  # doctest: +SKIP
     True
+    >>> LinearSVC(loss="hinge", dual=True).fit(X, y).solver_  # doctest: +SKIP
+    'dual-cd'
     """
 
-    _loss = "squared_hinge"
+    _loss = "squared_hinge"  # the primal's loss (the only one with a primal form)
     _auto_solver = "newton-cg"  # trust-region Newton-CG: LIBLINEAR's TRON for this loss
     _parameter_constraints = {
         **DistributedLinearModel._parameter_constraints,
         "penalty": [StrOptions({"l1", "l2"})],
+        "loss": [StrOptions({"hinge", "squared_hinge"})],
+        "dual": ["boolean", StrOptions({"auto"})],
         "C": [Interval(Real, 0, None, closed="right")],
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "random_state": ["random_state"],
     }
@@ -393,9 +574,12 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
     def __init__(
         self,
         penalty="l2",
+        loss="squared_hinge",
         *,
+        dual="auto",
         C=1.0,
         fit_intercept=True,
+        intercept_scaling=1.0,
         class_weight=None,
         solver="auto",
         tol=1e-4,
@@ -410,8 +594,11 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
         timeout=None,
     ):
         self.penalty = penalty
+        self.loss = loss
+        self.dual = dual
         self.C = C
         self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
         self.class_weight = class_weight
         self.solver = solver
         self.tol = tol
@@ -437,9 +624,9 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
 
         It has this model's parameters and fitted attributes, so its
         predictions are these; it needs neither a cluster nor this package.
-        Fitted again it would solve LIBLINEAR's problem, whose intercept is
-        penalised (see above); with ``C=np.inf`` its ``fit`` refuses the
-        parameter (scikit-learn's constraint), its predictions do not.
+        Fitted again it solves the same problem with LIBLINEAR; with
+        ``C=np.inf`` its ``fit`` refuses the parameter (scikit-learn's
+        constraint), its predictions do not.
 
         Returns
         -------
@@ -455,9 +642,9 @@ class LinearSVC(_LinearClassifierMixin, DistributedLinearModel):
 
         check_is_fitted(self)
         est = SkLinearSVC(
-            penalty=self.penalty, loss="squared_hinge", C=self.C, fit_intercept=self.fit_intercept,
-            class_weight=self.class_weight, verbose=self.verbose, random_state=self.random_state, tol=self.tol,
-            max_iter=self.max_iter,
+            penalty=self.penalty, loss=self.loss, dual=self.dual, C=self.C, fit_intercept=self.fit_intercept,
+            intercept_scaling=self.intercept_scaling, class_weight=self.class_weight, verbose=self.verbose,
+            random_state=self.random_state, tol=self.tol, max_iter=self.max_iter,
         )
         return self._sklearn_fitted(est)
 
@@ -619,15 +806,25 @@ class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
         return tags
 
 
-class LinearSVR(RegressorMixin, DistributedLinearModel):
-    """Linear support vector regression (squared epsilon-insensitive loss) fitted on a Dask cluster.
+class LinearSVR(_LinearSVMMixin, RegressorMixin, DistributedLinearModel):
+    """Linear support vector regression (epsilon-insensitive loss or its square) fitted on a Dask cluster.
 
-    Minimises scikit-learn's ``LinearSVR(loss="squared_epsilon_insensitive")`` objective::
+    Solves LIBLINEAR's problem (scikit-learn's ``LinearSVR``)::
 
-        1/2 * ||w||_2^2 + C * sum_i s_i * max(0, |y_i - x_i . w - b| - epsilon)^2
+        1/2 * ||w~||_2^2 + C * sum_i s_i * loss(|y_i - x_i . w - b| - epsilon)
 
-    The intercept is not penalised (LIBLINEAR penalises it through
-    ``intercept_scaling``; with ``fit_intercept=False`` the two agree).
+    with ``loss(r) = max(0, r)`` (``"epsilon_insensitive"``, the default, as in
+    scikit-learn) or ``max(0, r)^2`` (``"squared_epsilon_insensitive"``).  As
+    in LIBLINEAR the intercept is the weight of a constant feature of value
+    ``intercept_scaling``, penalised with the coefficients:
+    ``w~ = [w, b / intercept_scaling]``.
+
+    ``dual=True`` (the only form of ``"epsilon_insensitive"``) uses distributed
+    dual coordinate descent (CoCoA+, one pass of LIBLINEAR's method over each
+    worker's rows per round, one reduction per round), stopping when the
+    violations of the optimality conditions have shrunk by ``tol`` relative to
+    the first round, as LIBLINEAR.  ``dual=False`` (squared loss only) uses the
+    scipy solvers on the smooth primal objective.
 
     Parameters
     ----------
@@ -635,8 +832,22 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
         Half-width of the insensitive tube.
     C : float, default=1.0
         Weight of the data term; ``np.inf`` for no penalty (an unpenalised
-        fit, which scikit-learn's ``LinearSVR`` does not accept).
+        fit of the primal, which scikit-learn's ``LinearSVR`` does not accept).
+    loss : {{"epsilon_insensitive", "squared_epsilon_insensitive"}}, default="epsilon_insensitive"
+    dual : "auto" or bool, default="auto"
+        Solve the dual (True) or the primal (False) problem.  ``"auto"`` picks
+        as scikit-learn does (the dual when ``n_samples < n_features`` or the
+        loss has no primal form, else the primal); an explicit primal
+        ``solver``, ``warm_start=True`` or ``C=np.inf`` make it pick the primal
+        when the loss has one.  ``loss="epsilon_insensitive", dual=False``
+        raises scikit-learn's ``ValueError``.
     fit_intercept : bool, default=True
+    intercept_scaling : float, default=1.0
+        Value of LIBLINEAR's constant feature (see above).  Used only with
+        ``fit_intercept=True``.
+    verbose : int, default=0
+        Print the progress of the solver (each evaluation, or each round of
+        the dual method).
     {common}
     Attributes
     ----------
@@ -653,11 +864,16 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
     LinearSVR(C=10.0)
     """
 
-    _loss = "squared_epsilon_insensitive"
+    _loss = "squared_epsilon_insensitive"  # the primal's loss (the only one with a primal form)
+    _auto_solver = "lbfgs"
     _parameter_constraints = {
         **DistributedLinearModel._parameter_constraints,
         "epsilon": [Interval(Real, 0, None, closed="left")],
         "C": [Interval(Real, 0, None, closed="right")],
+        "loss": [StrOptions({"epsilon_insensitive", "squared_epsilon_insensitive"})],
+        "dual": ["boolean", StrOptions({"auto"})],
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
+        "verbose": ["verbose"],
         "random_state": ["random_state"],
     }
 
@@ -666,8 +882,12 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
         epsilon=0.0,
         *,
         C=1.0,
+        loss="epsilon_insensitive",
+        dual="auto",
         fit_intercept=True,
-        solver="lbfgs",
+        intercept_scaling=1.0,
+        verbose=0,
+        solver="auto",
         tol=1e-4,
         max_iter=1000,
         warm_start=False,
@@ -681,7 +901,11 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
     ):
         self.epsilon = epsilon
         self.C = C
+        self.loss = loss
+        self.dual = dual
         self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.verbose = verbose
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter
@@ -717,8 +941,9 @@ class LinearSVR(RegressorMixin, DistributedLinearModel):
 
         check_is_fitted(self)
         est = SkLinearSVR(
-            epsilon=self.epsilon, loss="squared_epsilon_insensitive", C=self.C, fit_intercept=self.fit_intercept,
-            random_state=self.random_state, tol=self.tol, max_iter=self.max_iter,
+            epsilon=self.epsilon, loss=self.loss, dual=self.dual, C=self.C, fit_intercept=self.fit_intercept,
+            intercept_scaling=self.intercept_scaling, verbose=self.verbose, random_state=self.random_state,
+            tol=self.tol, max_iter=self.max_iter,
         )
         return self._sklearn_fitted(est)
 
@@ -746,8 +971,15 @@ _AUTO_DOC = {
         '        parameters, "newton-cg" above that, "lbfgs" with L1.'
     ),
     "LinearSVC": (
-        '\n        ``"auto"``: "newton-cg" (LIBLINEAR\'s TRON method for this loss)\n'
-        '        with ``penalty="l2"``, "lbfgs" with ``penalty="l1"``.'
+        '\n        ``"auto"``: the dual method (``solver_ = "dual-cd"``) when ``dual``\n'
+        '        resolves to True; else "newton-cg" (LIBLINEAR\'s TRON method for this\n'
+        '        loss) with ``penalty="l2"``, "lbfgs" with ``penalty="l1"``.  A primal\n'
+        '        solver needs ``dual=False`` or "auto".'
+    ),
+    "LinearSVR": (
+        '\n        ``"auto"``: the dual method (``solver_ = "dual-cd"``) when ``dual``\n'
+        '        resolves to True, else "lbfgs".  A primal solver needs ``dual=False``\n'
+        '        or "auto".'
     ),
 }
 
@@ -758,18 +990,25 @@ _RANDOM_STATE_DOC = """
         randomised solvers.  Every solver here is deterministic, so it does
         not change the fit."""
 
+_SVM_RANDOM_STATE_DOC = """
+    random_state : int, RandomState instance or None, default=None
+        Seeds the order in which the dual method visits the rows (a new
+        order each pass, as LIBLINEAR).  The primal solvers are
+        deterministic and do not use it."""
+
 
 def _fill_docs():
     for cls, default, tol, max_iter, n_iter in [
         (LogisticRegression, "lbfgs", "1e-4", 100, "ndarray of shape (1,)"),
         (LinearSVC, "auto", "1e-4", 1000, "int"),
         (LinearRegression, "auto", "1e-6", 1000, "int"),
-        (LinearSVR, "lbfgs", "1e-4", 1000, "int"),
+        (LinearSVR, "auto", "1e-4", 1000, "int"),
     ]:
         auto = default.startswith("auto")
         default = "auto" if auto else default
         common = _COMMON_DOC.format(
-            random_state=_RANDOM_STATE_DOC if cls is not LinearRegression else "",
+            random_state=(_SVM_RANDOM_STATE_DOC if cls in (LinearSVC, LinearSVR)
+                          else _RANDOM_STATE_DOC if cls is not LinearRegression else ""),
             auto=', "auto"' if auto else "",
             default=default,
             auto_doc=_AUTO_DOC[cls.__name__] if auto else "",

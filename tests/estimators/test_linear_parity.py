@@ -243,7 +243,7 @@ def test_logistic_multinomial_wine(solver):
 @functools.cache
 def sk_linear_svc(data, fit_intercept, penalty="l2", C=1.0):
     X, y = DATA[data]()
-    kw = {"intercept_scaling": 1e4} if fit_intercept else {}
+    kw = {}  # ours and LIBLINEAR: the same bias feature (intercept_scaling=1 on both sides)
     tol = 1e-12 if penalty == "l2" else 1e-11  # LIBLINEAR's L1 coordinate descent stalls at 1e-12
     ref = sk_svm.LinearSVC(
         penalty=penalty, C=C, fit_intercept=fit_intercept, dual=False, tol=tol, max_iter=BIG, random_state=0, **kw
@@ -262,9 +262,7 @@ def test_linear_svc_ovr_no_intercept_wine(solver):
 
 @pytest.mark.parametrize("solver", ["auto", "lbfgs", "newton-cholesky"])
 def test_linear_svc_ovr_intercept_wine(solver):
-    # LIBLINEAR penalises the intercept as (b / intercept_scaling)**2 / 2; with
-    # intercept_scaling=1e4 that term is ~1e-8 of ours and moves coef_ and
-    # intercept_ by ~3e-10 relative, far inside rtol=1e-4.
+    # Both penalise the intercept as LIBLINEAR does, (b / intercept_scaling)**2 / 2.
     est = ours("LinearSVC", "wine", C=1.0, solver=solver)
     ref = sk_linear_svc("wine", True)
     assert_params(est, ref.coef_, ref.intercept_)
@@ -334,7 +332,10 @@ def diabetes_centred():
 @functools.cache
 def _ours_svr(epsilon, solver):
     X, y = diabetes_centred()
-    return de.LinearSVR(epsilon=epsilon, C=1.0, fit_intercept=False, solver=solver, tol=TOL, max_iter=BIG).fit(X, y)
+    return de.LinearSVR(
+        epsilon=epsilon, C=1.0, loss="squared_epsilon_insensitive", fit_intercept=False, solver=solver, tol=TOL,
+        max_iter=BIG,
+    ).fit(X, y)
 
 
 @pytest.mark.parametrize("epsilon", [0.0, 5.0])
@@ -586,12 +587,20 @@ def test_logistic_intercept_not_penalised(solver):
     np.testing.assert_allclose(est.intercept_, [np.log(p / (1 - p))], rtol=1e-5)
 
 
-def test_linear_svc_intercept_not_penalised():
-    # With C tiny, W -> 0 and b minimises n+ (1 - b)^2 + n- (1 + b)^2: b = (n+ - n-) / n.
+@pytest.mark.parametrize("dual", [False, True])
+@pytest.mark.parametrize("scaling", [1.0, 10.0, 1000.0])
+def test_linear_svc_intercept_is_liblinears_bias_feature(scaling, dual):
+    # LIBLINEAR's intercept is the weight of a constant feature of value s = intercept_scaling, penalised:
+    # with C small every margin is < 1, and on centred X the squared hinge's optimal b is
+    # 2 C sum(t) / (2 C n + 1 / s**2) whatever W is (t = +-1 the labels).  An unpenalised one would be
+    # sum(t) / n.
     X, y = breast_cancer()
-    est = de.LinearSVC(C=1e-9, tol=TOL, max_iter=BIG).fit(X, y)
-    assert np.abs(est.coef_).max() < 1e-5
-    np.testing.assert_allclose(est.intercept_, [(2 * y.sum() - len(y)) / len(y)], rtol=1e-5)
+    C = 1e-6
+    est = de.LinearSVC(C=C, intercept_scaling=scaling, dual=dual, tol=1e-10, max_iter=BIG).fit(X, y)
+    assert est.solver_ == ("dual-cd" if dual else "newton-cg")
+    t = 2 * y - 1
+    b = 2 * C * t.sum() / (2 * C * len(y) + 1 / scaling**2)
+    np.testing.assert_allclose(est.intercept_, [b], rtol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,8 @@ ESTIMATORS = [
     de.LinearRegression(),
     de.LinearRegression(alpha=0.1, solver="newton-cg"),
     de.LinearRegression(alpha=0.01, l1_ratio=0.5),
-    de.LinearSVR(epsilon=0.1),
+    de.LinearSVR(epsilon=0.1),  # the dual method (LIBLINEAR's default loss has no primal)
+    de.LinearSVR(epsilon=0.1, loss="squared_epsilon_insensitive", dual=False),
     de.PoissonRegressor(),
     de.PoissonRegressor(alpha=0.01, solver="newton-cholesky", compute_inference=True),
     de.GammaRegressor(solver="newton-cg"),
@@ -41,7 +42,21 @@ L1_REASON = (
 )
 
 
+DUAL_REASON = (
+    "The dual method keeps one dual variable per row and visits the rows in a random order, so a "
+    "repeated row is not a weighted one along the way; both fits reach the same optimum only in the limit "
+    "(scikit-learn expects the same failure of LIBLINEAR's LinearSVC and LinearSVR, see its "
+    "PER_ESTIMATOR_XFAIL_CHECKS). Run at the default tol: at tol=1e-12 it would take max_iter rounds."
+)
+
+
+def _runs_dual(est):
+    return getattr(est, "loss", None) == "epsilon_insensitive" or getattr(est, "dual", "auto") is True
+
+
 def _expected_failed(est):
+    if _runs_dual(est):
+        return {"check_sample_weight_equivalence_on_dense_data": DUAL_REASON}
     # Some L1 configurations pass on a given run (the margin is a few 1e-7), hence a plain xfail.
     l1 = getattr(est, "l1_ratio", 0) > 0 or getattr(est, "penalty", "l2") == "l1"
     return {"check_sample_weight_equivalence_on_dense_data": L1_REASON} if l1 else {}
@@ -50,6 +65,6 @@ def _expected_failed(est):
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed)
 def test_sklearn_compatible(estimator, check):
     name = getattr(getattr(check, "func", check), "__name__", "")
-    if name in TIGHT:
+    if name in TIGHT and not _runs_dual(estimator):
         estimator.set_params(**TIGHT[name])
     check(estimator)

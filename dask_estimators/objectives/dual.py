@@ -1,0 +1,440 @@
+"""Dual coordinate ascent for the linear SVMs, one shard at a time (the local solver of CoCoA+).
+
+The problems are LIBLINEAR's (scikit-learn's ``LinearSVC`` and
+``LinearSVR``).  With the intercept, each row gets LIBLINEAR's bias feature
+``x~_i = [x_i, s]`` (``s = intercept_scaling``) and the intercept is
+``s * w_b``: it is penalised with the coefficients, as in LIBLINEAR.  Per
+output column (one-vs-rest class, or the regression target) the primal is::
+
+    P(w) = 1/2 ||w~||^2 + sum_i C_i * loss_i(w~ . x~_i)
+
+with ``C_i = C * s_i`` (``s_i`` the sample weight times the class weight),
+and the dual over ``alpha`` (one variable per row and column)::
+
+    SVC:  D(alpha) = sum_i (alpha_i - d_i / 2 * alpha_i^2) - 1/2 ||w~(alpha)||^2,
+          w~(alpha) = sum_i alpha_i y_i x~_i,   0 <= alpha_i <= U_i
+    SVR:  D(beta)  = sum_i (y_i beta_i - epsilon |beta_i| - d_i / 2 * beta_i^2) - 1/2 ||w~(beta)||^2,
+          w~(beta) = sum_i beta_i x~_i,          -U_i <= beta_i <= U_i
+
+For the L1 losses (``"hinge"``, ``"epsilon_insensitive"``) ``d_i = 0`` and
+``U_i = C_i``; for the squared losses ``d_i = 1 / (2 C_i)`` and ``U_i = inf``.
+Weak duality gives ``D(alpha) <= P(w~)`` for every feasible ``alpha`` and
+every ``w~``; at the optimum they are equal and ``w~* = w~(alpha*)``.
+
+A round (:func:`dual_round`) receives the global ``W~ = sum over shards of
+v_k``, where each shard keeps its own ``alpha_k`` and ``v_k = w~(alpha_k)``
+in ``shard.cache`` between rounds.  It returns, as raw sums over its rows:
+its ``v_k`` after the local update (so the sum over shards is the new
+``W~`` exactly, which makes CoCoA+'s "adding" aggregation a plain sum), the
+loss and dual pieces at the round's starting point, and the stopping
+quantities of LIBLINEAR.  The local update is CoCoA+'s subproblem with
+``sigma' = n_shards``: coordinate ascent as LIBLINEAR's (``solve_l2r_l1l2_svc``
+and ``solve_l2r_l1l2_svr`` without shrinking), against the local
+weights ``W~ + sigma' * u`` (``u`` the shard's change so far this round) and
+the curvature ``sigma' * ||x~_i||^2 + d_i``.  With one shard it is exactly
+one pass of LIBLINEAR's method.  The row loop is a numba kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._jit import lazy_njit
+
+__all__ = ["DUAL_LOSSES", "DualSpec", "dual_round", "dual_objective", "dual_state", "set_shard_index"]
+
+#: loss -> (classification?, squared?)
+DUAL_LOSSES = {
+    "hinge": (True, False),
+    "squared_hinge": (True, True),
+    "epsilon_insensitive": (False, False),
+    "squared_epsilon_insensitive": (False, True),
+}
+
+
+@dataclass(frozen=True)
+class DualSpec:
+    """What the dual kernels need: the loss, shapes, C, epsilon, bias feature and the CoCoA+ constants.
+
+    Parameters
+    ----------
+    loss : {"hinge", "squared_hinge", "epsilon_insensitive", "squared_epsilon_insensitive"}
+    n_features : int
+    n_outputs : int
+        Columns solved together (one-vs-rest classes, or 1).
+    C : float
+        Finite and positive.
+    bias : float
+        The value of the bias feature (``intercept_scaling``), 0 without intercept.
+    epsilon : float
+        Half-width of the insensitive tube (regression).
+    n_shards : int
+        ``sigma'`` of CoCoA+ and the number of stopping slots.
+    tol : float
+        LIBLINEAR's tolerance, used within a round when there is one shard (see :func:`dual_round`).
+    aggregation : {"line-search", "add"}
+        How the shards' updates combine.  ``"add"``: CoCoA+'s adding with ``sigma' = n_shards``
+        (safe for any data; step 1).  ``"line-search"``: local subproblems with ``sigma' = 1``
+        (each shard's plain dual coordinate ascent) and the sum of their steps scaled by the
+        ``gamma`` in [0, 1] that minimises a quadratic upper bound of the dual objective along it
+        (exact for the classifiers), formed from raw sums; one shard takes step 1 (LIBLINEAR).
+    """
+
+    loss: str
+    n_features: int
+    n_outputs: int = 1
+    C: float = 1.0
+    bias: float = 0.0
+    epsilon: float = 0.0
+    n_shards: int = 1
+    tol: float = 1e-4
+    aggregation: str = "line-search"
+
+    def __post_init__(self):
+        if self.loss not in DUAL_LOSSES:
+            raise ValueError(f"loss must be one of {sorted(DUAL_LOSSES)} for the dual method, got {self.loss!r}.")
+        if not (0 < self.C < math.inf):
+            raise ValueError(f"The dual method needs a finite positive C, got {self.C!r}.")
+        if self.n_shards < 1:
+            raise ValueError("n_shards must be positive.")
+        if self.aggregation not in ("line-search", "add"):
+            raise ValueError(f"aggregation must be 'line-search' or 'add', got {self.aggregation!r}.")
+
+    @property
+    def sigma(self) -> float:
+        """CoCoA+'s ``sigma'``: the weight of the shard's own change in its local subproblem."""
+        return float(self.n_shards) if self.aggregation == "add" else 1.0
+
+    @property
+    def classification(self) -> bool:
+        return DUAL_LOSSES[self.loss][0]
+
+    @property
+    def squared(self) -> bool:
+        return DUAL_LOSSES[self.loss][1]
+
+
+# ---------------------------------------------------------------- numba kernels
+@lazy_njit(nogil=True, boundscheck=False)
+def _svc_pass(X, y, c, alpha, sqnorm, w, u, bias, sigma, squared, perm):  # pragma: no cover - compiled
+    """One pass of dual coordinate ascent over the rows ``perm`` (hinge or squared hinge).
+
+    ``w`` (p + 1) are the local weights (updated in place), ``u`` the
+    shard's change of ``w~(alpha)`` this round (updated in place).  Returns
+    LIBLINEAR's (max, min) of the projected gradient over the visited rows,
+    (-inf, inf) when none was visited.
+    """
+    p = X.shape[1]
+    pg_max, pg_min = -np.inf, np.inf
+    for t in range(perm.shape[0]):
+        i = perm[t]
+        ci = c[i]
+        if not ci > 0.0:  # a row of weight 0 is not part of the problem
+            continue
+        if squared:
+            diag, upper = 0.5 / ci, np.inf
+        else:
+            diag, upper = 0.0, ci
+        q = sigma * sqnorm[i] + diag
+        if not q > 0.0:
+            continue
+        dot = w[p] * bias
+        for j in range(p):
+            dot += X[i, j] * w[j]
+        a = alpha[i]
+        yi = y[i]
+        g = yi * dot - 1.0 + diag * a
+        if a == 0.0:
+            pg = min(g, 0.0)
+        elif a >= upper:
+            pg = max(g, 0.0)
+        else:
+            pg = g
+        pg_max = max(pg_max, pg)
+        pg_min = min(pg_min, pg)
+        if abs(pg) > 1e-12:
+            a_new = min(max(a - g / q, 0.0), upper)
+            alpha[i] = a_new
+            d = (a_new - a) * yi
+            if d != 0.0:
+                sd = sigma * d
+                for j in range(p):
+                    u[j] += d * X[i, j]
+                    w[j] += sd * X[i, j]
+                u[p] += d * bias
+                w[p] += sd * bias
+    return pg_max, pg_min
+
+
+@lazy_njit(nogil=True, boundscheck=False)
+def _svr_pass(X, y, c, beta, sqnorm, w, u, bias, sigma, squared, epsilon, perm):  # pragma: no cover - compiled
+    """One pass of dual coordinate descent over the rows ``perm`` (epsilon-insensitive or its square).
+
+    Returns LIBLINEAR's (max, sum) of the violations of the optimality
+    conditions over the visited rows.
+    """
+    p = X.shape[1]
+    v_max, v_sum = 0.0, 0.0
+    for t in range(perm.shape[0]):
+        i = perm[t]
+        ci = c[i]
+        if not ci > 0.0:
+            continue
+        if squared:
+            lam, upper = 0.5 / ci, np.inf
+        else:
+            lam, upper = 0.0, ci
+        h = sigma * sqnorm[i] + lam
+        if not h > 0.0:
+            continue
+        dot = w[p] * bias
+        for j in range(p):
+            dot += X[i, j] * w[j]
+        b = beta[i]
+        g = dot - y[i] + lam * b
+        gp, gn = g + epsilon, g - epsilon
+        if b == 0.0:
+            viol = -gp if gp < 0.0 else (gn if gn > 0.0 else 0.0)
+        elif b >= upper:
+            viol = gp if gp > 0.0 else 0.0
+        elif b <= -upper:
+            viol = -gn if gn < 0.0 else 0.0
+        elif b > 0.0:
+            viol = abs(gp)
+        else:
+            viol = abs(gn)
+        v_max = max(v_max, viol)
+        v_sum += viol
+        if gp < h * b:
+            d = -gp / h
+        elif gn > h * b:
+            d = -gn / h
+        else:
+            d = -b
+        if abs(d) < 1e-12:
+            continue
+        b_new = min(max(b + d, -upper), upper)
+        beta[i] = b_new
+        d = b_new - b
+        if d != 0.0:
+            sd = sigma * d
+            for j in range(p):
+                u[j] += d * X[i, j]
+                w[j] += sd * X[i, j]
+            u[p] += d * bias
+            w[p] += sd * bias
+    return v_max, v_sum
+
+
+# ------------------------------------------------------------------- shard state
+def set_shard_index(shard, index: int):
+    """Per-shard map: record the shard's position among the shards (its slot in the stopping vector)."""
+    shard.cache["dual_index"] = int(index)
+    shard.cache.pop("dual_state", None)
+    return int(index)
+
+
+def _host(t):
+    if t is None:
+        return None
+    return t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
+
+
+def dual_state(shard, spec: DualSpec) -> dict:
+    """The shard's dual state, made on first use: host copies of X, y (columns), C_i, squared row norms,
+    ``alpha`` (n_outputs, n) at 0 and ``v = w~(alpha)`` (n_outputs, p + 1) at 0.
+
+    Expects the targets as :func:`~dask_estimators.objectives.targets.prepare_targets` leaves them
+    (``"squared_hinge"`` encoding for the classifiers: y in {-1, 1}, per-output weights one-vs-rest).
+    """
+    st = shard.cache.get("dual_state")
+    K, p = spec.n_outputs, spec.n_features
+    if st is not None and st["alpha"].shape[0] == K and st["spec"] == (spec.loss, spec.C, spec.bias, spec.epsilon):
+        return st
+    X = np.ascontiguousarray(_host(shard.get("X")), dtype=np.float64)
+    n = X.shape[0]
+    y = np.asarray(_host(shard.get("y")), dtype=np.float64).reshape(n, -1)
+    if y.shape[1] != K:
+        raise ValueError(f"The shard's targets have {y.shape[1]} columns, the problem {K}.")
+    s = _host(shard.get("sample_weight"))
+    s = np.ones((n, 1)) if s is None else np.asarray(s, dtype=np.float64).reshape(n, -1)
+    c = np.ascontiguousarray(np.broadcast_to(spec.C * s, (n, K)).T)
+    st = {
+        "X": X,
+        "y": np.ascontiguousarray(y.T),
+        "c": c,
+        "sqnorm": np.einsum("ij,ij->i", X, X) + spec.bias**2,
+        "alpha": np.zeros((K, n)),
+        "v": np.zeros((K, p + 1)),
+        "pending": None,  # (d_alpha, u) of the last round, applied with the step the next round brings
+        "classification": spec.classification,
+        "upper": None if spec.squared else c,
+        "spec": (spec.loss, spec.C, spec.bias, spec.epsilon),
+    }
+    shard.cache["dual_state"] = st
+    return st
+
+
+def _pieces(st, W, spec: DualSpec):
+    """(sum_i C_i loss_i at W~, the dual's sum over rows at alpha), each (n_outputs,)."""
+    X, y, c, alpha = st["X"], st["y"], st["c"], st["alpha"]
+    z = (X @ W[:, :-1].T).T + spec.bias * W[:, -1:]  # (K, n)
+    live = c > 0
+    if spec.classification:
+        loss = np.maximum(0.0, 1.0 - y * z)
+    else:
+        loss = np.maximum(0.0, np.abs(y - z) - spec.epsilon)
+    if spec.squared:
+        loss = loss * loss
+    primal = np.where(live, c * loss, 0.0).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quad = np.where(live, 0.25 / c * alpha * alpha, 0.0) if spec.squared else 0.0
+    if spec.classification:
+        dual = (np.where(live, alpha, 0.0) - quad).sum(axis=1)
+    else:
+        dual = (np.where(live, y * alpha - spec.epsilon * np.abs(alpha), 0.0) - quad).sum(axis=1)
+    return primal, dual
+
+
+# ----------------------------------------------------------------------- kernels
+def _apply_pending(st, gamma):
+    """Take the last round's step, scaled by ``gamma`` (per output): alpha += gamma * d_alpha, v += gamma * u."""
+    pending, st["pending"] = st["pending"], None
+    if pending is None:
+        return
+    d_alpha, u = pending
+    gamma = np.asarray(_host(gamma), dtype=np.float64).reshape(-1, 1)
+    st["alpha"] += gamma * d_alpha
+    st["v"] += gamma * u
+    upper = st.get("upper")
+    if upper is not None:  # rounding must not leave the box
+        lo = 0.0 if st["classification"] else -upper
+        np.clip(st["alpha"], lo, upper, out=st["alpha"])
+
+
+def dual_objective(shard, W, gamma, spec: DualSpec):
+    """Kernel: after the last step (scaled by ``gamma``), ``{"primal": sum_i C_i loss_i(W~),
+    "dual": dual row sum at alpha, "v": w~(alpha_k)}`` (raw sums).
+
+    ``P = 1/2 ||W~||^2 + primal`` and ``D = dual - 1/2 ||w~(alpha)||^2`` are formed on the client.
+    """
+    st = dual_state(shard, spec)
+    _apply_pending(st, gamma)
+    W = np.asarray(_host(W), dtype=np.float64).reshape(spec.n_outputs, spec.n_features + 1)
+    primal, dual = _pieces(st, W, spec)
+    return {"primal": primal, "dual": dual, "v": st["v"].copy()}
+
+
+def dual_round(shard, W, gamma, active, first, seed, passes, spec: DualSpec):
+    """Kernel: one CoCoA+ round on this shard (see the module docstring).
+
+    Parameters
+    ----------
+    shard : Shard
+    W : array of shape (n_outputs, n_features + 1)
+        The global ``w~`` (the sum of the shards' ``v``) at the start of the round, the last
+        round's step taken.
+    gamma : array of shape (n_outputs,)
+        The scale of the last round's step (1 with ``aggregation="add"``).
+    active : array of shape (n_outputs,)
+        1 for the columns still to update, 0 for those that have converged.
+    first : array of shape (n_outputs,)
+        Regression: the sum of the violations in the fit's first pass (0 in the first round).
+    seed : int
+        Seeds the order of the rows (a fresh permutation per pass, as LIBLINEAR's).
+    passes : int
+        Local passes over the shard's rows in this round.  With one shard they are LIBLINEAR's
+        iterations and stop early on its rule; with several the stopping values are those of the
+        first pass, whose gradients start from the global point.
+    spec : DualSpec
+
+    Returns
+    -------
+    dict of raw sums
+        ``"v"`` (n_outputs, p + 1): this shard's ``w~(alpha_k)`` at the start (their sum is ``W``);
+        ``"u"``: its change by this round's step (kept on the shard until the next round brings
+        the step's scale); ``"lin"`` and ``"quad"`` (n_outputs,): the shard's terms of the dual
+        objective's change along the step, ``gamma * lin + gamma^2 / 2 * quad`` plus the terms in
+        ``W`` and ``sum u`` that the client adds (an upper bound for the regressors); ``"primal"`` and
+        ``"dual"`` (n_outputs,): the pieces of P and D at the start of the round; ``"stop"``
+        (n_shards, 2, n_outputs): in this shard's slot, for SVC the (max, min) of the projected
+        gradient, for SVR the (max, sum) of the violations (zeros elsewhere); ``"passes"``
+        (n_shards, n_outputs): in this shard's slot, the passes made; ``"first"`` (n_outputs,):
+        SVR, the sum of the violations in the round's first pass.
+    """
+    st = dual_state(shard, spec)
+    _apply_pending(st, gamma)
+    K, p = spec.n_outputs, spec.n_features
+    W = np.asarray(_host(W), dtype=np.float64).reshape(K, p + 1)
+    active = np.asarray(_host(active)).reshape(K) > 0
+    first = np.asarray(_host(first), dtype=np.float64).reshape(K)
+    primal, dual = _pieces(st, W, spec)
+    v_start = st["v"].copy()
+    alpha_start = st["alpha"].copy()
+    index = int(shard.cache.get("dual_index", 0))
+    stop = np.zeros((spec.n_shards, 2, K))
+    done = np.zeros((spec.n_shards, K))
+    first_sum = np.zeros(K)
+    U = np.zeros((K, p + 1))
+    X, sigma, alone = st["X"], spec.sigma, spec.n_shards == 1
+    n = X.shape[0]
+    rng = np.random.default_rng([int(seed) & 0x7FFFFFFF, index])
+    tol = spec.tol
+    for k in range(K):
+        if not active[k]:
+            continue
+        w = W[k].copy()
+        u = U[k]
+        live = bool(np.any(st["c"][k] > 0))
+        for h in range(int(passes)):
+            perm = rng.permutation(n).astype(np.int64)
+            if spec.classification:
+                a, b = _svc_pass(X, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
+                                 spec.squared, perm)
+            else:
+                a, b = _svr_pass(X, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
+                                 spec.squared, spec.epsilon, perm)
+            if h == 0 or alone:
+                stop[index, :, k] = (a, b)
+            if h == 0:
+                first_sum[k] = b
+            done[index, k] = h + 1
+            if alone:  # the pass is LIBLINEAR's iteration: its rule decides here
+                if spec.classification:
+                    met = not live or a - b <= tol
+                else:
+                    if first[k] == 0.0:
+                        first[k] = b
+                    met = b <= tol * first[k]
+                if met:
+                    break
+        if spec.classification and not live:  # no row of weight > 0: no bound on either side
+            stop[index, :, k] = np.nan
+    d_alpha = st["alpha"] - alpha_start
+    st["alpha"][...] = alpha_start  # the step is taken when its scale is known (next round)
+    st["pending"] = (d_alpha, U.copy())
+    lin, quad = _step_terms(st, alpha_start, d_alpha, spec)
+    return {"v": v_start, "u": U, "lin": lin, "quad": quad, "primal": primal, "dual": dual, "stop": stop,
+            "passes": done, "first": first_sum if not spec.classification else np.zeros(K)}
+
+
+def _step_terms(st, alpha, d, spec: DualSpec):
+    """The shard's terms of ``f(alpha + g d) - f(alpha) <= g * (W . dW + lin) + g^2 / 2 * (||dW||^2 + quad)``.
+
+    ``f`` is the dual objective to minimise (the negated ``D``); for the regressors the
+    ``epsilon |beta|`` term is bounded by its chord on [0, 1], so the bound holds for ``g`` in [0, 1].
+    """
+    c = st["c"]
+    live = c > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diag = np.where(live, 0.5 / c, 0.0) if spec.squared else np.zeros_like(c)
+    if spec.classification:
+        lin = ((diag * alpha - 1.0) * d)
+    else:
+        lin = (-st["y"] * d + spec.epsilon * (np.abs(alpha + d) - np.abs(alpha)) + diag * alpha * d)
+    lin = np.where(live, lin, 0.0).sum(axis=1)
+    quad = (diag * d * d).sum(axis=1)
+    return lin, quad

@@ -1,0 +1,173 @@
+"""LinearSVC / LinearSVR with scikit-learn's ``loss`` and ``dual``: the distributed dual method (CoCoA+).
+
+On the session's process cluster (2 workers, so 2 shards): the solutions
+equal LIBLINEAR's (scikit-learn's estimators, same C, loss, intercept_scaling,
+tight tol), ``dual="auto"`` picks as scikit-learn does, the errors and the
+warning are scikit-learn's, and the fitted models travel without a cluster.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn import svm as sk_svm
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris, make_classification
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import StandardScaler
+
+import dask_estimators as de
+from dask_estimators.optim.dual_driver import LIBLINEAR_WARNING
+
+REF = dict(tol=1e-10, max_iter=100_000)
+
+
+def _scaled(loader):
+    X, y = loader(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+def _close(ours, ref, atol=1e-5):
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=atol)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-4, atol=atol)
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_binary_dual_equals_liblinear_breast_cancer(loss):
+    X, y = _scaled(load_breast_cancer)
+    ours = de.LinearSVC(loss=loss, dual=True, C=0.1, tol=1e-6).fit(X, y)
+    ref = sk_svm.LinearSVC(loss=loss, dual=True, C=0.1, **REF).fit(X, y)
+    assert ours.solver_ == "dual-cd" and ours.fit_stats_["n_shards"] == 2
+    assert isinstance(ours.n_iter_, int) and 0 < ours.n_iter_ < 1000
+    _close(ours, ref)
+    stats = ours.fit_stats_
+    assert -1e-9 <= stats["duality_gap"] <= 1e-4 * stats["objective"]
+    assert stats["dual_objective"] <= stats["objective"] + 1e-9
+
+
+def test_one_vs_rest_dual_weighted_iris_with_string_labels():
+    X, y = _scaled(load_iris)
+    names = np.array(["setosa", "versicolor", "virginica"])[y]
+    sw = np.random.default_rng(0).uniform(0.5, 2.0, len(y))
+    kw = dict(loss="hinge", C=0.1, intercept_scaling=2.0, class_weight="balanced")
+    ours = de.LinearSVC(tol=1e-6, **kw).fit(X, names, sample_weight=sw)
+    ref = sk_svm.LinearSVC(**kw, **REF).fit(X, names, sample_weight=sw)
+    assert ours.coef_.shape == (3, 4) and list(ours.classes_) == list(ref.classes_)
+    _close(ours, ref)
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+
+
+def test_svr_default_loss_is_sklearns_and_dask_input_gives_the_same_model():
+    X, y = _scaled(load_diabetes)
+    assert de.LinearSVR().loss == sk_svm.LinearSVR().loss == "epsilon_insensitive"
+    ref = sk_svm.LinearSVR(C=0.1, epsilon=5.0, **REF).fit(X, y)
+    ours = de.LinearSVR(C=0.1, epsilon=5.0, tol=1e-8).fit(X, y)
+    on_dask = de.LinearSVR(C=0.1, epsilon=5.0, tol=1e-8).fit(da.from_array(X, chunks=(100, 10)),
+                                                             da.from_array(y, chunks=150))
+    assert ours.solver_ == on_dask.solver_ == "dual-cd"
+    for est in (ours, on_dask):
+        np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-6, atol=1e-6)
+    pred = on_dask.predict(da.from_array(X, chunks=(100, 10)))
+    np.testing.assert_allclose(pred.compute(), ref.predict(X), rtol=1e-6, atol=1e-5)
+
+
+# --------------------------------------------------------------------- dual="auto"
+@pytest.mark.parametrize(
+    "cls, kw, wide, expected",
+    [
+        (de.LinearSVC, {}, False, "primal"),
+        (de.LinearSVC, {}, True, "dual"),
+        (de.LinearSVC, {"loss": "hinge"}, False, "dual"),
+        (de.LinearSVC, {"penalty": "l1"}, True, "primal"),
+        (de.LinearSVC, {"solver": "lbfgs"}, True, "primal"),  # an explicit primal solver asks for the primal
+        (de.LinearSVR, {}, False, "dual"),
+        (de.LinearSVR, {"loss": "squared_epsilon_insensitive"}, False, "primal"),
+        (de.LinearSVR, {"loss": "squared_epsilon_insensitive"}, True, "dual"),
+    ],
+)
+def test_dual_auto_picks_as_sklearn(cls, kw, wide, expected):
+    n, d = (20, 40) if wide else (80, 5)
+    X, y = make_classification(n_samples=n, n_features=d, n_informative=3, random_state=0)
+    if cls is de.LinearSVR:
+        y = X[:, 0] + 0.1 * y
+    with warnings.catch_warnings():  # only the choice matters here
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ours = cls(max_iter=50, **kw).fit(X, y)
+    assert (ours.solver_ == "dual-cd") == (expected == "dual")
+
+
+@pytest.mark.parametrize("penalty, loss, dual", [
+    ("l1", "hinge", True), ("l1", "hinge", False), ("l2", "hinge", False), ("l1", "squared_hinge", True),
+])
+def test_unsupported_combinations_raise_sklearns_error(penalty, loss, dual):
+    X, y = make_classification(n_samples=30, n_features=4, random_state=0)
+    with pytest.raises(ValueError) as theirs:
+        sk_svm.LinearSVC(penalty=penalty, loss=loss, dual=dual).fit(X, y)
+    with pytest.raises(ValueError) as ours:
+        de.LinearSVC(penalty=penalty, loss=loss, dual=dual).fit(X, y)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_svr_epsilon_insensitive_primal_raises_sklearns_error():
+    X, y = _scaled(load_diabetes)
+    with pytest.raises(ValueError) as theirs:
+        sk_svm.LinearSVR(dual=False).fit(X, y)
+    with pytest.raises(ValueError) as ours:
+        de.LinearSVR(dual=False).fit(X, y)
+    assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"solver": "lbfgs", "dual": True}, "solves the primal problem"),
+    ({"C": np.inf, "dual": True}, "no dual problem"),
+    ({"warm_start": True, "dual": True}, "warm_start=True needs the primal"),
+    ({"loss": "hinge", "C": np.inf}, "no dual problem"),
+])
+def test_dual_rejects_what_it_cannot_do(kw, match):
+    X, y = make_classification(n_samples=30, n_features=4, random_state=0)
+    with pytest.raises(ValueError, match=match):
+        de.LinearSVC(**kw).fit(X, y)
+
+
+# ----------------------------------------------------------- warnings, n_iter_
+def test_max_iter_gives_liblinears_warning_and_n_iter():
+    X, y = _scaled(load_breast_cancer)
+    with pytest.warns(ConvergenceWarning, match=LIBLINEAR_WARNING):
+        est = de.LinearSVC(loss="hinge", max_iter=2).fit(X, y)
+    assert est.n_iter_ == 2 and isinstance(est.n_iter_, int)
+    with pytest.warns(ConvergenceWarning, match=LIBLINEAR_WARNING):
+        est = de.LinearSVR(max_iter=0).fit(X, y.astype(float))
+    assert est.n_iter_ == 0 and not np.any(est.coef_) and not np.any(est.intercept_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        de.LinearSVR(C=0.1, epsilon=5.0).fit(*_scaled(load_diabetes))
+
+
+def test_random_state_seeds_the_row_order():
+    X, y = _scaled(load_breast_cancer)
+    a = de.LinearSVC(loss="hinge", random_state=0, tol=1e-2).fit(X, y)
+    b = de.LinearSVC(loss="hinge", random_state=0, tol=1e-2).fit(X, y)
+    c = de.LinearSVC(loss="hinge", random_state=1, tol=1e-2).fit(X, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert not np.array_equal(a.coef_, c.coef_)
+
+
+# ------------------------------------------------------------- models that travel
+@pytest.mark.parametrize("make", [lambda: de.LinearSVC(loss="hinge", C=0.1), lambda: de.LinearSVR(C=0.1)])
+def test_dual_model_pickles_and_to_sklearn(make):
+    X, y = _scaled(load_iris)
+    y = y if isinstance(make(), de.LinearSVC) else X[:, 0] + y
+    ours = make().fit(X, y)
+    back = pickle.loads(pickle.dumps(ours))
+    assert back.client is None
+    np.testing.assert_array_equal(back.predict(X), ours.predict(X))
+    sk = ours.to_sklearn()
+    assert type(sk).__module__.startswith("sklearn.")
+    assert sk.get_params()["loss"] == ours.loss and sk.get_params()["dual"] == ours.dual
+    np.testing.assert_array_equal(sk.predict(X), ours.predict(X))
+    if hasattr(sk, "decision_function"):
+        np.testing.assert_allclose(sk.decision_function(X), ours.decision_function(X), rtol=1e-12, atol=1e-12)
