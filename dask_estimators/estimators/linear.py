@@ -845,9 +845,6 @@ class LinearSVR(_LinearSVMMixin, RegressorMixin, DistributedLinearModel):
     intercept_scaling : float, default=1.0
         Value of LIBLINEAR's constant feature (see above).  Used only with
         ``fit_intercept=True``.
-    verbose : int, default=0
-        Print the progress of the solver (each evaluation, or each round of
-        the dual method).
     {common}
     Attributes
     ----------
@@ -886,7 +883,6 @@ class LinearSVR(_LinearSVMMixin, RegressorMixin, DistributedLinearModel):
         dual="auto",
         fit_intercept=True,
         intercept_scaling=1.0,
-        verbose=0,
         solver="auto",
         tol=1e-4,
         max_iter=1000,
@@ -905,7 +901,6 @@ class LinearSVR(_LinearSVMMixin, RegressorMixin, DistributedLinearModel):
         self.dual = dual
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
-        self.verbose = verbose
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter
