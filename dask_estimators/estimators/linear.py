@@ -442,6 +442,7 @@ class _LinearSVMMixin:
         from ..objectives import LinearSpec
         from ..objectives.dual import DualSpec, set_shard_index
         from ..optim.dual_driver import LIBLINEAR_WARNING, dual_coordinate_ascent
+        from ..optim.progress import IterationLog
         from ._base import _prepare_and_weigh
 
         n_classes, class_weight = None, None
@@ -464,9 +465,15 @@ class _LinearSVMMixin:
         )
         seed = check_random_state(self.random_state).randint(np.iinfo("i").max)
         evaluator = DistributedEvaluator(placement, reduction=self.reduction)
-        res = dual_coordinate_ascent(
-            evaluator, spec, max_iter=self.max_iter, seed=seed, verbose=self.verbose,
-        )
+        # the rounds on a bar (progress=True); verbose prints them in the driver
+        log = IterationLog(0, self.progress, self.max_iter, type(self).__name__)
+        try:
+            res = dual_coordinate_ascent(
+                evaluator, spec, max_iter=self.max_iter, seed=seed, verbose=self.verbose,
+                callback=log if self.progress else None,
+            )
+        finally:
+            log.close()
         if not res.success:
             warnings.warn(LIBLINEAR_WARNING, ConvergenceWarning, stacklevel=4)
         W = res.x

@@ -22,6 +22,8 @@ shrinking), so the stopping rule is applied after each of them, on the worker.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from scipy import optimize
 
@@ -66,7 +68,7 @@ def _step(W, dW, out, spec):
     return np.clip(g, 0.0, 1.0)
 
 
-def dual_coordinate_ascent(evaluate, spec, *, max_iter=1000, seed=0, passes_per_round=1, verbose=0):
+def dual_coordinate_ascent(evaluate, spec, *, max_iter=1000, seed=0, passes_per_round=1, verbose=0, callback=None):
     """Solve the dual SVM problem of ``spec`` by distributed dual coordinate ascent (CoCoA+).
 
     Parameters
@@ -86,6 +88,11 @@ def dual_coordinate_ascent(evaluate, spec, *, max_iter=1000, seed=0, passes_per_
         than they cost passes (8 passes: half the rounds, four times the passes).
     verbose : int, default=0
         Print each round's primal and dual objectives and the stopping value.
+    callback : callable, optional
+        Called after each round with an :class:`~scipy.optimize.OptimizeResult` of ``nit`` (the
+        round), ``fun`` (the primal objective at the round's start), ``grad_max`` (the largest
+        stopping value of the classes still running) and ``time``, as
+        :class:`~dask_estimators.optim.progress.IterationLog` takes it.
 
     Returns
     -------
@@ -131,6 +138,10 @@ def dual_coordinate_ascent(evaluate, spec, *, max_iter=1000, seed=0, passes_per_
         if verbose:
             print(f"round {rounds}: primal {history[-1]['primal']:.10g}, dual {history[-1]['dual']:.10g}, "
                   f"stopping value {np.max(value[active], initial=0.0):.3g}, step {np.min(gamma):.3g}", flush=True)
+        if callback is not None:
+            callback(optimize.OptimizeResult(nit=rounds, fun=history[-1]["primal"],
+                                             grad_max=float(np.max(value[active], initial=0.0)),
+                                             time=time.perf_counter()))
         W = W + gamma[:, None] * dW
         nit[active] += np.asarray(out["passes"]).reshape(-1, K).max(axis=0)[active].astype(int)
         active &= ~done
