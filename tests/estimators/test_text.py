@@ -27,7 +27,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.model_selection import GridSearchCV
+from sklearn.model_selection import GridSearchCV, cross_val_score
 
 from dask_estimators import CharLSTM
 from dask_estimators.objectives import sequence as S
@@ -473,8 +473,15 @@ def test_warm_start_fitted_model():
 def test_grid_search_own_score():
     grid = {"hidden_size": [8, 16]}
     search = GridSearchCV(_small(max_epochs=1), grid, cv=2, error_score="raise").fit(TRAIN)
-    assert search.best_params_["hidden_size"] in grid["hidden_size"]
-    assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
+    scores = search.cv_results_["mean_test_score"]
+    assert np.all(np.isfinite(scores))
+    # the scores are those an independent cross-validation of each candidate gives (the model's own
+    # score: mean log-likelihood per character), and the best is their argmax
+    for params, score in zip(search.cv_results_["params"], scores):
+        again = cross_val_score(_small(max_epochs=1, **params), TRAIN, cv=2, error_score="raise")
+        assert again.mean() == pytest.approx(score, rel=1e-9), params
+    assert scores[0] != scores[1]
+    assert search.best_params_ == search.cv_results_["params"][int(np.argmax(scores))]
     assert search.best_estimator_.hidden_size == search.best_params_["hidden_size"]
     assert len(search.best_estimator_.generate(2, random_state=0)) == 2
 
