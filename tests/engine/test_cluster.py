@@ -393,3 +393,31 @@ def test_client_blas_runs_one_thread_during_a_fit_and_is_restored(client):
             inside = blas_threads()
         assert inside == [1] * len(before)
         assert blas_threads() == before
+
+
+def _in_task_without_thread_state():
+    import distributed.utils
+
+    from dask_estimators.engine.cluster import _in_task
+
+    saved = distributed.utils.thread_state
+    del distributed.utils.thread_state  # the private name gone, as a future distributed may do
+    try:
+        return _in_task()
+    finally:
+        distributed.utils.thread_state = saved
+
+
+def test_in_task_falls_back_without_distributed_thread_state(client):
+    """docs/private-apis.md: without distributed.utils.thread_state a task is still seen as one."""
+    assert client.submit(_in_task_without_thread_state, pure=False).result(timeout=120) is True
+    from dask_estimators.engine.cluster import _in_task
+
+    assert _in_task() is False  # on the client, no worker: the private name is never reached
+
+
+def test_n_threads_is_the_workers_public_nthreads(client):
+    from dask_estimators.engine._worker import n_threads
+
+    assert set(client.run(n_threads).values()) == set(client.nthreads().values()) == {1}
+    assert n_threads() == int(os.environ.get("DASK_ESTIMATORS_THREADS", "1"))  # outside a worker
