@@ -58,3 +58,23 @@ def test_mlp_poisson_lbfgs_follows_sklearn():
     pred = est.predict(X)
     assert np.all(pred > 0)  # the exp link
     np.testing.assert_allclose(pred, ref.predict(X), rtol=1e-6)
+
+
+@pytest.mark.parametrize("make", [lambda: de.MLPClassifier(hidden_layer_sizes=(4,), max_iter=3, random_state=0),
+                                  lambda: de.CharLSTM(hidden_size=8, embedding_dim=4, context_length=3,
+                                                      max_epochs=1, random_state=0)],
+                         ids=["MLPClassifier", "CharLSTM"])
+def test_strategy_auto_on_a_thread_cluster_is_tree(make):
+    """docs/how-it-works.md: "auto" picks ddp only when every worker is its own process; threads share one."""
+    from distributed import Client, LocalCluster
+
+    X, y = _poisson_data(60)
+    y = (y > 1).astype(int)
+    data = (["anna", "bob", "carl", "dora"] * 10,) if isinstance(make(), de.CharLSTM) else (X, y)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as threads:
+        est = make().set_params(client=threads, strategy="auto").fit(*data)
+        assert est.fit_stats_["strategy"] == "tree"
+        assert est.fit_stats_["n_shards"] == 2
+    # the same estimator on the session's process cluster picks ddp (Adam is the default solver)
+    assert make().set_params(strategy="auto").fit(*data).fit_stats_["strategy"] == "ddp"
