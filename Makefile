@@ -1,7 +1,8 @@
 # Two commands for a fresh machine; each sets itself up first.
 #   make demo   fit the estimators on the embedded Dask cluster, next to scikit-learn
 #   make test   build the docs (warnings are errors), then run the test suite on a real process-based LocalCluster
-#               (it includes tests/upstream: scikit-learn's own tests run against our estimators, docs/fidelity.md)
+#               (it includes tests/upstream: scikit-learn's own tests run against our estimators, docs/fidelity.md),
+#               then .ci/floors: a fast subset in a second venv holding the oldest versions pyproject.toml declares
 #   make test-upstream   only tests/upstream, with its per-module counts
 #   make docs   build the docs site into site/;  make docs-serve  serve it on http://127.0.0.1:8000
 PYTHON ?= python3
@@ -27,6 +28,8 @@ demo: $(VENV)/.installed
 
 test: docs
 	$(PY) -m pytest -q -p no:cacheprovider
+	# the floor job: the oldest versions pyproject.toml admits, in .venv-floors, on a fast subset
+	PYTHON=$(PYTHON) .ci/floors
 
 test-upstream: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider tests/upstream
@@ -47,4 +50,4 @@ bench-quick: $(VENV)/.installed
 	$(PY) benchmarks/run.py --quick
 
 clean:
-	rm -rf $(VENV) *.egg-info site
+	rm -rf $(VENV) .venv-floors *.egg-info site

@@ -52,14 +52,20 @@ def settings(quick: bool) -> list[dict]:
             for h, a, r in itertools.product(hidden, alpha, lr)]
 
 
-def main(quick: bool = False) -> dict:
-    """Train every setting as one task, keep the best; return its settings and accuracies."""
-    client = resolve_client()  # your active client, else the embedded LocalCluster
+def split():
+    """Digits, scaled on the training part: train, validation, train + validation and test sets."""
     X, y = load_digits(return_X_y=True)
     X_tv, X_test, y_tv, y_test = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
     X_tr, X_val, y_tr, y_val = train_test_split(X_tv, y_tv, test_size=0.25, stratify=y_tv, random_state=0)
     scaler = StandardScaler().fit(X_tr)
     X_tr, X_val, X_tv, X_test = (scaler.transform(a) for a in (X_tr, X_val, X_tv, X_test))
+    return X_tr, y_tr, X_val, y_val, X_tv, y_tv, X_test, y_test
+
+
+def main(quick: bool = False) -> dict:
+    """Train every setting as one task, keep the best; return its settings and accuracies."""
+    client = resolve_client()  # your active client, else the embedded LocalCluster
+    X_tr, y_tr, X_val, y_val, X_tv, y_tv, X_test, y_test = split()
 
     grid = settings(quick)
     t0 = time.perf_counter()
@@ -89,6 +95,7 @@ def main(quick: bool = False) -> dict:
         "best_params": best_params,
         "best_validation_accuracy": best_score,
         "validation_accuracies": [r[0] for r in results],
+        "validation_by_setting": [(r[1], r[0]) for r in results],
         "test_accuracy": test_accuracy,
     }
 

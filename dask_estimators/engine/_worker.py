@@ -64,7 +64,7 @@ def n_threads() -> int:
     try:
         from distributed import get_worker
 
-        return int(get_worker().state.nthreads)
+        return int(get_worker().nthreads)  # public Worker.nthreads (not worker.state)
     except (ValueError, AttributeError):
         return int(os.environ.get("DASK_ESTIMATORS_THREADS", "1"))
 

@@ -281,8 +281,10 @@ def _in_task() -> bool:
         distributed.get_worker()
     except ValueError:
         return False
-    from distributed.utils import thread_state
-
+    try:  # private: the key of the task this thread runs (docs/private-apis.md)
+        from distributed.utils import thread_state
+    except ImportError:  # a distributed without it: inside a worker process, count it as a task
+        return True
     return getattr(thread_state, "key", None) is not None
 
 

@@ -138,7 +138,7 @@ def _assert_moments(got, want):
     assert got[3] == want[3]
 
 
-def _poll(fn, timeout=30.0):
+def _poll(fn, timeout=120.0):
     """fn() until it is truthy or the timeout passes; returns the last value (no timing is asserted)."""
     deadline = time.monotonic() + timeout
     while True:

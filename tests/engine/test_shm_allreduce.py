@@ -96,14 +96,15 @@ def _exited_child(reap):
 
 
 @pytest.mark.parametrize("reap", [True, False], ids=["gone", "zombie"])
-def test_a_dead_rank_is_an_error_within_a_second(reap):
+def test_a_dead_rank_is_an_error_before_the_timeout(reap):
     child = _exited_child(reap)
     try:
-        ar = _one_rank([os.getpid(), child.pid], timeout=60)
-        t0 = time.monotonic()
-        with pytest.raises(RuntimeError, match=r"Rank\(s\) \[1\] of the process group exited"):
+        # the error names the exit, not the timeout: the dead rank was seen, not waited out (the 600 s
+        # timeout is only a hang guard, far above any load)
+        ar = _one_rank([os.getpid(), child.pid], timeout=600)
+        with pytest.raises(RuntimeError, match=r"Rank\(s\) \[1\] of the process group exited") as info:
             ar.allreduce_(torch.ones(8, dtype=torch.float64))
-        assert time.monotonic() - t0 < 1.0
+        assert "did not arrive" not in str(info.value)
         ar.close()
     finally:
         child.wait()
@@ -114,7 +115,7 @@ def test_a_silent_rank_is_an_error_after_the_timeout():
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match=r"rank\(s\) \[1\] did not arrive within 0.5 s"):
         ar.allreduce_(torch.ones(8, dtype=torch.float64))
-    assert 0.5 <= time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 >= 0.5  # it waited the timeout out (a lower bound: load cannot break it)
     ar.close()
 
 

@@ -463,3 +463,17 @@ def test_minimize_lbfgs_stops_on_non_finite_loss():
     w0 = M.glorot_init(spec, np.random.RandomState(0))
     res, _ = minimize_lbfgs(ev, spec, w0, alpha=0.1, max_iter=10, max_fun=100, tol=1e-5)
     assert not res.success and not np.isfinite(res.fun)
+
+
+def test_fast_step_without_private_fused_adam_is_opt_step(monkeypatch):
+    """docs/private-apis.md: a torch without ``torch._fused_adam_`` gets torch.optim's own step, which trains."""
+    p = [torch.zeros(3, dtype=torch.float64).requires_grad_()]
+    opt = make_optimizer(p, TrainConfig(solver="adam", learning_rate_init=0.1))
+    assert fast_step(opt) != opt.step  # the private kernel is used where it exists
+    monkeypatch.delattr(torch, "_fused_adam_")
+    step = fast_step(opt)
+    assert step == opt.step
+    monkeypatch.undo()  # torch.optim's fused Adam calls the kernel itself: give it back to run the step
+    p[0].grad = torch.ones(3, dtype=torch.float64)
+    step()
+    np.testing.assert_allclose(p[0].detach().numpy(), -0.1 / (1 + 1e-8), rtol=1e-12)  # -lr g / (|g| + eps)
