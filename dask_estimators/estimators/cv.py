@@ -195,7 +195,7 @@ class _PlacedSearchMixin:
 
     def _batched(self, solvers):
         """The splits' paths run in lockstep (one pass over X per round for all splits) with L-BFGS."""
-        return getattr(self, "path_method", "batched") == "batched" and all(s == "lbfgs" for s in solvers)
+        return getattr(self, "path_method", "sequential") == "batched" and all(s == "lbfgs" for s in solvers)
 
     def _refit(self, search, penalties, point, w0):
         obj = search.objective(None)
@@ -214,12 +214,16 @@ _CV_DOC = """
         index arrays: the splits are made on the client (for dask input the
         splitter sees ``y``, computed, and an ``X`` without columns) and each
         shard gets its rows' roles once.
-    path_method : {{"batched", "sequential"}}, default="batched"
-        ``"batched"``: the splits' L-BFGS runs go in lockstep, each round
-        evaluating every still-running split's model in one pass over X
-        (:mod:`dask_estimators.optim.batched`); each run's iterates are those
-        it would take alone.  ``"sequential"``: one split after the other,
-        each with the solver (the Newton solvers are always sequential).
+    path_method : {{"sequential", "batched"}}, default="sequential"
+        ``"sequential"``: one split after the other, each with the solver and
+        its fused one-model kernel (the Newton solvers are always
+        sequential).  ``"batched"``: the splits' L-BFGS runs go in lockstep,
+        each round evaluating every still-running split's model in one pass
+        over X (:mod:`dask_estimators.optim.batched`); each run's iterates
+        are those it would take alone.  It takes about a quarter of the
+        rounds, which pays where a round costs more than its arithmetic
+        (many hosts); on one host its torch kernel made it slower (see the
+        performance page).
 """
 
 
@@ -336,7 +340,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         class_weight=None,
         refit=True,
         random_state=None,
-        path_method="batched",
+        path_method="sequential",
         use_legacy_attributes=True,
         client=None,
         reduction="tree",
@@ -612,7 +616,7 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         solver="auto",
         tol=1e-6,
         max_iter=1000,
-        path_method="batched",
+        path_method="sequential",
         client=None,
         reduction="tree",
         device="auto",
