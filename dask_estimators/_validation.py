@@ -25,32 +25,34 @@ __all__ = ["assert_all_finite", "classes_and_codes"]
 _MIN_PARALLEL = 1 << 20
 
 
-# reassoc vectorises the sum; no nnan/ninf, so NaN and inf are kept
-@lazy_njit(fastmath={"reassoc", "contract"}, nogil=True, boundscheck=False)
-def _finite_sum(a):
-    """``sum(a * 0)``: 0 when every element is finite, NaN otherwise (inf * 0 is NaN)."""
-    s = 0.0
+# Exact comparisons, no fast-math: ``abs(v) < inf`` is False for NaN and +-inf.  An earlier
+# ``sum(v * 0.0)`` under fast-math "reassoc" was folded to 0 by numba 0.59's LLVM in the 2-D
+# loop, so NaN passed unseen at the floor versions (tests/test_validation.py has the case).
+@lazy_njit(nogil=True, boundscheck=False)
+def _count_nonfinite(a):
+    """How many elements of the 1-D ``a`` are NaN or infinite."""
+    bad = 0
     for i in range(a.shape[0]):
-        s += a[i] * 0.0
-    return s
+        bad += not (abs(a[i]) < math.inf)
+    return bad
 
 
-@lazy_njit(fastmath={"reassoc", "contract"}, nogil=True, boundscheck=False)
-def _copy_finite_sum(src, dst):
-    """Copy the 1-D ``src`` into ``dst`` and return ``sum(src * 0)`` from the same pass (see :func:`_finite_sum`)."""
-    s = 0.0
+@lazy_njit(nogil=True, boundscheck=False)
+def _copy_count_nonfinite(src, dst):
+    """Copy the 1-D ``src`` into ``dst``; return how many elements were NaN or infinite, from the same pass."""
+    bad = 0
     for i in range(src.shape[0]):
         v = src[i]
         dst[i] = v
-        s += v * 0.0
-    return s
+        bad += not (abs(v) < math.inf)
+    return bad
 
 
-@lazy_njit(fastmath={"reassoc", "contract"}, nogil=True, boundscheck=False)
-def _copy_finite_sum_2d(src, dst):
-    """:func:`_copy_finite_sum` for a 2-D ``src`` of any strides (a pandas block is column-major), by tiles."""
+@lazy_njit(nogil=True, boundscheck=False)
+def _copy_count_nonfinite_2d(src, dst):
+    """:func:`_copy_count_nonfinite` for a 2-D ``src`` of any strides (a pandas block is column-major), by tiles."""
     n, d = src.shape
-    s = 0.0
+    bad = 0
     for i0 in range(0, n, 64):
         i1 = min(i0 + 64, n)
         for j0 in range(0, d, 64):
@@ -59,8 +61,8 @@ def _copy_finite_sum_2d(src, dst):
                 for j in range(j0, j1):
                     v = src[i, j]
                     dst[i, j] = v
-                    s += v * 0.0
-    return s
+                    bad += not (abs(v) < math.inf)
+    return bad
 
 
 def copy_if_finite(src, dst) -> bool:
@@ -82,8 +84,8 @@ def copy_if_finite(src, dst) -> bool:
         np.copyto(dst, src)
         return bool(np.isfinite(dst).all())
     if src.flags.c_contiguous:
-        return not np.isnan(_copy_finite_sum(src.reshape(-1), dst.reshape(-1)))
-    return not np.isnan(_copy_finite_sum_2d(src.reshape(src.shape[0], -1), dst.reshape(src.shape[0], -1)))
+        return _copy_count_nonfinite(src.reshape(-1), dst.reshape(-1)) == 0
+    return _copy_count_nonfinite_2d(src.reshape(src.shape[0], -1), dst.reshape(src.shape[0], -1)) == 0
 
 
 def _n_threads():
@@ -114,8 +116,8 @@ def assert_all_finite(X, *, input_name="X", estimator_name=None):
     n_threads = min(_n_threads(), 8)
     parts = np.array_split(flat, 4 * n_threads)  # a few parts per thread evens out uneven cores
     with ThreadPoolExecutor(n_threads) as pool:
-        sums = list(pool.map(_finite_sum, parts))
-    if not all(math.isfinite(s) for s in sums):
+        bad = sum(pool.map(_count_nonfinite, parts))
+    if bad:
         _assert_all_finite(X, input_name=input_name, estimator_name=estimator_name)
 
 
