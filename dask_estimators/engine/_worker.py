@@ -183,12 +183,21 @@ class Shard:
     def __sizeof__(self) -> int:  # dask uses sizeof for memory accounting
         total = 0
         for a in self.data.values():
-            total += a.element_size() * a.nelement() if hasattr(a, "element_size") else a.nbytes
+            if getattr(a, "layout", None) is not None and a.layout != _strided():  # sparse CSR: its three arrays
+                total += sum(t.element_size() * t.nelement() for t in (a.values(), a.col_indices(), a.crow_indices()))
+            else:
+                total += a.element_size() * a.nelement() if hasattr(a, "element_size") else a.nbytes
         return total + 200
 
     def __repr__(self) -> str:
         shapes = {k: tuple(v.shape) for k, v in self.data.items()}
         return f"Shard(n_rows={self.n_rows}, device={self.device!r}, arrays={shapes})"
+
+
+def _strided():
+    import torch
+
+    return torch.strided
 
 
 def to_host(out):
