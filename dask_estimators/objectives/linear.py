@@ -97,9 +97,9 @@ def _use_fused(X, spec: LinearSpec) -> bool:
 def _use_fused_csr(X, spec: LinearSpec) -> bool:
     """The same choice for a sparse CSR ``X``: the numba CSR kernels where they can run.
 
-    ``"auto"`` takes them whatever the number of threads: a CSR pass is
-    bound by the scattered reads and writes of the coefficients, which torch's
-    sparse products do not spread over threads either (see docs/performance.md).
+    ``"auto"`` takes them whatever the number of threads: they were faster
+    than torch's sparse products for every loss measured (see
+    docs/performance.md, "Sparse X").
     """
     ok = spec.loss in _fused.LOSS_CODES and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64
     if spec.backend == "fused" and not ok:
@@ -149,10 +149,27 @@ def _rows(X, sl):
     return X if is_sparse(X) else X[sl]
 
 
+def _csr_rows(X):
+    """The row of each stored value of a sparse CSR ``X`` (int64, nnz), kept on X's tensor for the next call."""
+    rows = getattr(X, "_dask_estimators_rows", None)
+    if rows is None:
+        n, nnz = X.shape[0], X.values().shape[0]
+        rows = torch.repeat_interleave(torch.arange(n, device=X.device), X.crow_indices().diff(), output_size=nnz)
+        X._dask_estimators_rows = rows  # lives and dies with X
+    return rows
+
+
 def _add_xt_times(out, G, X):
-    """``out += G.T @ X`` (K, d) for a dense or sparse CSR ``X``: the gradient's transposed product."""
+    """``out += G.T @ X`` (K, d) for a dense or sparse CSR ``X``: the gradient's transposed product.
+
+    For a sparse X, a scatter-add of ``G[row, k] * value`` into each stored
+    value's column: torch's ``X.t() @ G`` (a CSC-dense product) was 15 times
+    slower on one thread (see ``benchmarks/bench_sparse_kernels.py``).
+    """
     if is_sparse(X):
-        out += (X.t() @ G).T  # CSC times dense: X is not transposed in memory
+        rows, cols, vals = _csr_rows(X), X.col_indices(), X.values()
+        for k in range(G.shape[1]):
+            out[k].index_add_(0, cols, vals * G[:, k][rows])
     else:
         out.addmm_(G.T, X)
 
@@ -242,12 +259,12 @@ def _sparse_gram(X, D, intercept: bool, numba_ok: bool = True):
     if numba_ok and X.device.type == "cpu" and X.dtype == torch.float64 and _fused.AVAILABLE:
         return torch.from_numpy(_fused.csr_gram(*csr_parts(X), d, D.numpy(), intercept))
     crow = X.crow_indices()
-    rows = torch.repeat_interleave(torch.arange(X.shape[0], device=X.device), crow.diff())
-    XD = torch.sparse_csr_tensor(crow, X.col_indices(), X.values() * D[rows], size=X.shape)
+    XD = torch.sparse_csr_tensor(crow, X.col_indices(), X.values() * D[_csr_rows(X)], size=X.shape)
     G = (X.t() @ XD).to_dense()
     if not intercept:
         return G
-    c = X.t() @ D[:, None]  # sum_i D_i x_i, (d, 1)
+    c = torch.zeros(d, 1, dtype=X.dtype, device=X.device)
+    _add_xt_times(c.T, D[:, None], X)  # sum_i D_i x_i, (d, 1)
     return torch.cat([torch.cat([G, c], dim=1), torch.cat([c.T, D.sum().reshape(1, 1)], dim=1)], dim=0)
 
 
