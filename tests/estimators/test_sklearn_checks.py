@@ -101,21 +101,15 @@ SPARSE_CHECKS = ("check_estimator_sparse_tag", "check_estimator_sparse_array", "
 
 
 def _sparse_pending(est, name):
-    """The sparse checks of the estimators whose CSR kernels (dual method, CV paths) are not merged yet."""
-    if name not in SPARSE_CHECKS:
-        return False
-    if type(est).__name__.endswith("CV") or _runs_dual(est):
-        return True
-    # dual="auto" takes the dual method where n < p, as in this check's data
-    return (isinstance(est, de.LinearSVC) and est.dual == "auto" and est.penalty == "l2"
-            and name == "check_sample_weight_equivalence_on_sparse_data")
+    """The sparse checks of the estimators whose CSR kernels (the CV paths) are not merged yet."""
+    return name in SPARSE_CHECKS and type(est).__name__.endswith("CV")
 
 
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed)
 def test_sklearn_compatible(estimator, check):
     name = getattr(getattr(check, "func", check), "__name__", "")
     if _sparse_pending(estimator, name):
-        pytest.skip("needs sparse-kernels' dual and CV kernels on CSR")
+        pytest.skip("needs sparse-kernels' CV kernels on CSR")
     if name in WEIGHT_CHECKS and _is_l1(estimator):
         # L1_REASON: scikit-learn's rtol=1e-7 is below what L-BFGS-B on w = u - v reaches; the same
         # equivalence is asserted at L1_RTOL (on CSR for the sparse check)
