@@ -469,3 +469,47 @@ def test_dual_state_keeps_the_csr_sparse(rng):
     assert sp.issparse(st["X"]) and st["X"].nnz == A.nnz
     assert np.shares_memory(st["X"].data, csr_parts(shard.get("X"))[0])  # views, not copies
     np.testing.assert_allclose(st["sqnorm"], np.asarray(A.multiply(A).sum(1)).ravel() + 4.0, rtol=1e-14)
+
+
+# ------------------------------------------------------------------ cross-validation kernels
+def test_take_rows_of_a_csr(rng):
+    from dask_estimators.objectives._sparse import take_rows
+
+    A = make_csr(rng)
+    idx = np.array([5, 0, 36, 5, 12])  # repeats and the empty row 0 included
+    got = take_rows(torch_csr(A), torch.from_numpy(idx))
+    want = A[idx]
+    np.testing.assert_array_equal(got.crow_indices().numpy(), want.indptr)
+    np.testing.assert_array_equal(got.col_indices().numpy(), want.indices)
+    np.testing.assert_array_equal(got.values().numpy(), want.data)
+    assert take_rows(torch_csr(A), torch.zeros(0, dtype=torch.int64)).shape == (0, D)
+
+
+CV_CASES = [c for c in CASES if c.id in ("squared", "binomial-cw", "multinomial", "poisson")]
+
+
+@pytest.mark.parametrize("case", CV_CASES, ids=lambda c: c.id)
+def test_cv_kernels_on_csr_equal_dense(case, rng):
+    """fold_value_grad_many, the fold views and the held-out sums on a CSR shard equal those on the dense one."""
+    from dask_estimators.objectives import cv
+
+    A, y, s = data(case, rng, True)
+    n_splits = 3
+    roles = np.where(np.arange(N)[None, :] % n_splits == np.arange(n_splits)[:, None], cv.TEST, cv.TRAIN)
+    cw = None if case.class_weight is None else np.asarray(case.class_weight)
+    spec = make_spec(case, True, "auto")
+    ws = rng.normal(scale=0.3, size=(3, spec.n_params))
+    folds = [0, 2, None]
+    metrics = {"squared": ["squared_error", "r2"], "poisson": ["squared_error"]}.get(case.loss, ["accuracy", "log_loss"])
+    out = []
+    for X in (torch_csr(A), A.toarray()):
+        arrays = {"X": X, "y": y, "sample_weight": s}
+        shard = Shard(arrays, device="cpu")
+        cv.set_roles(shard, roles.astype(np.int8))
+        sums = cv.prepare(shard, case.loss, case.n_outputs, cw)
+        losses, grads = to_host(cv.fold_value_grad_many(shard, folds, torch.as_tensor(ws), spec))
+        on_fold = to_host(cv.on_fold(shard, 1, lin.value_grad, torch.as_tensor(ws[0]), spec))
+        held = {m: to_host(cv.heldout_sums(shard, 1, ws, spec, m)) for m in metrics}
+        out.append({"sums": sums, "losses": losses, "grads": grads, "fold_loss": on_fold[0], "fold_grad": on_fold[1],
+                    **{f"held {m}": v for m, v in held.items()}})
+    assert_same(out[0], out[1])
