@@ -500,7 +500,8 @@ def test_cv_kernels_on_csr_equal_dense(case, rng):
     spec = make_spec(case, True, "auto")
     ws = rng.normal(scale=0.3, size=(3, spec.n_params))
     folds = [0, 2, None]
-    metrics = {"squared": ["squared_error", "r2"], "poisson": ["squared_error"]}.get(case.loss, ["accuracy", "log_loss"])
+    regression = {"squared": ["squared_error", "r2"], "poisson": ["squared_error"]}
+    metrics = regression.get(case.loss, ["accuracy", "log_loss"])
     out = []
     for X in (torch_csr(A), A.toarray()):
         arrays = {"X": X, "y": y, "sample_weight": s}
@@ -513,3 +514,43 @@ def test_cv_kernels_on_csr_equal_dense(case, rng):
         out.append({"sums": sums, "losses": losses, "grads": grads, "fold_loss": on_fold[0], "fold_grad": on_fold[1],
                     **{f"held {m}": v for m, v in held.items()}})
     assert_same(out[0], out[1])
+
+
+# ------------------------------------------------------------------ in a worker process
+def _kernels_in_worker(A, y, s, case, w, p, backend):
+    """Task body: a CSR shard on the worker, its kernels run with every densifying call made to raise."""
+    import scipy.sparse as sps
+
+    from dask_estimators.engine._worker import run_kernel
+
+    def refuse(*a, **k):
+        raise AssertionError("densified on the worker")
+
+    saved = torch.Tensor.to_dense, sps.csr_matrix.toarray, sps.csr_matrix.todense
+    shard = make_shard(case, torch_csr(A), y, s)
+    spec = make_spec(case, True, backend)
+    torch.Tensor.to_dense, sps.csr_matrix.toarray, sps.csr_matrix.todense = refuse, refuse, refuse
+    try:
+        return (run_kernel(lin.value_grad, shard, w, spec), run_kernel(lin.hessp, shard, p, spec),
+                run_kernel(lin.weight_sum, shard), lin._use_fused(shard.get("X"), spec))
+    finally:
+        torch.Tensor.to_dense, sps.csr_matrix.toarray, sps.csr_matrix.todense = saved
+
+
+@pytest.mark.parametrize("case", [CASES[4], CASES[5], CASES[11]], ids=lambda c: c.id)
+def test_csr_kernels_in_a_worker_process_never_densify(case, client, rng):
+    """On a cluster worker (another process, several threads allowed) the CSR kernels run without any
+    to_dense/toarray and give the raw sums of the dense kernels run here."""
+    A, y, s = data(case, rng, True)
+    spec = make_spec(case, True, "auto")
+    w, p = draw_point(case, A, True, rng), rng.normal(size=spec.n_params)
+    dense = make_shard(case, A.toarray(), y, s)
+    vg = to_host(lin.value_grad(dense, torch.as_tensor(w), spec))
+    want = {"loss": vg[0], "grad": vg[1], "hessp": to_host(lin.hessp(dense, torch.as_tensor(p), spec))}
+    S_want = lin.weight_sum(dense)[0]
+    for backend in _backends(case):
+        (loss, grad), hp, (S, n), fused = client.submit(_kernels_in_worker, A, y, s, case, w, p, backend,
+                                                        pure=False).result()
+        assert fused == (backend == "fused") and n == N
+        np.testing.assert_allclose(S, S_want, rtol=1e-12)
+        assert_same({"loss": loss, "grad": grad, "hessp": hp}, want)
