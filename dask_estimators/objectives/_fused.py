@@ -11,7 +11,8 @@ machine (500k x 100 float64, one thread): see ``docs/performance.md``.
 The pointwise formulas are those of :mod:`.losses` (the torch path,
 used on GPUs, for float32 and by workers with several threads); the tests
 check that both paths agree to rounding.  Only float64 C-contiguous arrays
-come here.  The kernels release the GIL.
+come here; a sparse CSR X comes as its three arrays (the ``csr_*``
+kernels).  The kernels release the GIL.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ The objective minimised, with sample weights ``s`` and ``S = sum(s)``::
     F(w) = (1/S) * sum_i s_i * loss(y_i, z_i)
            + l2 / 2 * ||W||_2^2 + l1 * ||W||_1
 
+X is a dense tensor or a torch sparse CSR tensor (:mod:`._sparse`), which
+the kernels never densify.
+
 The intercept is never penalised.  Kernels (``value_grad``, ``hessp``,
 ``hess``, ``weight_sum``) run on a worker's shard and return raw sums; the
 division by ``S`` and the penalties are applied once, on the client, by
@@ -44,8 +47,10 @@ class LinearSpec:
     epsilon: float = 0.0
     #: ``"auto"``: the one-pass numba kernels (:mod:`._fused`) for float64
     #: shards in host memory when the kernel runs on one thread, the torch
-    #: kernels otherwise (GPU, float32, several BLAS threads); ``"fused"`` or
-    #: ``"torch"`` force one (``"fused"`` raises where it cannot run).
+    #: kernels otherwise (GPU, float32, several BLAS threads); for a sparse CSR
+    #: X the numba CSR kernels for float64 in host memory whatever the threads,
+    #: torch's sparse products otherwise; ``"fused"`` or ``"torch"`` force one
+    #: (``"fused"`` raises where it cannot run).
     backend: str = "auto"
     #: Further parameters of the loss as ``(name, value)`` pairs (the Tweedie
     #: ``power`` and ``link``); ``epsilon`` has its own field.

@@ -469,3 +469,88 @@ def test_dual_state_keeps_the_csr_sparse(rng):
     assert sp.issparse(st["X"]) and st["X"].nnz == A.nnz
     assert np.shares_memory(st["X"].data, csr_parts(shard.get("X"))[0])  # views, not copies
     np.testing.assert_allclose(st["sqnorm"], np.asarray(A.multiply(A).sum(1)).ravel() + 4.0, rtol=1e-14)
+
+
+# ------------------------------------------------------------------ cross-validation kernels
+def test_take_rows_of_a_csr(rng):
+    from dask_estimators.objectives._sparse import take_rows
+
+    A = make_csr(rng)
+    idx = np.array([5, 0, 36, 5, 12])  # repeats and the empty row 0 included
+    got = take_rows(torch_csr(A), torch.from_numpy(idx))
+    want = A[idx]
+    np.testing.assert_array_equal(got.crow_indices().numpy(), want.indptr)
+    np.testing.assert_array_equal(got.col_indices().numpy(), want.indices)
+    np.testing.assert_array_equal(got.values().numpy(), want.data)
+    assert take_rows(torch_csr(A), torch.zeros(0, dtype=torch.int64)).shape == (0, D)
+
+
+CV_CASES = [c for c in CASES if c.id in ("squared", "binomial-cw", "multinomial", "poisson")]
+
+
+@pytest.mark.parametrize("case", CV_CASES, ids=lambda c: c.id)
+def test_cv_kernels_on_csr_equal_dense(case, rng):
+    """fold_value_grad_many, the fold views and the held-out sums on a CSR shard equal those on the dense one."""
+    from dask_estimators.objectives import cv
+
+    A, y, s = data(case, rng, True)
+    n_splits = 3
+    roles = np.where(np.arange(N)[None, :] % n_splits == np.arange(n_splits)[:, None], cv.TEST, cv.TRAIN)
+    cw = None if case.class_weight is None else np.asarray(case.class_weight)
+    spec = make_spec(case, True, "auto")
+    ws = rng.normal(scale=0.3, size=(3, spec.n_params))
+    folds = [0, 2, None]
+    regression = {"squared": ["squared_error", "r2"], "poisson": ["squared_error"]}
+    metrics = regression.get(case.loss, ["accuracy", "log_loss"])
+    out = []
+    for X in (torch_csr(A), A.toarray()):
+        arrays = {"X": X, "y": y, "sample_weight": s}
+        shard = Shard(arrays, device="cpu")
+        cv.set_roles(shard, roles.astype(np.int8))
+        sums = cv.prepare(shard, case.loss, case.n_outputs, cw)
+        losses, grads = to_host(cv.fold_value_grad_many(shard, folds, torch.as_tensor(ws), spec))
+        on_fold = to_host(cv.on_fold(shard, 1, lin.value_grad, torch.as_tensor(ws[0]), spec))
+        held = {m: to_host(cv.heldout_sums(shard, 1, ws, spec, m)) for m in metrics}
+        out.append({"sums": sums, "losses": losses, "grads": grads, "fold_loss": on_fold[0], "fold_grad": on_fold[1],
+                    **{f"held {m}": v for m, v in held.items()}})
+    assert_same(out[0], out[1])
+
+
+# ------------------------------------------------------------------ in a worker process
+def _kernels_in_worker(A, y, s, case, w, p, backend):
+    """Task body: a CSR shard on the worker, its kernels run with every densifying call made to raise."""
+    import scipy.sparse as sps
+
+    from dask_estimators.engine._worker import run_kernel
+
+    def refuse(*a, **k):
+        raise AssertionError("densified on the worker")
+
+    saved = torch.Tensor.to_dense, sps.csr_matrix.toarray, sps.csr_matrix.todense
+    shard = make_shard(case, torch_csr(A), y, s)
+    spec = make_spec(case, True, backend)
+    torch.Tensor.to_dense, sps.csr_matrix.toarray, sps.csr_matrix.todense = refuse, refuse, refuse
+    try:
+        return (run_kernel(lin.value_grad, shard, w, spec), run_kernel(lin.hessp, shard, p, spec),
+                run_kernel(lin.weight_sum, shard), lin._use_fused(shard.get("X"), spec))
+    finally:
+        torch.Tensor.to_dense, sps.csr_matrix.toarray, sps.csr_matrix.todense = saved
+
+
+@pytest.mark.parametrize("case", [CASES[4], CASES[5], CASES[11]], ids=lambda c: c.id)
+def test_csr_kernels_in_a_worker_process_never_densify(case, client, rng):
+    """On a cluster worker (another process, several threads allowed) the CSR kernels run without any
+    to_dense/toarray and give the raw sums of the dense kernels run here."""
+    A, y, s = data(case, rng, True)
+    spec = make_spec(case, True, "auto")
+    w, p = draw_point(case, A, True, rng), rng.normal(size=spec.n_params)
+    dense = make_shard(case, A.toarray(), y, s)
+    vg = to_host(lin.value_grad(dense, torch.as_tensor(w), spec))
+    want = {"loss": vg[0], "grad": vg[1], "hessp": to_host(lin.hessp(dense, torch.as_tensor(p), spec))}
+    S_want = lin.weight_sum(dense)[0]
+    for backend in _backends(case):
+        (loss, grad), hp, (S, n), fused = client.submit(_kernels_in_worker, A, y, s, case, w, p, backend,
+                                                        pure=False).result()
+        assert fused == (backend == "fused") and n == N
+        np.testing.assert_allclose(S, S_want, rtol=1e-12)
+        assert_same({"loss": loss, "grad": grad, "hessp": hp}, want)
