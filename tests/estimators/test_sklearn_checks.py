@@ -1,7 +1,6 @@
 """scikit-learn's own estimator checks, on the real process-based cluster."""
 
 import numpy as np
-import pytest
 import scipy.sparse as sp
 from sklearn.base import clone, is_classifier
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -96,20 +95,9 @@ def _check_l1_weights_equal_repeats(est, sparse=False):
     assert not np.allclose(unit.coef_, weighted.coef_, rtol=1e-3)
 
 
-SPARSE_CHECKS = ("check_estimator_sparse_tag", "check_estimator_sparse_array", "check_estimator_sparse_matrix",
-                 "check_sample_weight_equivalence_on_sparse_data")
-
-
-def _sparse_pending(est, name):
-    """The sparse checks of the estimators whose CSR kernels (the CV paths) are not merged yet."""
-    return name in SPARSE_CHECKS and type(est).__name__.endswith("CV")
-
-
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed)
 def test_sklearn_compatible(estimator, check):
     name = getattr(getattr(check, "func", check), "__name__", "")
-    if _sparse_pending(estimator, name):
-        pytest.skip("needs sparse-kernels' CV kernels on CSR")
     if name in WEIGHT_CHECKS and _is_l1(estimator):
         # L1_REASON: scikit-learn's rtol=1e-7 is below what L-BFGS-B on w = u - v reaches; the same
         # equivalence is asserted at L1_RTOL (on CSR for the sparse check)

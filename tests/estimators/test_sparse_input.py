@@ -251,11 +251,7 @@ def test_float32_sparse_predictions_are_float32_where_the_model_is():
 
 # ----------------------------------------------------------------- fits (need the sparse kernels)
 TIGHT = dict(tol=1e-10, max_iter=10_000)
-KERNELS = pytest.mark.usefixtures()  # the primal kernels are merged (sparse-kernels)
-#: Fits whose CSR kernels (objectives/cv.py) are not merged yet.
-PENDING = {"LogisticRegressionCV", "LinearRegressionCV"}
-
-
+KERNELS = pytest.mark.usefixtures()  # the kernels are merged (sparse-kernels)
 #: The dual method (LIBLINEAR's): tight, as tests/estimators/test_svm_dual.py runs it.
 DUAL_TIGHT = dict(tol=1e-8, max_iter=100_000)
 
@@ -277,11 +273,6 @@ def test_dual_fit_on_csr_equals_liblinear_on_the_same_csr(make_ours, make_ref, k
     assert est.solver_ == "dual-cd"
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-4, atol=1e-5)
-
-
-def _pending(name):
-    if name in PENDING:
-        pytest.skip("needs sparse-kernels' CV kernels on CSR")
 
 
 def _quiet(est, X, y, **kw):
@@ -345,7 +336,6 @@ def test_fit_on_csr_equals_scikit_learn_on_the_same_csr(name, kind, solver):
 @KERNELS
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_fit_on_csr_equals_our_dense_fit(name):
-    _pending(name)
     make, kind = ESTIMATORS[name]
     X = _X(120, 10, seed=3)
     y = _y(kind, X)
@@ -364,7 +354,6 @@ def test_fit_on_csr_equals_our_dense_fit(name):
                                   "LogisticRegressionCV"])
 @pytest.mark.parametrize("blocks", ["from_array", "map_blocks"])
 def test_fit_on_dask_sparse_blocks_equals_the_csr_fit(name, blocks):
-    _pending(name)
     make, kind = ESTIMATORS[name]
     X = _X(400, seed=4)
     y = _y(kind, X)
