@@ -28,6 +28,7 @@ from ..objectives import LinearObjective, LinearSpec
 from ..objectives import cv as CV
 from ..optim import minimize
 from ..optim.batched import minimize_many
+from ..objectives._sparse import is_sparse
 from ._base import DistributedLinearModel, _check_block, input_float_dtype
 from .linear import LinearRegression, LogisticRegression
 
@@ -90,7 +91,8 @@ class _PlacedSearchMixin:
             y = np.reshape(y, -1)
         splits = None if self._worker_folds() and self._scores_on_workers() else \
             self._splits_on_client(X, y, dask_input)
-        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=False)
+        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=False,
+                                  accept_sparse=self._accept_sparse)
         y_placed, classes = y, None
         if labels is not None:
             classes, codes = labels
@@ -768,8 +770,17 @@ def _xy_sums(shard):
     X, y = shard.get("X"), shard.get("y")[:, 0]
     s = shard.get("sample_weight")
     sy = y if s is None else s * y
-    Sx = X.sum(0) if s is None else s @ X
     S = float(X.shape[0]) if s is None else s.sum()
+    if is_sparse(X):  # both products at once as the gradient's transposed product on CSR, never densified
+        import torch
+
+        from ..objectives.linear import _add_xt_times
+
+        G = torch.stack([sy, torch.ones_like(sy) if s is None else s], dim=1)
+        out = torch.zeros(2, X.shape[1], dtype=G.dtype, device=G.device)
+        _add_xt_times(out, G, X)
+        return out[0], out[1], sy.sum(), S
+    Sx = X.sum(0) if s is None else s @ X
     return X.T @ sy, Sx, sy.sum(), S
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from .._lazy import lazy_module
 from . import linear as _linear
+from ._sparse import is_sparse, take_rows
 
 torch = lazy_module("torch")
 
@@ -270,8 +271,9 @@ def fold_value_grad_many(shard, folds, ws, spec):
     X, y = shard.get("X"), shard.get("y")
     m, K, d = len(folds), spec.n_outputs, spec.n_features
     Ws = ws[:, : K * d].reshape(m * K, d)
-    # (W @ X.T): BLAS streams X once; X @ W.T with a few columns took a much slower path
-    Zt = Ws @ X.T  # (m*K, n)
+    sparse = is_sparse(X)
+    # (W @ X.T): BLAS streams X once; X @ W.T with a few columns took a much slower path (dense X)
+    Zt = (X @ Ws.T).T if sparse else Ws @ X.T  # (m*K, n)
     if spec.fit_intercept:
         Zt = Zt + ws[:, K * d :].reshape(m * K, 1)
     loss_fn = spec.get_loss()
@@ -287,7 +289,7 @@ def fold_value_grad_many(shard, folds, ws, spec):
         loss, Gt, _ = loss_fn.value_grad(Zt, y.reshape(1, -1))
         Gt = Gt * St
         losses = (loss * St).sum(1)
-        gW, gb = Gt @ X, Gt.sum(1)  # X read once more
+        gW, gb = _xt_times(Gt.T, X), Gt.sum(1)  # X read once more
     else:
         Z = Zt.T
         G = torch.empty((X.shape[0], m * K), dtype=X.dtype, device=X.device)
@@ -297,10 +299,19 @@ def fold_value_grad_many(shard, folds, ws, spec):
             loss, g, _ = loss_fn.value_grad(Z[:, j * K : (j + 1) * K], y)
             losses[j] = (loss * s).sum()
             G[:, j * K : (j + 1) * K] = g * s
-        gW, gb = G.T @ X, G.sum(0)  # X read once more
+        gW, gb = _xt_times(G, X), G.sum(0)  # X read once more
     gW = gW.reshape(m, K * d)
     grads = torch.cat([gW, gb.reshape(m, K)], dim=1) if spec.fit_intercept else gW
     return losses, grads
+
+
+def _xt_times(G, X):
+    """``G.T @ X`` for a dense or sparse CSR X (the linear kernels' transposed product)."""
+    if not is_sparse(X):
+        return G.T @ X
+    out = torch.zeros(G.shape[1], X.shape[1], dtype=G.dtype, device=G.device)
+    _linear._add_xt_times(out, G, X)
+    return out
 
 
 def heldout_sums(shard, k, ws, spec, metric: str):
@@ -321,7 +332,7 @@ def heldout_sums(shard, k, ws, spec, metric: str):
     if idx is None:
         idx = torch.from_numpy(np.flatnonzero(roles == TEST)).to(X.device)
         shard.cache[key] = idx
-    Xt, yt = X[idx], shard.get("y")[idx]
+    Xt, yt = (take_rows(X, idx) if is_sparse(X) else X[idx]), shard.get("y")[idx]
     raw = shard.cache.get("cv_raw_weight")
     st = torch.ones(len(idx), dtype=X.dtype, device=X.device) if raw is None else raw[idx].to(X.dtype)
     ws = torch.as_tensor(ws, dtype=X.dtype, device=X.device).reshape(-1, spec.n_params)
