@@ -768,8 +768,11 @@ def _xy_sums(shard):
     X, y = shard.get("X"), shard.get("y")[:, 0]
     s = shard.get("sample_weight")
     sy = y if s is None else s * y
-    Sx = X.sum(0) if s is None else s @ X
     S = float(X.shape[0]) if s is None else s.sum()
+    if CV.is_sparse(X):  # both products in one pass over the CSR's values, X kept sparse
+        Xsy, Sx = CV._xt_times(CV.torch.stack([sy, CV.torch.ones_like(y) if s is None else s], dim=1), X)
+        return Xsy, Sx, sy.sum(), S
+    Sx = X.sum(0) if s is None else s @ X
     return X.T @ sy, Sx, sy.sum(), S
 
 
