@@ -28,7 +28,6 @@ from ..objectives import LinearObjective, LinearSpec
 from ..objectives import cv as CV
 from ..optim import minimize
 from ..optim.batched import minimize_many
-from ..objectives._sparse import is_sparse
 from ._base import DistributedLinearModel, _check_block, input_float_dtype
 from .linear import LinearRegression, LogisticRegression
 
@@ -771,15 +770,9 @@ def _xy_sums(shard):
     s = shard.get("sample_weight")
     sy = y if s is None else s * y
     S = float(X.shape[0]) if s is None else s.sum()
-    if is_sparse(X):  # both products at once as the gradient's transposed product on CSR, never densified
-        import torch
-
-        from ..objectives.linear import _add_xt_times
-
-        G = torch.stack([sy, torch.ones_like(sy) if s is None else s], dim=1)
-        out = torch.zeros(2, X.shape[1], dtype=G.dtype, device=G.device)
-        _add_xt_times(out, G, X)
-        return out[0], out[1], sy.sum(), S
+    if CV.is_sparse(X):  # both products in one pass over the CSR's values, X kept sparse
+        Xsy, Sx = CV._xt_times(CV.torch.stack([sy, CV.torch.ones_like(y) if s is None else s], dim=1), X)
+        return Xsy, Sx, sy.sum(), S
     Sx = X.sum(0) if s is None else s @ X
     return X.T @ sy, Sx, sy.sum(), S
 

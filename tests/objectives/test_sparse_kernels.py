@@ -554,3 +554,16 @@ def test_csr_kernels_in_a_worker_process_never_densify(case, client, rng):
         assert fused == (backend == "fused") and n == N
         np.testing.assert_allclose(S, S_want, rtol=1e-12)
         assert_same({"loss": loss, "grad": grad, "hessp": hp}, want)
+
+
+@pytest.mark.parametrize("weighted", [True, False], ids=["sw", "nosw"])
+def test_alpha_grid_sums_on_csr_equal_dense(weighted, rng):
+    """LinearRegressionCV's alpha-grid kernel (X^T s y, sum s x, sum s y, sum s) on a CSR shard."""
+    from dask_estimators.estimators.cv import _xy_sums
+
+    case = CASES[0]
+    A, y, s = data(case, rng, weighted)
+    got, want = (to_host(_xy_sums(make_shard(case, X, y, s))) for X in (torch_csr(A), A.toarray()))
+    sv = np.ones(N) if s is None else s
+    np.testing.assert_allclose(want[0], A.T @ (sv * y), rtol=1e-12)
+    assert_same(dict(enumerate(got)), dict(enumerate(want)))
