@@ -20,6 +20,7 @@ from numbers import Integral, Real
 
 import distributed
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import expit, log_softmax
 from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
@@ -27,14 +28,14 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import type_of_target
-from sklearn.utils.validation import check_is_fitted, column_or_1d
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from ..engine import DistributedEvaluator, client_context, place
 from ..objectives import module as M
 from ..objectives import targets as T
 from ..optim.progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs
-from ._base import DistributedEstimator, _check_block
+from ._base import DistributedEstimator, _cast_float, _check_block
 from ._torch import STRATEGIES, Progress, resolve_strategy, train_on_placement
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
@@ -411,6 +412,15 @@ class _BaseMLP(DistributedEstimator):
 
     def _forward(self, A, link=True):
         return M.forward_numpy(self._spec(), self.coefs_, self.intercepts_, A, link=link)
+
+    def _map_rows(self, X, fn, n_cols):
+        """As the base class; scipy.sparse X (any format, converted once to CSR) is predicted on the client,
+        its first layer a sparse-dense product, without densifying it."""
+        if sp.issparse(X):
+            check_is_fitted(self)
+            X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=(np.float64, np.float32))
+            return _cast_float(fn(X), self._float_output_dtype(X.dtype))
+        return super()._map_rows(X, fn, n_cols)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
