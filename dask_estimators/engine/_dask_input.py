@@ -188,26 +188,35 @@ def n_rows(block) -> int:
 def _rows_of(block, a: int, b: int):
     if hasattr(block, "iloc"):
         return block.iloc[a:b]
+    if _worker.is_scipy_sparse(block) and block.format != "csr":  # COO cannot be sliced, CSC slowly by rows
+        block = block.tocsr()
     return block[a:b]
 
 
 def to_numpy(b):
-    """A block (or part of one) as NumPy: pandas through ``to_numpy``."""
+    """A block (or part of one) as NumPy: pandas through ``to_numpy``; scipy.sparse stays sparse (canonical CSR)."""
     if b is None:
         return None
+    if _worker.is_scipy_sparse(b):
+        return _worker.canonical_csr(b)
     if hasattr(b, "to_numpy"):
         b = b.to_numpy()
     return np.asarray(b)
 
 
 class _Buffers:
-    """The shard's arrays, filled chunk by chunk: numeric ones in pooled memory, others concatenated."""
+    """The shard's arrays, filled chunk by chunk: numeric ones in pooled memory, others concatenated.
+
+    Sparse pieces (scipy CSR) are kept as they come and joined once at the
+    end into one CSR (their three arrays concatenated), never densified.
+    """
 
     def __init__(self, n_rows: int):
         self.n_rows = n_rows
         self.done = 0
         self.numeric: dict = {}
         self.other: dict = {}
+        self.sparse: dict = {}
 
     def reserve(self, name: str, shape, dtype):
         """The rows of numeric input ``name`` that the next :meth:`write` fills, to be filled by the caller first.
@@ -215,7 +224,7 @@ class _Buffers:
         None where ``name`` cannot be written in place (another dtype or shape than earlier rows).
         """
         buf = self.numeric.get(name)
-        if buf is None and name not in self.other:
+        if buf is None and name not in self.other and name not in self.sparse:
             buf = self.numeric[name] = pooled_empty((self.n_rows,) + tuple(shape[1:]), dtype)
         if buf is None or buf.dtype != dtype or buf.shape[1:] != tuple(shape[1:]):
             return None
@@ -225,13 +234,27 @@ class _Buffers:
         """Append the rows of ``piece`` (``rows`` of them: inputs written in place with :meth:`reserve` included)."""
         m = rows
         for name, a in piece.items():
-            a = np.asarray(a)
+            sparse = _worker.is_scipy_sparse(a)
+            if sparse or name in self.sparse:
+                if not sparse or name in self.numeric or name in self.other:
+                    raise ValueError(f"The blocks of {name!r} mix sparse and dense arrays; make them all one kind.")
+                a = _worker.canonical_csr(a)
+            else:
+                a = np.asarray(a)
             m = a.shape[0] if m is None else m
             if a.shape[0] != m:
                 raise ValueError(
                     "Found input variables with inconsistent numbers of samples in one partition: "
                     f"{ {k: np.shape(v)[0] for k, v in piece.items()} }"
                 )
+            if sparse:
+                kept = self.sparse.setdefault(name, [])
+                if kept and kept[0].shape[1] != a.shape[1]:
+                    raise ValueError(
+                        f"The blocks of {name!r} have different shapes: {kept[0].shape[1:]} and {a.shape[1:]}."
+                    )
+                kept.append(a)
+                continue
             if a.dtype.kind not in "iuf" or name in self.other:
                 self.other.setdefault(name, []).append(a)
                 continue
@@ -252,6 +275,7 @@ class _Buffers:
             raise RuntimeError(f"A shard was planned with {self.n_rows} rows but its blocks gave {self.done}.")
         out = dict(self.numeric)
         out.update({k: np.concatenate(v, axis=0) for k, v in self.other.items()})
+        out.update({k: _worker.CSRRows.concat(v, v[0].shape[1]) for k, v in self.sparse.items()})
         return out
 
 
@@ -325,7 +349,10 @@ def _write_checked_fast(out, first, piece, check) -> bool:
 def _row_bytes(block) -> int:
     """Bytes per row of a block (an estimate for pandas: its columns' memory)."""
     rows = max(1, n_rows(block))
-    if hasattr(block, "memory_usage"):
+    if _worker.is_scipy_sparse(block):  # what its arrays hold, not rows x columns
+        nbytes = sum(int(getattr(block, k).nbytes) for k in ("data", "indices", "indptr") if hasattr(block, k))
+        nbytes = nbytes or int(block.nnz) * (block.dtype.itemsize + 8)
+    elif hasattr(block, "memory_usage"):
         nbytes = block.memory_usage(index=False)
         nbytes = int(nbytes.sum() if hasattr(nbytes, "sum") else nbytes)
     else:
@@ -335,7 +362,12 @@ def _row_bytes(block) -> int:
 
 # --------------------------------------------------------------------- client side
 def normalise(a):
-    """A dask collection with one block per row range (a dask array's other axes in one chunk)."""
+    """A dask collection with one block per row range (a dask array's other axes in one chunk).
+
+    A dask array of scipy.sparse blocks chunked along its columns is joined
+    the same way: Dask's ``rechunk`` concatenates sparse blocks as sparse
+    (``scipy.sparse.hstack``), never densifying them.
+    """
     if hasattr(a, "chunks") and hasattr(a, "rechunk") and a.ndim > 1 and any(n > 1 for n in a.numblocks[1:]):
         a = a.rechunk({i: -1 for i in range(1, a.ndim)})
     return a

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _memfd, _shared
+from ._worker import CSRRows
 
 SHM_DIR = "/dev/shm"
 #: Arrays below this size are not worth shared memory: they travel with the task.
@@ -93,24 +94,47 @@ def read(h: Handle) -> np.ndarray:
 
 
 def write_parts(part: dict) -> dict | None:
-    """Write every large numeric array of ``part``; small or non-numeric ones are kept inline."""
+    """Write every large numeric array of ``part``; small or non-numeric ones are kept inline.
+
+    The rows of a sparse matrix (:class:`~._worker.CSRRows`) go as its three
+    arrays, each written (or kept inline) as a dense array would be.
+    """
     if not _memfd_available():
         return None
     out = {}
     for k, a in part.items():
-        if isinstance(a, np.ndarray) and a.dtype.kind in "iuf" and a.nbytes >= MIN_BYTES:
-            h = write(a)
-            if h is None:
+        if isinstance(a, CSRRows):
+            arrays = [_write_one(v) for v in (a.data, a.indices, a.indptr)]
+            out[k] = CSRRows(*arrays, a.shape)
+            if any(v is None for v in arrays):
                 release(out)
                 return None
-            out[k] = h
-        else:
-            out[k] = a
+            continue
+        h = _write_one(a)
+        if h is None:
+            release(out)
+            return None
+        out[k] = h
     return out
 
 
+def _write_one(a):
+    """A large numeric array as a :class:`Handle` (None when it cannot be written); anything else as it is."""
+    if isinstance(a, np.ndarray) and a.dtype.kind in "iuf" and a.nbytes >= MIN_BYTES:
+        return write(a)
+    return a
+
+
 def read_parts(handles: dict) -> dict:
-    return {k: read(v) if isinstance(v, Handle) else v for k, v in handles.items()}
+    """The arrays behind :func:`write_parts`' handles (worker side); sparse rows stay :class:`~._worker.CSRRows`."""
+    out = {}
+    for k, v in handles.items():
+        if isinstance(v, CSRRows):
+            v = CSRRows(*(read(a) if isinstance(a, Handle) else a for a in (v.data, v.indices, v.indptr)), v.shape)
+        elif isinstance(v, Handle):
+            v = read(v)
+        out[k] = v
+    return out
 
 
 def _unlink_path(path):
@@ -128,6 +152,8 @@ def release(h) -> None:
     """
     if isinstance(h, dict):
         h = list(h.values())
+    if isinstance(h, CSRRows):
+        h = [h.data, h.indices, h.indptr]
     if isinstance(h, list):
         for v in h:
             release(v)

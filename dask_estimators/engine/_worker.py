@@ -96,6 +96,149 @@ def choose_device(device: str = "auto") -> str:
     return device
 
 
+class CSRRows:
+    """Rows of a CSR matrix as its three arrays: ``data``, ``indices`` and ``indptr`` (``indptr[0] == 0``).
+
+    The client's parts of sparse input: :meth:`of` takes rows of a canonical
+    CSR matrix as views of its ``data`` and ``indices`` (only ``indptr``, one
+    entry per row, is new), so splitting ``X`` into parts copies nothing of
+    size nnz.  The arrays may also be shared-memory handles (:mod:`._shm`)
+    while a part travels; :meth:`Shard.put` turns one into the shard's torch
+    sparse CSR tensor.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> X = sp.csr_matrix([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0]])
+    >>> part = CSRRows.of(X, 1, 3)
+    >>> part.shape, part.data.tolist(), part.indices.tolist(), part.indptr.tolist()
+    ((2, 2), [2.0, 3.0, 4.0], [1, 0, 1], [0, 1, 3])
+    >>> (part.to_scipy() != X[1:3]).nnz
+    0
+    """
+
+    __slots__ = ("data", "indices", "indptr", "shape")
+    ndim = 2
+
+    def __init__(self, data, indices, indptr, shape):
+        self.data, self.indices, self.indptr = data, indices, indptr
+        self.shape = (int(shape[0]), int(shape[1]))
+
+    @classmethod
+    def of(cls, X, start: int, stop: int) -> "CSRRows":
+        """Rows ``start:stop`` of the canonical scipy CSR matrix (or array) ``X``, without copying its values."""
+        indptr = np.asarray(X.indptr)
+        a, b = int(indptr[start]), int(indptr[stop])
+        return cls(X.data[a:b], X.indices[a:b], indptr[start : stop + 1] - indptr[start], (stop - start, X.shape[1]))
+
+    @classmethod
+    def concat(cls, parts, n_cols: int) -> "CSRRows":
+        """The rows of ``parts`` (CSRRows or scipy CSR, each with ``indptr[0] == 0``) one after the other."""
+        parts = list(parts)
+        dtype = np.result_type(*(p.data.dtype for p in parts)) if parts else np.float64
+        indptr = np.zeros(sum(p.shape[0] for p in parts) + 1, dtype=np.int64)
+        row = nnz = 0
+        for p in parts:
+            n = p.shape[0]
+            indptr[row + 1 : row + n + 1] = np.asarray(p.indptr[1:], dtype=np.int64) + nnz
+            row, nnz = row + n, nnz + int(p.indptr[-1])
+        data = np.empty(nnz, dtype=dtype)
+        indices = np.empty(nnz, dtype=np.int64)
+        at = 0
+        for p in parts:
+            m = int(p.indptr[-1])
+            data[at : at + m] = p.data[:m]
+            indices[at : at + m] = p.indices[:m]
+            at += m
+        return cls(data, indices, indptr, (row, n_cols))
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indptr[-1])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(getattr(a, "nbytes", 0)) for a in (self.data, self.indices, self.indptr))
+
+    def to_scipy(self):
+        """A scipy ``csr_matrix`` of these rows (scipy may copy the index arrays to its own index dtype)."""
+        import scipy.sparse as sp
+
+        return sp.csr_matrix((self.data, self.indices, self.indptr), shape=self.shape)
+
+    def __repr__(self) -> str:
+        return f"CSRRows(shape={self.shape}, nnz={self.nnz})"
+
+
+def is_scipy_sparse(a) -> bool:
+    """True for scipy.sparse matrices and arrays (scipy is imported only when ``a`` may be one)."""
+    return type(a).__module__.startswith("scipy.sparse") and hasattr(a, "tocsr")
+
+
+def canonical_csr(X):
+    """A scipy sparse matrix or array as canonical CSR: sorted column indices, no duplicates, a valid structure.
+
+    Other formats (CSC, COO, ...) are converted once; duplicates are summed and
+    indices sorted on a copy, as scikit-learn's ``sum_duplicates`` /
+    ``sort_indices`` would, so the caller's matrix is left as it was.  A
+    broken structure (``indptr`` not non-decreasing, column indices out of
+    range) raises scipy's ``ValueError``.
+    """
+    if X.format != "csr":
+        X = X.tocsr()
+        X.check_format(full_check=True)
+        if not X.has_canonical_format:
+            X.sum_duplicates()  # a fresh matrix: fixed in place
+        return X
+    X.check_format(full_check=True)
+    if not X.has_canonical_format:
+        X = X.copy()
+        X.sum_duplicates()
+    return X
+
+
+def csr_tensor(data, indices, indptr, shape, device="cpu"):
+    """A torch sparse CSR tensor on ``device`` from the three arrays of a canonical CSR (see the shard contract).
+
+    The values stay float32 or float64 (other dtypes become float64) and the
+    indices become int64; on the CPU arrays that already are so, and are
+    writeable, are used in place (a shared-memory mapping stays one).
+    """
+    import warnings
+
+    import torch
+
+    def host(a, dtype):
+        a = np.asarray(a)
+        if a.dtype != dtype or not a.flags.writeable or not a.flags.c_contiguous:
+            a = np.array(a, dtype=dtype, order="C")
+        return torch.from_numpy(a)
+
+    data = np.asarray(data)
+    vdtype = data.dtype if data.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    with warnings.catch_warnings():  # torch says once per process that its sparse CSR support is in beta
+        warnings.simplefilter("ignore", UserWarning)
+        t = torch.sparse_csr_tensor(
+            host(indptr, np.int64), host(indices, np.int64), host(data, vdtype), size=tuple(int(s) for s in shape),
+            check_invariants=False,
+        )
+    return t if device == "cpu" else t.to(device)
+
+
+def _torch_csr(t):
+    """A torch sparse tensor as the contract's CSR: CSR layout, int64 indices."""
+    import torch
+
+    if t.layout != torch.sparse_csr:
+        if t.layout == torch.sparse_coo:
+            t = t.coalesce()
+        t = t.to_sparse_csr()
+    if t.crow_indices().dtype != torch.int64 or t.col_indices().dtype != torch.int64:
+        t = torch.sparse_csr_tensor(t.crow_indices().to(torch.int64), t.col_indices().to(torch.int64), t.values(),
+                                    size=t.shape, check_invariants=False)
+    return t
+
+
 def _current_worker():
     """The Dask worker running this code, or None outside a worker task."""
     try:
@@ -143,14 +286,24 @@ class Shard:
         self.worker = _current_worker()
 
     def put(self, name: str, a) -> None:
-        """Store array ``a`` under ``name`` as an aligned tensor on the device."""
+        """Store array ``a`` under ``name`` as an aligned tensor on the device.
+
+        Sparse ``a`` (a scipy.sparse matrix or array of any format, a torch
+        sparse tensor, or :class:`CSRRows`) is stored as a torch sparse CSR
+        tensor with int64 indices, canonical, never densified.
+        """
         import torch
 
         if a is None:
             self.data.pop(name, None)
             return
         if isinstance(a, torch.Tensor):
-            t = a.to(self.device)
+            t = (_torch_csr(a) if a.layout != torch.strided else a).to(self.device)
+        elif isinstance(a, CSRRows) or is_scipy_sparse(a):
+            if not isinstance(a, CSRRows):
+                a = canonical_csr(a)
+            self.dtypes[name] = np.dtype(a.dtype if hasattr(a, "dtype") else a.data.dtype)
+            t = csr_tensor(a.data, a.indices, a.indptr, a.shape, self.device)
         else:
             a = np.asarray(a)
             self.dtypes[name] = a.dtype
@@ -183,12 +336,23 @@ class Shard:
     def __sizeof__(self) -> int:  # dask uses sizeof for memory accounting
         total = 0
         for a in self.data.values():
-            total += a.element_size() * a.nelement() if hasattr(a, "element_size") else a.nbytes
+            if _is_sparse_tensor(a):  # the stored arrays, not n x p
+                total += sum(p.element_size() * p.nelement() for p in (a.values(), a.crow_indices(), a.col_indices()))
+            else:
+                total += a.element_size() * a.nelement() if hasattr(a, "element_size") else a.nbytes
         return total + 200
 
     def __repr__(self) -> str:
-        shapes = {k: tuple(v.shape) for k, v in self.data.items()}
+        shapes = {
+            k: (tuple(v.shape) + (f"csr nnz={v.values().shape[0]}",) if _is_sparse_tensor(v) else tuple(v.shape))
+            for k, v in self.data.items()
+        }
         return f"Shard(n_rows={self.n_rows}, device={self.device!r}, arrays={shapes})"
+
+
+def _is_sparse_tensor(a) -> bool:
+    layout = getattr(a, "layout", None)
+    return layout is not None and "sparse" in str(layout)
 
 
 def to_host(out):

@@ -3,7 +3,10 @@
 * NumPy input (pandas is converted by the estimator's validation) is split by
   rows on the client and each part goes straight to its worker: through a
   file in /dev/shm that the worker maps when it runs on the client's host
-  (one memcpy, no pickling), else by ``scatter``.
+  (one memcpy, no pickling), else by ``scatter``.  A scipy.sparse ``X`` is
+  made canonical CSR once and split the same way, each part as its three
+  arrays (views of the matrix's ``data`` and ``indices``); the worker keeps
+  them as a torch sparse CSR tensor.
 * Dask arrays and dataframes are persisted together (a graph is computed
   once, blocks already in memory not again); ``who_has`` tells where each
   block lives, and one pinned task per worker validates the rows it takes
@@ -419,7 +422,9 @@ def place(
     ----------
     client : distributed.Client
     arrays : dict of str -> array-like or None
-        Row-aligned inputs: NumPy arrays, or dask arrays/dataframes/series.
+        Row-aligned inputs: NumPy arrays or scipy.sparse matrices, or dask
+        arrays/dataframes/series (dask arrays may have scipy.sparse blocks).
+        Sparse input becomes a torch sparse CSR tensor in the shard, never dense.
         None entries are skipped.  When any entry is a dask collection, all
         must be dask collections with the same number of row blocks (dask
         arrays with known chunks are rechunked to match the first one).
@@ -499,6 +504,8 @@ def _place_once(client, arrays, check, device, ws, transport, timeout):
 
 
 def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True):
+    # sparse input as canonical CSR once, then cut into row ranges that are views of its arrays
+    arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v for k, v in arrays.items()}
     n = {k: np.shape(v)[0] for k, v in arrays.items()}
     if len(set(n.values())) != 1:
         raise ValueError(f"Found input variables with inconsistent numbers of samples: {n}")
@@ -507,7 +514,7 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True):
         raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
     n_parts = min(len(ws), n_rows)
     bounds = np.linspace(0, n_rows, n_parts + 1).astype(int)
-    parts = [{k: np.asarray(v[bounds[i] : bounds[i + 1]]) for k, v in arrays.items()} for i in range(n_parts)]
+    parts = [{k: _rows_part(v, bounds[i], bounds[i + 1]) for k, v in arrays.items()} for i in range(n_parts)]
     used = ws[:n_parts]
     shards = _place_shared(client, parts, used, device, buffers) if shared_memory else [None] * n_parts
     for i, (part, w) in enumerate(zip(parts, used)):
@@ -521,6 +528,13 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True):
         raise
     ranges = [[(int(bounds[i]), int(bounds[i + 1]))] for i in range(n_parts)]
     return shards, used, [("numpy", part) for part in parts], ranges
+
+
+def _rows_part(a, start, stop):
+    """Rows ``start:stop`` of a client array: a view of a NumPy array, or :class:`~._worker.CSRRows` of a CSR."""
+    if _worker.is_scipy_sparse(a):
+        return _worker.CSRRows.of(a, int(start), int(stop))
+    return np.asarray(a[start:stop])
 
 
 def _scatter_part(client, part, w, device):

@@ -46,14 +46,20 @@ except ImportError:  # older scikit-learn has no callbacks to call
 __all__ = ["DistributedEstimator", "DistributedLinearModel", "InferenceMixin"]
 
 
-def _check_block(arrays, *, y_numeric, multi_output, y_loss=None):
+def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=False):
     """Validate one row block of dask input on its worker, with scikit-learn's own checks.
 
     ``y_loss``: a loss whose domain check (``check_y``) the targets must pass,
-    the same check NumPy input gets.
+    the same check NumPy input gets.  ``accept_sparse``: scipy.sparse blocks
+    of X are accepted and made canonical CSR (NaN or infinity in their
+    ``.data`` raise scikit-learn's error); otherwise they raise its
+    "Sparse data was passed" error.
     """
     out = dict(arrays)
-    out["X"] = check_array(arrays["X"], dtype=np.float64, ensure_min_samples=0, input_name="X")
+    out["X"] = _checked_X(
+        check_array(arrays["X"], dtype=np.float64, ensure_min_samples=0, input_name="X",
+                    accept_sparse="csr" if accept_sparse else False)
+    )
     if "y" in arrays:
         y = np.asarray(arrays["y"])
         if y.ndim == 2 and y.shape[1] == 1 and not multi_output:
@@ -85,6 +91,20 @@ def _check_block(arrays, *, y_numeric, multi_output, y_loss=None):
     return out
 
 
+def _checked_X(X):
+    """X from ``check_array``: sparse X as canonical CSR (sorted indices, no duplicates); dense X as it is."""
+    if sp.issparse(X):
+        from ..engine._worker import canonical_csr
+
+        return canonical_csr(X)
+    return X
+
+
+def _sparse_format(accept_sparse):
+    """``validate_data``'s ``accept_sparse`` for an estimator's ``_accept_sparse`` flag: CSR, or no sparse input."""
+    return "csr" if accept_sparse else False
+
+
 class DistributedEstimator(BaseEstimator):
     """Base class of every estimator here: input checks, dask input, clone and pickling without a client."""
 
@@ -92,6 +112,8 @@ class DistributedEstimator(BaseEstimator):
     _fit_dtype = np.float64
     _is_classifier = False
     _multi_output = False
+    #: Whether X may be scipy.sparse (or a dask array of sparse blocks): placed as CSR, never densified.
+    _accept_sparse = False
 
     def _validate_input(self, X, y, sample_weight, return_classes=False):
         if is_dask_collection(X):
@@ -106,13 +128,18 @@ class DistributedEstimator(BaseEstimator):
             self,
             X,
             y,
+            accept_sparse=_sparse_format(self._accept_sparse),  # any format, converted once to CSR
             dtype=self._fit_dtype,
             y_numeric=not self._is_classifier,
             multi_output=self._multi_output,
             reset=True,
             ensure_all_finite=False,  # checked below, on every core
         )
-        assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
+        if sp.issparse(X):
+            X = _checked_X(X)
+            assert_all_finite(X.data, input_name="X", estimator_name=type(self).__name__)
+        else:
+            assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
         labels = _checked_classes(y) if self._is_classifier else None  # (classes, codes or None)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
@@ -193,14 +220,17 @@ class DistributedEstimator(BaseEstimator):
             arr = X.to_dask_array() if not hasattr(X, "rechunk") else X
             if arr.ndim == 2 and arr.numblocks[1] > 1:
                 arr = arr.rechunk({1: -1})
+            accept = _sparse_format(self._accept_sparse)
 
             def block(b):
-                return _cast_float(fn(check_array(b, dtype=np.float64, ensure_min_samples=0)), out_dtype)
+                b = check_array(b, dtype=np.float64, ensure_min_samples=0, accept_sparse=accept)
+                return _cast_float(fn(b), out_dtype)
 
-            if n_cols is None:
-                return arr.map_blocks(block, drop_axis=1, dtype=dtype)
-            return arr.map_blocks(block, chunks=(arr.chunks[0], (n_cols,)), dtype=dtype)
-        X = validate_data(self, X, reset=False, dtype=(np.float64, np.float32))
+            if n_cols is None:  # the output is dense NumPy, whatever the blocks are (sparse ones included)
+                return arr.map_blocks(block, drop_axis=1, dtype=dtype, meta=np.empty((0,), dtype))
+            return arr.map_blocks(block, chunks=(arr.chunks[0], (n_cols,)), dtype=dtype, meta=np.empty((0, 0), dtype))
+        X = validate_data(self, X, reset=False, dtype=(np.float64, np.float32),
+                          accept_sparse=_sparse_format(self._accept_sparse))
         return _cast_float(fn(X), self._float_output_dtype(X.dtype))
 
     def _output_dtype(self, fn):
@@ -234,6 +264,7 @@ class DistributedEstimator(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = bool(self._accept_sparse)
         return tags
 
     def __getstate__(self):
@@ -248,8 +279,12 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
     """Base class: a linear model fitted by the distributed optimizer.
 
     Subclasses set ``_loss`` (or override :meth:`_loss_name`), implement
-    :meth:`_penalties` and declare their parameters.
+    :meth:`_penalties` and declare their parameters.  X may be sparse
+    (scipy.sparse of any format, or a dask array of sparse blocks): it is
+    placed as CSR and never densified nor centred, as in scikit-learn.
     """
+
+    _accept_sparse = True
 
     _parameter_constraints: dict = {
         "fit_intercept": ["boolean"],
@@ -347,7 +382,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         if y_loss is not None and not dask_input:
             y_loss.check_y(y)
         check = functools.partial(
-            _check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output, y_loss=y_loss
+            _check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output, y_loss=y_loss,
+            accept_sparse=self._accept_sparse,
         )
         y_placed, classes = y, None
         if labels is not None:
@@ -484,12 +520,19 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
 
     # ------------------------------------------------------------ prediction
     def _decision(self, X):
-        """Raw linear predictions ``X @ coef_.T + intercept_`` as (n, K), on NumPy (``coef_`` dense or sparse)."""
-        Xa = np.asarray(X, dtype=np.float64)
-        if sp.issparse(self.coef_):
-            z = np.asarray((self.coef_ @ Xa.T).T, dtype=np.float64)
-        else:
-            z = Xa @ np.atleast_2d(self.coef_).astype(np.float64, copy=False).T
+        """Raw linear predictions ``X @ coef_.T + intercept_`` as (n, K), on NumPy or scipy.sparse X.
+
+        ``coef_`` may be dense or sparse (:meth:`sparsify`); the product is
+        scikit-learn's ``safe_sparse_dot``, dense, and sparse X is never densified.
+        """
+        from sklearn.utils.extmath import safe_sparse_dot
+
+        Xa = X.astype(np.float64, copy=False) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+        coef = self.coef_ if sp.issparse(self.coef_) else np.atleast_2d(self.coef_).astype(np.float64, copy=False)
+        if sp.issparse(coef):
+            coef = coef.astype(np.float64, copy=False)
+        z = safe_sparse_dot(Xa, coef.T, dense_output=True)
+        z = np.asarray(z.toarray() if sp.issparse(z) else z, dtype=np.float64)
         return z + np.reshape(self.intercept_, (1, -1)).astype(np.float64, copy=False)
 
     def _param_dtype(self):

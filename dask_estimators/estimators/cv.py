@@ -90,7 +90,8 @@ class _PlacedSearchMixin:
             y = np.reshape(y, -1)
         splits = None if self._worker_folds() and self._scores_on_workers() else \
             self._splits_on_client(X, y, dask_input)
-        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=False)
+        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=False,
+                                  accept_sparse=self._accept_sparse)
         y_placed, classes = y, None
         if labels is not None:
             classes, codes = labels

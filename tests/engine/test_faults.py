@@ -14,6 +14,7 @@ nannies start new ones).
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import signal
@@ -263,6 +264,51 @@ def test_without_recovery_a_killed_worker_is_a_clear_error(fc, monkeypatch):
 
 def _xty(shard):
     return shard.get("X").T @ shard.get("y")
+
+
+def _sparse_xty(shard):
+    """X^T y and the rows of a shard whose X is sparse CSR, from its three arrays (asserting it stayed sparse)."""
+    from dask_estimators.objectives._sparse import csr_parts, is_sparse
+
+    X = shard.get("X")
+    assert is_sparse(X), "the rebuilt shard must hold X as sparse CSR"
+    data, indices, indptr = csr_parts(X)
+    y = shard.get("y").numpy()
+    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    return np.bincount(indices, weights=data * y[rows], minlength=X.shape[1]), float(shard.n_rows)
+
+
+@pytest.mark.parametrize("container", ["numpy", "dask"])
+def test_worker_killed_with_sparse_input_re_places_the_csr_from_its_source(fc, container):
+    """Sparse X (client CSR, or a dask array of sparse blocks): a shard lost mid-fit is rebuilt from its source
+    as sparse CSR, and the next round's sums equal the whole-data sums."""
+    import scipy.sparse as sp
+
+    from dask_estimators.engine import place
+    from dask_estimators.estimators._base import _check_block
+
+    rng = np.random.default_rng(0)
+    X = sp.random(6000, 50, density=0.05, format="csr", random_state=rng)
+    y = rng.normal(size=6000)
+    if container == "dask":
+        X_in, y_in = da.from_array(X, chunks=(1000, 50), asarray=False), da.from_array(y, chunks=1000)
+    else:
+        X_in, y_in = X, y
+    check = functools.partial(_check_block, y_numeric=True, multi_output=False, accept_sparse=True)
+    p = place(fc, {"X": X_in, "y": y_in}, check=check)
+    try:
+        ev = DistributedEvaluator(p)
+        before = ev(_sparse_xty)
+        pid = _pid_of(fc, p.workers[1])
+        os.kill(pid, signal.SIGKILL)
+        _wait_dead(pid)
+        after = ev(_sparse_xty)
+        assert ev.stats.recoveries == 1 and len(p.recoveries) == 1
+        assert sum(p.n_rows) == 6000 and after[1] == 6000.0
+        np.testing.assert_allclose(after[0], X.T @ y, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(after[0], before[0], rtol=1e-12, atol=1e-12)
+    finally:
+        p.release()
 
 
 # ------------------------------------------------------------------------ ddp

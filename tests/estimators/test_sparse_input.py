@@ -1,0 +1,374 @@
+"""Sparse X in the linear estimators and GLMs: validation, tags, prediction, and fits (issue 23).
+
+Validation and prediction need no kernel: X is checked on the client (or on
+the workers for dask input) and predictions are ``safe_sparse_dot`` on
+NumPy/scipy.  The fits compare, on the same CSR, with scikit-learn, with our
+own dense fit, and with a dask array of sparse blocks.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn import linear_model as sk_lm
+from sklearn import svm as sk_svm
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import get_tags
+
+import dask_estimators as de
+
+N, D = 240, 25
+
+
+def _X(n=N, d=D, density=0.25, seed=0, fmt="csr"):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, format="csr", random_state=rng)
+    X.data = rng.normal(size=X.nnz)
+    return X.asformat(fmt)
+
+
+def _y(kind, X, seed=1):
+    rng = np.random.default_rng(seed)
+    z = X @ rng.normal(size=X.shape[1]) * 0.5
+    if kind == "binary":
+        return (z + 0.3 * rng.normal(size=X.shape[0]) > 0).astype(int)
+    if kind == "multiclass":
+        return np.argmax(np.c_[z, -z, 0.5 * rng.normal(size=X.shape[0])], axis=1)
+    if kind == "poisson":
+        return rng.poisson(np.exp(z)).astype(float)
+    if kind == "positive":
+        return rng.gamma(2.0, np.exp(z) / 2.0)
+    return z + 0.1 * rng.normal(size=X.shape[0]) + 0.5
+
+
+ESTIMATORS = {
+    # name: (estimator, target kind, scikit-learn counterpart on the same objective, or None)
+    "LogisticRegression": (lambda: de.LogisticRegression(C=1.0), "binary"),
+    "LogisticRegression-multinomial": (lambda: de.LogisticRegression(C=1.0), "multiclass"),
+    "LinearSVC": (lambda: de.LinearSVC(C=0.5, dual=False), "binary"),
+    "LinearSVC-dual": (lambda: de.LinearSVC(C=0.5, dual=True), "multiclass"),
+    "LinearRegression": (lambda: de.LinearRegression(alpha=0.01), "regression"),
+    "LinearSVR": (lambda: de.LinearSVR(C=1.0, epsilon=0.1), "regression"),
+    "PoissonRegressor": (lambda: de.PoissonRegressor(alpha=0.01), "poisson"),
+    "GammaRegressor": (lambda: de.GammaRegressor(alpha=0.01), "positive"),
+    "TweedieRegressor": (lambda: de.TweedieRegressor(power=1.5, alpha=0.01), "positive"),
+    "LogisticRegressionCV": (lambda: de.LogisticRegressionCV(Cs=[0.1, 1.0], cv=2), "binary"),
+    "LinearRegressionCV": (lambda: de.LinearRegressionCV(alphas=2, cv=2), "regression"),
+}
+
+FORMATS = ["csr", "csc", "coo", "lil", "csr_array", "coo_array"]
+
+
+def _as(fmt, X):
+    if fmt.endswith("_array"):
+        return getattr(sp, fmt)(X)
+    return X.asformat(fmt)
+
+
+# ----------------------------------------------------------------- tags
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_sparse_tag_is_set(name):
+    est = ESTIMATORS[name][0]()
+    assert get_tags(est).input_tags.sparse is True
+
+
+def test_the_mlps_do_not_claim_sparse_input():
+    for est in (de.MLPClassifier(), de.MLPRegressor()):
+        assert get_tags(est).input_tags.sparse is False
+        with pytest.raises(TypeError, match="Sparse data was passed for X, but dense data is required"):
+            est.fit(_X(), np.arange(N) % 2)
+
+
+# ----------------------------------------------------------------- validation (client side)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", ["LogisticRegression", "LinearRegression", "PoissonRegressor"])
+def test_any_format_becomes_canonical_csr_float64(name, fmt):
+    make, kind = ESTIMATORS[name]
+    X = _X()
+    est = make()
+    Xv, y, sw, dask_input = est._validate_input(_as(fmt, X.astype(np.float32)), _y(kind, X), None)
+    assert sp.issparse(Xv) and Xv.format == "csr" and Xv.dtype == np.float64 and not dask_input
+    assert Xv.has_canonical_format
+    assert (Xv != X.astype(np.float32).astype(np.float64)).nnz == 0
+    assert est.n_features_in_ == D and not hasattr(est, "feature_names_in_")
+
+
+def test_duplicates_are_summed_and_indices_sorted_on_a_copy():
+    # row 0: columns 2, 0, 2; row 1: column 1
+    X = sp.csr_matrix((np.array([1.0, 2.0, 3.0, 4.0]), np.array([2, 0, 2, 1]), np.array([0, 3, 4])), shape=(2, 3))
+    data, indices = X.data.copy(), X.indices.copy()
+    Xv = de.LinearRegression()._validate_input(X, np.array([1.0, 2.0]), None)[0]
+    assert Xv.indices.tolist() == [0, 2, 1] and Xv.data.tolist() == [2.0, 4.0, 4.0]
+    np.testing.assert_array_equal(X.data, data)  # the caller's matrix is untouched
+    np.testing.assert_array_equal(X.indices, indices)
+
+
+def test_a_broken_structure_is_an_error_not_a_crash():
+    X = sp.csr_matrix(np.eye(3))
+    X.indptr = np.array([0, 2, 1, 3], dtype=X.indptr.dtype)  # a negative indptr step
+    with pytest.raises(ValueError, match="indptr"):
+        de.LinearRegression()._validate_input(X, np.ones(3), None)
+    X = sp.csr_matrix(np.eye(3))
+    X.indices = np.array([0, 1, 7], dtype=X.indices.dtype)  # a column out of range
+    with pytest.raises(ValueError, match="indices must be < 3"):
+        de.LinearRegression()._validate_input(X, np.ones(3), None)
+
+
+def _sk_error(sk_est, X, y):
+    with pytest.raises(Exception) as info:
+        sk_est.fit(X, y)
+    return type(info.value), str(info.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("name, sk_est", [
+    ("LogisticRegression", sk_lm.LogisticRegression()),
+    ("LinearSVC", sk_svm.LinearSVC()),
+    ("PoissonRegressor", sk_lm.PoissonRegressor()),
+])
+def test_sparse_y_raises_scikit_learns_error(name, sk_est):
+    X = _X()
+    y = sp.csr_matrix(np.abs(_y("binary", X)).reshape(-1, 1).astype(float))
+    err, msg = _sk_error(sk_est, X, y)
+    with pytest.raises(err) as info:
+        ESTIMATORS[name][0]().fit(X, y)
+    assert str(info.value).splitlines()[0] == msg
+
+
+@pytest.mark.parametrize("bad, word", [(np.nan, "NaN"), (np.inf, "infinity")])
+@pytest.mark.parametrize("name, sk_est", [
+    ("LogisticRegression", sk_lm.LogisticRegression()),
+    ("GammaRegressor", sk_lm.GammaRegressor()),
+])
+def test_nan_in_data_raises_scikit_learns_error(name, sk_est, bad, word):
+    make, kind = ESTIMATORS[name]
+    X = _X()
+    y = _y(kind, X)
+    X.data[5] = bad
+    err, msg = _sk_error(sk_est, X, y)
+    assert word in msg
+    with pytest.raises(err) as info:
+        make().fit(X, y)
+    assert str(info.value).splitlines()[0] == msg
+
+
+def test_empty_sparse_input_raises_scikit_learns_error():
+    X = sp.csr_matrix((0, 4))
+    with pytest.raises(ValueError, match=r"Found array with 0 sample\(s\) \(shape=\(0, 4\)\)"):
+        de.LogisticRegression().fit(X, np.array([]))
+    X = sp.csr_matrix((5, 0))
+    with pytest.raises(ValueError, match=r"0 feature\(s\)"):
+        de.LinearRegression().fit(X, np.ones(5))
+
+
+def test_nan_in_a_sparse_dask_block_raises_on_the_workers():
+    X = _X(600)
+    X.data[X.indptr[500]] = np.nan
+    Xd = da.from_array(X, chunks=(200, D), asarray=False)
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        de.LinearRegression().fit(Xd, da.from_array(np.ones(600), chunks=200))
+
+
+# ----------------------------------------------------------------- prediction (no kernel, no cluster)
+PREDICTORS = {
+    "LogisticRegression": ("binary", ("predict", "decision_function", "predict_proba", "predict_log_proba")),
+    "LogisticRegression-multinomial": ("multiclass", ("predict", "decision_function", "predict_proba")),
+    "LinearSVC": ("binary", ("predict", "decision_function")),
+    "LinearRegression": ("regression", ("predict",)),
+    "LinearSVR": ("regression", ("predict",)),
+    "PoissonRegressor": ("poisson", ("predict",)),
+    "GammaRegressor": ("positive", ("predict",)),
+}
+
+
+@functools.cache
+def _fitted_dense(name):
+    """Fitted on dense data (the dense kernels), then pickled: the model travels without its cluster."""
+    kind, _ = PREDICTORS[name]
+    X = _X()
+    est = ESTIMATORS[name][0]().fit(X.toarray(), _y(kind, X))
+    return pickle.dumps(est)
+
+
+@pytest.mark.parametrize("name", list(PREDICTORS))
+def test_predict_on_sparse_equals_predict_on_dense(name):
+    _, methods = PREDICTORS[name]
+    est = pickle.loads(_fitted_dense(name))
+    assert est.client is None
+    Xt = _X(90, seed=5)
+    for fmt in ("csr", "csc", "coo_array"):
+        for m in methods:
+            got = getattr(est, m)(_as(fmt, Xt))
+            want = getattr(est, m)(Xt.toarray())
+            assert isinstance(got, np.ndarray) and got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13) if got.dtype.kind == "f" else \
+                np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["LogisticRegression", "LinearRegression", "PoissonRegressor"])
+def test_predict_on_dask_sparse_blocks_is_lazy_and_equal(name):
+    _, methods = PREDICTORS[name]
+    est = pickle.loads(_fitted_dense(name))
+    Xt = _X(300, seed=6)
+    Xd = da.from_array(Xt, chunks=(70, D), asarray=False)
+    for m in methods:
+        lazy = getattr(est, m)(Xd)
+        assert isinstance(lazy, da.Array) and type(lazy._meta) is np.ndarray
+        np.testing.assert_allclose(lazy.compute(), getattr(est, m)(Xt), rtol=1e-13, atol=1e-13)
+
+
+def test_sparse_coef_times_sparse_x():
+    est = pickle.loads(_fitted_dense("LogisticRegression"))
+    Xt = _X(50, seed=7)
+    want = est.decision_function(Xt)
+    est.sparsify()
+    np.testing.assert_allclose(est.decision_function(Xt), want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(est.decision_function(Xt.toarray()), want, rtol=1e-13, atol=1e-13)
+
+
+def test_predict_checks_sparse_input_as_scikit_learn_does():
+    est = pickle.loads(_fitted_dense("LinearRegression"))
+    with pytest.raises(ValueError, match=f"X has 3 features, but LinearRegression is expecting {D} features"):
+        est.predict(sp.csr_matrix(np.ones((2, 3))))
+    X = _X(10)
+    X.data[0] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        est.predict(X)
+
+
+def test_float32_sparse_predictions_are_float32_where_the_model_is():
+    est = pickle.loads(_fitted_dense("LinearRegression"))
+    Xt = _X(20, seed=8)
+    out = est.predict(Xt.astype(np.float32))
+    assert out.dtype == est.predict(Xt.toarray().astype(np.float32)).dtype
+
+
+# ----------------------------------------------------------------- fits (need the sparse kernels)
+TIGHT = dict(tol=1e-10, max_iter=10_000)
+KERNELS = pytest.mark.skip(reason="needs sparse-kernels")
+
+
+def _quiet(est, X, y, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        return est.fit(X, y, **kw)
+
+
+def _sk_reference(name, X, y):
+    """scikit-learn's estimator on the same CSR and the same objective, run to a tight tolerance."""
+    n = X.shape[0]
+    if name.startswith("LogisticRegression"):
+        return _quiet(sk_lm.LogisticRegression(C=1.0, solver="newton-cholesky", tol=1e-12, max_iter=10_000), X, y)
+    if name == "LinearSVC":
+        return _quiet(sk_svm.LinearSVC(C=0.5, dual=False, tol=1e-12, max_iter=100_000, random_state=0), X, y)
+    if name == "LinearRegression":
+        return _quiet(sk_lm.Ridge(alpha=0.01 * n, solver="sparse_cg", tol=1e-14, max_iter=100_000), X, y)
+    if name == "LinearSVR":
+        return _quiet(sk_svm.LinearSVR(C=1.0, epsilon=0.1, loss="squared_epsilon_insensitive", dual=False,
+                                       tol=1e-12, max_iter=100_000, random_state=0), X, y)
+    glm = {"PoissonRegressor": sk_lm.PoissonRegressor(alpha=0.01),
+           "GammaRegressor": sk_lm.GammaRegressor(alpha=0.01),
+           "TweedieRegressor": sk_lm.TweedieRegressor(power=1.5, alpha=0.01)}[name]
+    return _quiet(glm.set_params(solver="newton-cholesky", tol=1e-12, max_iter=10_000), X, y)
+
+
+SK_CASES = [
+    ("LogisticRegression", "binary", s) for s in ("lbfgs", "newton-cg", "newton-cholesky")
+] + [
+    ("LogisticRegression-multinomial", "multiclass", s) for s in ("lbfgs", "newton-cg", "newton-cholesky")
+] + [
+    ("LinearSVC", "binary", s) for s in ("lbfgs", "newton-cg", "newton-cholesky")
+] + [
+    ("LinearRegression", "regression", s) for s in ("lbfgs", "newton-cg", "newton-cholesky")
+] + [
+    ("LinearSVR", "regression", s) for s in ("lbfgs", "newton-cg", "newton-cholesky")
+] + [
+    (g, k, s) for g, k in (("PoissonRegressor", "poisson"), ("GammaRegressor", "positive"),
+                           ("TweedieRegressor", "positive")) for s in ("lbfgs", "newton-cg", "newton-cholesky")
+]
+
+
+def _ours(name, solver):
+    est = ESTIMATORS[name][0]()
+    if name == "LinearSVR":
+        est.set_params(loss="squared_epsilon_insensitive", dual=False)
+    return est.set_params(solver=solver, **TIGHT)
+
+
+@KERNELS
+@pytest.mark.parametrize("name, kind, solver", SK_CASES)
+def test_fit_on_csr_equals_scikit_learn_on_the_same_csr(name, kind, solver):
+    X = _X()
+    y = _y(kind, X)
+    ref = _sk_reference(name.split("-")[0] if name != "LogisticRegression-multinomial" else name, X, y)
+    est = _ours(name, solver).fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-4, atol=1e-6)
+
+
+@KERNELS
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_fit_on_csr_equals_our_dense_fit(name):
+    make, kind = ESTIMATORS[name]
+    X = _X(120, 10, seed=3)
+    y = _y(kind, X)
+    params = {} if "dual" in name or name == "LinearSVR" else dict(tol=1e-12, max_iter=10_000)
+    sparse = make().set_params(**params).fit(X, y)
+    dense = make().set_params(**params).fit(X.toarray(), y)
+    rtol = 1e-8 if params else 1e-6  # the dual method visits rows in a seeded order: the same iterates
+    np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=rtol, atol=1e-10)
+    np.testing.assert_allclose(sparse.intercept_, dense.intercept_, rtol=rtol, atol=1e-10)
+
+
+@KERNELS
+@pytest.mark.parametrize("name", ["LogisticRegression", "LinearRegression", "PoissonRegressor", "LinearSVC-dual",
+                                  "LogisticRegressionCV"])
+@pytest.mark.parametrize("blocks", ["from_array", "map_blocks"])
+def test_fit_on_dask_sparse_blocks_equals_the_csr_fit(name, blocks):
+    make, kind = ESTIMATORS[name]
+    X = _X(400, seed=4)
+    y = _y(kind, X)
+    if blocks == "from_array":
+        Xd = da.from_array(X, chunks=(90, D), asarray=False)
+    else:
+        Xd = da.from_array(X.toarray(), chunks=(130, D)).map_blocks(sp.csr_matrix, dtype=float,
+                                                                    meta=sp.csr_matrix((0, 0)))
+    yd = da.from_array(y, chunks=100)
+    params = {} if "dual" in name or name.endswith("CV") else dict(tol=1e-10, max_iter=10_000)
+    ref = make().set_params(**params).fit(X, y)
+    est = make().set_params(**params).fit(Xd, yd)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(est.predict(Xd).compute(), ref.predict(X), rtol=1e-6, atol=1e-10)
+
+
+@KERNELS
+def test_fit_never_densifies(client):
+    """A whole fit on 3000 x 2^22 CSR (100 GB dense) with every densifying call made to raise on the workers."""
+    import importlib
+
+    mod = importlib.import_module("test_sparse_placement")
+    rng = np.random.default_rng(0)
+    n, d = 3000, 1 << 22
+    indices = np.sort(rng.integers(0, d, (n, 8)), axis=1).ravel()
+    X = sp.csr_matrix((rng.normal(size=n * 8), indices, np.arange(n + 1) * 8), shape=(n, d))
+    X.sum_duplicates()
+    y = (np.asarray(X.sum(axis=1)).ravel() > 0).astype(int)
+    client.run(mod._forbid_dense, True)
+    try:
+        est = de.LogisticRegression(solver="lbfgs", max_iter=20).fit(X, y)
+    finally:
+        client.run(mod._forbid_dense, False)
+    assert est.coef_.shape == (1, d)
+    assert est.score(X, y) > 0.5
+
+
+def test_clone_keeps_accepting_sparse():
+    est = clone(de.LogisticRegression())
+    assert get_tags(est).input_tags.sparse
