@@ -8,20 +8,24 @@
   ddp rank in a group of one) and lbfgs: the sparse fit equals the dense fit
   of the same data with the same seed;
 * memory: no dense (n, p) array, nor a dense minibatch, is made;
-* the estimators: predict on sparse X without a cluster; fits on the process
-  cluster (they need the placement of sparse X, branch sparse-engine).
+* the estimators on the process cluster (conftest.py): sparse fits (scipy
+  CSR and dask arrays of sparse blocks) equal the dense fits of the same data
+  with the same seed, for both strategies and every solver, with every way to
+  densify made to raise on the workers; predict on sparse X without a cluster.
 """
 
 from __future__ import annotations
 
 import pickle
 
+import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
 
 import dask_estimators as de
+from sklearn.utils import get_tags
 from dask_estimators.engine import LocalEvaluator
 from dask_estimators.engine._worker import Shard
 from dask_estimators.engine.collective import Comm, free_port
@@ -314,17 +318,69 @@ def _rss_kib(field):
     raise RuntimeError(field)
 
 
+def _forbid_densify(on):
+    """Make every way to densify a scipy matrix or a torch sparse tensor raise in this process, or restore them.
+
+    Run on the workers by ``client.run`` as well as here.
+    """
+    import scipy.sparse._base as base
+    import scipy.sparse._compressed as compressed
+    import scipy.sparse._coo as coo
+
+    targets = [(base._spbase, "toarray"), (base._spbase, "todense"), (compressed._cs_matrix, "toarray"),
+               (coo._coo_base, "toarray"), (torch.Tensor, "to_dense")]
+    saved = _forbid_densify.__dict__.setdefault("saved", {})
+    for owner, name in targets:
+        if on and (owner, name) not in saved:
+            saved[owner, name] = owner.__dict__.get(name)
+
+            def refuse(self, *args, _name=name, **kwargs):
+                raise AssertionError(f"{_name} was called: a sparse matrix was densified")
+
+            setattr(owner, name, refuse)
+        elif not on and (owner, name) in saved:
+            original = saved.pop((owner, name))
+            if original is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+    return True
+
+
 @pytest.fixture
-def no_densify(monkeypatch):
-    """Densifying a sparse matrix (torch or scipy) raises during the test."""
+def no_densify():
+    """Densifying a sparse matrix (torch or scipy) raises in this process during the test."""
+    _forbid_densify(True)
+    try:
+        yield
+    finally:
+        _forbid_densify(False)
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("a sparse matrix was densified")
 
-    monkeypatch.setattr(torch.Tensor, "to_dense", refuse)
-    for cls in (sp.csr_matrix, sp.csr_array, sp.csc_matrix, sp.coo_matrix):
-        monkeypatch.setattr(cls, "toarray", refuse)
-        monkeypatch.setattr(cls, "todense", refuse)
+@pytest.fixture
+def no_densify_anywhere(client, no_densify):
+    """... and on every worker of the session cluster."""
+    client.run(_forbid_densify, True)
+    try:
+        yield
+    finally:
+        client.run(_forbid_densify, False)
+
+
+def test_forbid_densify_does_forbid(no_densify_anywhere, client):
+    with pytest.raises(AssertionError, match="densified"):
+        sp.csr_matrix(np.eye(2)).toarray()
+    with pytest.raises(AssertionError, match="densified"):
+        torch.eye(2).to_sparse_csr().to_dense()
+
+    def densify():
+        try:
+            sp.random(3, 3, density=0.5, format="csr").toarray()
+        except AssertionError:
+            return True
+        return False
+
+    assert all(client.run(densify).values())
 
 
 def test_no_dense_n_by_p_array_is_made(kernel, no_densify):
@@ -396,3 +452,117 @@ def test_predict_on_sparse_X_with_nan_is_sklearns_error():
     B.data[0] = np.nan
     with pytest.raises(ValueError, match="Input X contains NaN"):
         clf.predict(B)
+
+
+def test_the_mlps_take_sparse_input():
+    for est in (de.MLPClassifier(), de.MLPRegressor()):
+        assert get_tags(est).input_tags.sparse is True
+
+
+FITS = [  # (estimator, solver, strategy)
+    ("classifier", "adam", "tree"),
+    ("classifier", "adam", "ddp"),
+    ("classifier", "sgd", "ddp"),
+    ("regressor", "sgd", "tree"),
+    ("regressor", "adam", "ddp"),
+]
+
+
+def _estimator(kind, **params):
+    cls = de.MLPClassifier if kind == "classifier" else de.MLPRegressor
+    return cls(hidden_layer_sizes=(8,), random_state=0, **params)
+
+
+@pytest.mark.parametrize("kind,solver,strategy", FITS, ids=["-".join(f) for f in FITS])
+def test_minibatch_fit_on_sparse_X_equals_the_dense_fit(kind, solver, strategy, no_densify_anywhere):
+    A, yc, yr = _sparse_problem()
+    y = yc if kind == "classifier" else yr
+    params = dict(solver=solver, strategy=strategy, max_iter=5, tol=0.0, n_iter_no_change=100, batch_size=32,
+                  learning_rate_init=0.01)
+    sparse = _estimator(kind, **params).fit(A, y)
+    dense = _estimator(kind, **params).fit(_dense(A), y)
+    assert sparse.fit_stats_["strategy"] == strategy and sparse.n_iter_ == 5
+    if strategy == "ddp":
+        assert sparse.fit_stats_["kernel"] == "csr-numba" and dense.fit_stats_["kernel"] == "numba"
+    np.testing.assert_allclose(sparse.loss_curve_, dense.loss_curve_, rtol=1e-10)
+    for a, b in zip(sparse.coefs_ + sparse.intercepts_, dense.coefs_ + dense.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+
+
+def _dense(A):
+    """A's dense twin, built from its three arrays (toarray is forbidden in these tests)."""
+    D = np.zeros(A.shape)
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    D[rows, A.indices] = A.data
+    return D
+
+
+@pytest.mark.parametrize("kind", ["classifier", "regressor"])
+def test_lbfgs_fit_on_sparse_X_equals_the_dense_fit(kind, no_densify_anywhere):
+    A, yc, yr = _sparse_problem(seed=1)
+    rng = np.random.default_rng(1)
+    y = np.where(rng.random(len(yc)) < 0.15, 1 - yc, yc) if kind == "classifier" else yr  # not separable
+    params = dict(solver="lbfgs", alpha=10.0, tol=1e-10, max_iter=2000)  # well conditioned: one minimum reached
+    sparse = _estimator(kind, **params).fit(A, y)
+    dense = _estimator(kind, **params).fit(_dense(A), y)
+    assert sparse.n_iter_ < 2000 and sparse.n_iter_ > 10
+    assert abs(sparse.loss_ - dense.loss_) <= 1e-10 * abs(dense.loss_)
+    np.testing.assert_allclose(sparse.predict(A), dense.predict(_dense(A)), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("kind,solver,strategy", [("classifier", "adam", "ddp"), ("regressor", "lbfgs", "tree")])
+def test_fit_on_dask_sparse_blocks_equals_the_dense_dask_fit(kind, solver, strategy, no_densify_anywhere):
+    """Dask arrays of CSR blocks against the same blocks dense.
+
+    Which worker gets how many rows is Dask's choice, and minibatches
+    depend on the sharding, so the stochastic solver takes one batch of all
+    the rows a step (its gradient is the same sum however the rows are
+    sharded); lbfgs runs on a well-conditioned problem.
+    """
+    A, yc, yr = _sparse_problem()
+    y = yc if kind == "classifier" else yr
+    rows = 40
+    Xs = da.from_array(A, chunks=(rows, A.shape[1]), asarray=False)
+    Xd = da.from_array(_dense(A), chunks=(rows, A.shape[1]))
+    yd = da.from_array(y, chunks=rows)
+    if solver == "lbfgs":
+        params = dict(solver=solver, alpha=10.0, tol=1e-10, max_iter=2000)
+    else:
+        params = dict(solver=solver, strategy=strategy, max_iter=5, tol=0.0, n_iter_no_change=100,
+                      learning_rate_init=0.01)  # batch_size="auto": all 120 rows
+    sparse = _estimator(kind, **params).fit(Xs, yd)
+    dense = _estimator(kind, **params).fit(Xd, yd)
+    assert sparse.fit_stats_["strategy"] == ("tree" if solver == "lbfgs" else strategy)
+    np.testing.assert_allclose(sparse.loss_, dense.loss_, rtol=1e-10)
+    for a, b in zip(sparse.coefs_ + sparse.intercepts_, dense.coefs_ + dense.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+    # predict on the sparse dask array: lazy, dense output blocks
+    pred = sparse.predict(Xs)
+    assert isinstance(pred, da.Array)
+    np.testing.assert_allclose(np.asarray(pred.compute()), sparse.predict(A), rtol=1e-12)
+
+
+def test_sparse_fit_with_sample_weight_and_early_stopping(no_densify_anywhere):
+    A, yc, _ = _sparse_problem(n=200)
+    sw = np.random.default_rng(2).uniform(0.5, 2.0, A.shape[0])
+    params = dict(solver="adam", strategy="ddp", max_iter=6, tol=0.0, n_iter_no_change=100, early_stopping=True,
+                  validation_fraction=0.2, batch_size=32)
+    sparse = _estimator("classifier", **params).fit(sp.csc_matrix(A), yc, sample_weight=sw)
+    dense = _estimator("classifier", **params).fit(_dense(A), yc, sample_weight=sw)
+    np.testing.assert_allclose(sparse.validation_scores_, dense.validation_scores_)
+    for a, b in zip(sparse.coefs_, dense.coefs_):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+def test_sparse_fit_on_a_wide_matrix_places_and_trains_sparse(strategy, no_densify_anywhere, client):
+    """300 x 2^20 with 10 non-zeros a row: 2.5 GB dense, 48 kB of CSR; trains with toarray/to_dense refused."""
+    n, p = 300, 2**20
+    rng = np.random.default_rng(0)
+    indices = np.sort(rng.integers(0, p, (n, 10)), axis=1)
+    A = sp.csr_matrix((rng.normal(size=n * 10), indices.ravel(), np.arange(n + 1) * 10), shape=(n, p))
+    A.sum_duplicates()
+    y = rng.integers(0, 2, n)
+    clf = de.MLPClassifier((2,), max_iter=2, batch_size=100, strategy=strategy, random_state=0).fit(A, y)
+    assert clf.coefs_[0].shape == (p, 2) and clf.n_iter_ == 2
+    assert clf.predict(A[:5]).shape == (5,)
