@@ -17,8 +17,9 @@ same seeded batches of one shard:
    most memory a densified minibatch may take is batch x features.
 
 Both give the same loss and gradient (checked, to rounding).  Also timed for
-scale: one ``torch.optim.Adam`` step over all the parameters (the first
-layer's weight is hidden x features whichever way X is stored).
+scale: one step of the estimators' Adam (``torch_driver.make_optimizer``,
+fused) over all the parameters: the first layer's weight is hidden x
+features whichever way X is stored.
 
 Prints a Markdown table: median milliseconds per step over ``--steps`` steps
 after ``--warmup``, and the ratio dense batch / sparse.
@@ -76,6 +77,7 @@ def main(argv=None):
 
     from dask_estimators.engine._worker import Shard
     from dask_estimators.objectives import module as M
+    from dask_estimators.optim.torch_driver import TrainConfig, make_optimizer
 
     torch.set_num_threads(1)
     X, y = _csr(args.rows, args.features, args.nnz, 0)
@@ -116,7 +118,7 @@ def main(argv=None):
     params = [p.detach().clone().requires_grad_() for p in M.param_views(spec, w)]
     for p, gv in zip(params, M.param_views(spec, g)):
         p.grad = gv.clone()
-    opt = torch.optim.Adam(params, lr=1e-3)
+    opt = make_optimizer(params, TrainConfig(solver="adam"))
 
     t_sparse = _median_ms(sparse_step, args.steps, args.warmup)
     t_dense = _median_ms(dense_step, args.steps, args.warmup)

@@ -16,7 +16,10 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 
 import dask.array as da
 import numpy as np
@@ -431,27 +434,67 @@ def _sparse_problem(n=120, p=30, seed=0):
     return A, (z > np.median(z)).astype(int), z + 0.1 * rng.normal(size=n)
 
 
+_SUBPROCESS_PREDICT = r"""
+import pickle, sys
+import scipy.sparse as sp
+with open(sys.argv[1], "rb") as f:
+    clf, reg = pickle.load(f)
+X = sp.load_npz(sys.argv[2])
+with open(sys.argv[3], "wb") as f:
+    pickle.dump((clf.predict(X), clf.predict_proba(X), reg.predict(X)), f)
+import distributed
+try:
+    distributed.default_client()
+except ValueError:
+    pass
+else:
+    raise SystemExit("a client exists after loading and predicting")
+"""
+
+
 @pytest.mark.parametrize("fmt", ["csr_matrix", "csr_array", "csc_matrix", "coo_array"])
-def test_predict_on_sparse_X_without_a_cluster(fmt):
-    """A model fitted on dense X predicts the same on any sparse format of it, unpickled, with no client."""
+def test_predict_on_sparse_X_equals_dense_X(fmt):
+    """Fitted on sparse X (the CSR), the models predict on any sparse format of X as on its dense twin."""
     A, yc, yr = _sparse_problem()
-    X = A.toarray()
+    X = _dense(A)
     Xs = getattr(sp, fmt)(A)
-    clf = pickle.loads(pickle.dumps(de.MLPClassifier((8,), max_iter=5, random_state=0, strategy="tree").fit(X, yc)))
-    reg = pickle.loads(pickle.dumps(de.MLPRegressor(hidden_layer_sizes=(8,), max_iter=5, random_state=0, strategy="tree").fit(X, yr)))
+    clf = de.MLPClassifier((8,), max_iter=5, random_state=0).fit(A, yc)
+    reg = de.MLPRegressor(hidden_layer_sizes=(8,), max_iter=5, random_state=0).fit(A, yr)
     np.testing.assert_array_equal(clf.predict(Xs), clf.predict(X))
     np.testing.assert_allclose(clf.predict_proba(Xs), clf.predict_proba(X), rtol=1e-12)
     np.testing.assert_allclose(clf.predict_log_proba(Xs), clf.predict_log_proba(X), rtol=1e-12)
     np.testing.assert_allclose(reg.predict(Xs), reg.predict(X), rtol=1e-12)
 
 
-def test_predict_on_sparse_X_with_nan_is_sklearns_error():
+def test_sparse_fitted_models_predict_on_sparse_X_without_a_cluster(tmp_path):
+    """Pickled, loaded in a fresh interpreter with no cluster and no client, they predict on CSR the same."""
+    A, yc, yr = _sparse_problem()
+    clf = de.MLPClassifier((8,), max_iter=5, random_state=0).fit(A, yc)
+    reg = de.MLPRegressor(hidden_layer_sizes=(8,), max_iter=5, random_state=0).fit(A, yr)
+    model, data, out = tmp_path / "m.pkl", tmp_path / "X.npz", tmp_path / "out.pkl"
+    model.write_bytes(pickle.dumps((clf, reg)))
+    sp.save_npz(data, A)
+    proc = subprocess.run([sys.executable, "-c", _SUBPROCESS_PREDICT, str(model), str(data), str(out)],
+                          capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    labels, proba, values = pickle.loads(out.read_bytes())
+    np.testing.assert_array_equal(labels, clf.predict(A))
+    np.testing.assert_array_equal(proba, clf.predict_proba(A))
+    np.testing.assert_array_equal(values, reg.predict(A))
+
+
+def test_nan_in_sparse_X_is_sklearns_error():
     A, yc, _ = _sparse_problem()
-    clf = de.MLPClassifier((4,), max_iter=2, random_state=0, strategy="tree").fit(A.toarray(), yc)
+    clf = de.MLPClassifier((4,), max_iter=2, random_state=0, strategy="tree").fit(A, yc)
     B = A.copy()
     B.data[0] = np.nan
     with pytest.raises(ValueError, match="Input X contains NaN"):
         clf.predict(B)
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        de.MLPClassifier((4,), max_iter=2).fit(B, yc)
+    with pytest.raises(ValueError, match="Input X contains NaN"):  # checked on the worker for dask input
+        de.MLPClassifier((4,), max_iter=2).fit(da.from_array(B, chunks=(40, B.shape[1]), asarray=False),
+                                               da.from_array(yc, chunks=40))
 
 
 def test_the_mlps_take_sparse_input():
@@ -566,3 +609,33 @@ def test_sparse_fit_on_a_wide_matrix_places_and_trains_sparse(strategy, no_densi
     clf = de.MLPClassifier((2,), max_iter=2, batch_size=100, strategy=strategy, random_state=0).fit(A, y)
     assert clf.coefs_[0].shape == (p, 2) and clf.n_iter_ == 2
     assert clf.predict(A[:5]).shape == (5,)
+
+
+@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+def test_float32_sparse_fit_equals_the_float32_dense_fit(strategy):
+    A, yc, _ = _sparse_problem()
+    params = dict(strategy=strategy, max_iter=3, tol=0.0, n_iter_no_change=100, batch_size=32)
+    sparse = _estimator("classifier", **params).fit(A.astype(np.float32), yc)
+    dense = _estimator("classifier", **params).fit(_dense(A).astype(np.float32), yc)
+    assert sparse.coefs_[0].dtype == np.float32
+    if strategy == "ddp":
+        assert sparse.fit_stats_["kernel"] == "csr-numba"
+    for a, b in zip(sparse.coefs_ + sparse.intercepts_, dense.coefs_ + dense.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert sparse.predict_proba(A.astype(np.float32)).dtype == np.float32
+
+
+def test_partial_fit_and_warm_start_on_sparse_X_equal_dense():
+    A, yc, _ = _sparse_problem()
+    D = _dense(A)
+    models = []
+    for X in (A, D):
+        est = _estimator("classifier", strategy="tree", batch_size=32)
+        for _ in range(2):
+            est.partial_fit(X, yc, classes=[0, 1])
+        est.set_params(warm_start=True, max_iter=2, tol=0.0, n_iter_no_change=100).fit(X, yc)
+        models.append(est)
+    sparse, dense = models
+    assert sparse.t_ == dense.t_ == 4 * A.shape[0]
+    for a, b in zip(sparse.coefs_ + sparse.intercepts_, dense.coefs_ + dense.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
