@@ -28,7 +28,7 @@ try:  # numba is a dependency; without it (an unusual install) the torch path se
 except ImportError:  # pragma: no cover - exercised only without numba
     numba = None
 
-__all__ = ["AVAILABLE", "LOSS_CODES", "value_grad", "hessp"]
+__all__ = ["AVAILABLE", "LOSS_CODES", "value_grad", "hessp", "csr_value_grad", "csr_hessp", "csr_gram"]
 
 AVAILABLE = numba is not None
 
@@ -353,3 +353,189 @@ def hessp(X, s, curv, P, pb, loss: str):
     bias = np.zeros(K) if pb is None else np.ascontiguousarray(pb)
     _hessp(X, _weights2d(s, n), curv, np.ascontiguousarray(P), bias, _code(loss) == _MULTINOMIAL, hW, hb)
     return hW, hb
+
+
+# ------------------------------------------------------------------ CSR
+# Sparse X (a shard's CSR arrays, see :mod:`._sparse`).  One pass over the
+# rows: the row's predictions from its stored values, the pointwise terms,
+# then its gradient scattered into the columns it holds.  The coefficients
+# are held transposed, (d, K), so that one stored value reads and writes the
+# K outputs of its column in one cache line.
+
+
+@_jit
+def _csr_value_grad(data, indices, indptr, Y, codes, S, WT, b, code, eps, gWT, gb, curv):
+    n = indptr.shape[0] - 1
+    K = WT.shape[1]
+    ws = S.shape[1]  # 0: no weights, 1: one per sample, K: one per sample and output
+    z = np.empty(K)
+    g = np.empty(K)
+    total = 0.0
+    for i in range(n):
+        lo, hi = indptr[i], indptr[i + 1]
+        for k in range(K):
+            z[k] = b[k]
+        for jj in range(lo, hi):
+            j = indices[jj]
+            x = data[jj]
+            for k in range(K):
+                z[k] += x * WT[j, k]
+        if code == _MULTINOMIAL:
+            m = z[0]
+            for k in range(1, K):
+                m = max(m, z[k])
+            se = 0.0
+            for k in range(K):
+                g[k] = math.exp(z[k] - m)
+                se += g[k]
+            c = codes[i]
+            s = S[i, 0] if ws > 0 else 1.0
+            total += s * (m + math.log(se) - z[c])
+            for k in range(K):
+                p = g[k] / se
+                curv[i, k] = p
+                g[k] = s * (p - 1.0 if k == c else p)
+        else:
+            for k in range(K):
+                loss, gk, ck = _pointwise(code, z[k], Y[i, k], eps)
+                s = S[i, k if ws > 1 else 0] if ws > 0 else 1.0
+                total += s * loss
+                g[k] = s * gk
+                curv[i, k] = ck
+        for k in range(K):
+            gb[k] += g[k]
+        for jj in range(lo, hi):
+            j = indices[jj]
+            x = data[jj]
+            for k in range(K):
+                gWT[j, k] += g[k] * x
+    return total
+
+
+@_jit
+def _csr_hessp(data, indices, indptr, S, curv, PT, pb, coupled, hWT, hb):
+    n = indptr.shape[0] - 1
+    K = PT.shape[1]
+    ws = S.shape[1]
+    v = np.empty(K)
+    for i in range(n):
+        lo, hi = indptr[i], indptr[i + 1]
+        for k in range(K):
+            v[k] = pb[k]
+        for jj in range(lo, hi):
+            j = indices[jj]
+            x = data[jj]
+            for k in range(K):
+                v[k] += x * PT[j, k]
+        if coupled:  # softmax: q = p * v - p * <p, v>
+            pv = 0.0
+            for k in range(K):
+                pv += curv[i, k] * v[k]
+            for k in range(K):
+                v[k] = curv[i, k] * (v[k] - pv)
+        else:
+            for k in range(K):
+                v[k] = curv[i, k] * v[k]
+        for k in range(K):
+            v[k] *= S[i, k if ws > 1 else 0] if ws > 0 else 1.0
+            hb[k] += v[k]
+        for jj in range(lo, hi):
+            j = indices[jj]
+            x = data[jj]
+            for k in range(K):
+                hWT[j, k] += v[k] * x
+
+
+@_jit
+def _csr_gram(data, indices, indptr, D, intercept, H):
+    """``H += sum_i D[i] x~_i x~_i^T`` with ``x~_i`` row i, followed by a 1 when ``intercept``."""
+    n = indptr.shape[0] - 1
+    d = H.shape[0] - (1 if intercept else 0)
+    for i in range(n):
+        Di = D[i]
+        if Di == 0.0:
+            continue
+        lo, hi = indptr[i], indptr[i + 1]
+        for a in range(lo, hi):
+            ja = indices[a]
+            va = Di * data[a]
+            for c in range(lo, hi):
+                H[ja, indices[c]] += va * data[c]
+            if intercept:
+                H[ja, d] += va
+                H[d, ja] += va
+        if intercept:
+            H[d, d] += Di
+
+
+def _csr_arrays(data, indices, indptr):
+    return (np.ascontiguousarray(data, dtype=np.float64), np.ascontiguousarray(indices, dtype=np.int64),
+            np.ascontiguousarray(indptr, dtype=np.int64))
+
+
+def csr_value_grad(data, indices, indptr, n_features, y, s, W, b, loss: str, eps: float, curv):
+    """:func:`value_grad` of a CSR ``X`` given by its three arrays (``data``, ``indices``, ``indptr``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> data, indices, indptr = np.array([1.0, 2.0, 4.0]), np.array([0, 1, 1]), np.array([0, 2, 3])
+    >>> y = np.array([[1.0], [0.0]])  # X = [[1, 2], [0, 4]]
+    >>> loss, gW, gb = csr_value_grad(data, indices, indptr, 2, y, None, np.zeros((1, 2)), np.zeros(1),
+    ...                               "binomial", 0.0, np.empty((2, 1)))
+    >>> round(loss, 6), gW.tolist(), gb.tolist()
+    (1.386294, [[-0.5, 1.0]], [0.0])
+    """
+    n = indptr.shape[0] - 1
+    K = W.shape[0]
+    code = _code(loss)
+    gWT = np.zeros((n_features, K))
+    gb = np.zeros(K)
+    bias = np.zeros(K) if b is None else np.ascontiguousarray(b, dtype=np.float64)
+    if code == _MULTINOMIAL:
+        Y, codes = _NO_Y, np.ascontiguousarray(y.reshape(-1), dtype=np.int64)
+    else:
+        Y, codes = np.ascontiguousarray(y.reshape(n, K), dtype=np.float64), _NO_CODES
+    total = _csr_value_grad(*_csr_arrays(data, indices, indptr), Y, codes, _weights2d(s, n),
+                            np.ascontiguousarray(W.T), bias, code, float(eps), gWT, gb, curv)
+    return total, np.ascontiguousarray(gWT.T), gb
+
+
+def csr_hessp(data, indices, indptr, n_features, s, curv, P, pb, loss: str):
+    """:func:`hessp` of a CSR ``X`` given by its three arrays.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> data, indices, indptr = np.array([1.0, 1.0]), np.array([0, 1]), np.array([0, 1, 2])  # X = I
+    >>> hW, hb = csr_hessp(data, indices, indptr, 2, None, np.full((2, 1), 0.25), np.ones((1, 2)), np.zeros(1),
+    ...                    "binomial")
+    >>> hW.tolist(), hb.tolist()
+    ([[0.25, 0.25]], [0.5])
+    """
+    n = indptr.shape[0] - 1
+    K = P.shape[0]
+    hWT = np.zeros((n_features, K))
+    hb = np.zeros(K)
+    bias = np.zeros(K) if pb is None else np.ascontiguousarray(pb, dtype=np.float64)
+    _csr_hessp(*_csr_arrays(data, indices, indptr), _weights2d(s, n), curv, np.ascontiguousarray(P.T), bias,
+               _code(loss) == _MULTINOMIAL, hWT, hb)
+    return np.ascontiguousarray(hWT.T), hb
+
+
+def csr_gram(data, indices, indptr, n_features, D, intercept: bool):
+    """``sum_i D[i] x~_i x~_i^T`` of a CSR ``X`` (``x~_i`` row i with a trailing 1 when ``intercept``), dense.
+
+    Only the output is dense, (d + intercept) square: X is read through its stored values.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> data, indices, indptr = np.array([1.0, 2.0, 3.0]), np.array([0, 1, 1]), np.array([0, 2, 3])
+    >>> csr_gram(data, indices, indptr, 2, np.array([1.0, 0.5]), True).tolist()  # X = [[1, 2], [0, 3]]
+    [[1.0, 2.0, 1.0], [2.0, 8.5, 3.5], [1.0, 3.5, 1.5]]
+    """
+    m = n_features + int(bool(intercept))
+    H = np.zeros((m, m))
+    _csr_gram(*_csr_arrays(data, indices, indptr), np.ascontiguousarray(D, dtype=np.float64), bool(intercept), H)
+    return H

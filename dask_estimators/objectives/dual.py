@@ -229,6 +229,112 @@ def _svr_pass(X, y, c, beta, sqnorm, w, u, bias, sigma, squared, epsilon, perm):
     return v_max, v_sum
 
 
+@lazy_njit(nogil=True, boundscheck=False)
+def _svc_pass_csr(data, indices, indptr, y, c, alpha, sqnorm, w, u, bias, sigma, squared, perm):  # pragma: no cover
+    """:func:`_svc_pass` on a CSR X given by its three arrays: each row reads and updates only its columns."""
+    p = w.shape[0] - 1
+    pg_max, pg_min = -np.inf, np.inf
+    for t in range(perm.shape[0]):
+        i = perm[t]
+        ci = c[i]
+        if not ci > 0.0:  # a row of weight 0 is not part of the problem
+            continue
+        if squared:
+            diag, upper = 0.5 / ci, np.inf
+        else:
+            diag, upper = 0.0, ci
+        q = sigma * sqnorm[i] + diag
+        if not q > 0.0:
+            continue
+        lo, hi = indptr[i], indptr[i + 1]
+        dot = w[p] * bias
+        for jj in range(lo, hi):
+            dot += data[jj] * w[indices[jj]]
+        a = alpha[i]
+        yi = y[i]
+        g = yi * dot - 1.0 + diag * a
+        if a == 0.0:
+            pg = min(g, 0.0)
+        elif a >= upper:
+            pg = max(g, 0.0)
+        else:
+            pg = g
+        pg_max = max(pg_max, pg)
+        pg_min = min(pg_min, pg)
+        if abs(pg) > 1e-12:
+            a_new = min(max(a - g / q, 0.0), upper)
+            alpha[i] = a_new
+            d = (a_new - a) * yi
+            if d != 0.0:
+                sd = sigma * d
+                for jj in range(lo, hi):
+                    j = indices[jj]
+                    u[j] += d * data[jj]
+                    w[j] += sd * data[jj]
+                u[p] += d * bias
+                w[p] += sd * bias
+    return pg_max, pg_min
+
+
+@lazy_njit(nogil=True, boundscheck=False)
+def _svr_pass_csr(data, indices, indptr, y, c, beta, sqnorm, w, u, bias, sigma, squared, epsilon,
+                  perm):  # pragma: no cover - compiled
+    """:func:`_svr_pass` on a CSR X given by its three arrays."""
+    p = w.shape[0] - 1
+    v_max, v_sum = 0.0, 0.0
+    for t in range(perm.shape[0]):
+        i = perm[t]
+        ci = c[i]
+        if not ci > 0.0:
+            continue
+        if squared:
+            lam, upper = 0.5 / ci, np.inf
+        else:
+            lam, upper = 0.0, ci
+        h = sigma * sqnorm[i] + lam
+        if not h > 0.0:
+            continue
+        lo, hi = indptr[i], indptr[i + 1]
+        dot = w[p] * bias
+        for jj in range(lo, hi):
+            dot += data[jj] * w[indices[jj]]
+        b = beta[i]
+        g = dot - y[i] + lam * b
+        gp, gn = g + epsilon, g - epsilon
+        if b == 0.0:
+            viol = -gp if gp < 0.0 else (gn if gn > 0.0 else 0.0)
+        elif b >= upper:
+            viol = gp if gp > 0.0 else 0.0
+        elif b <= -upper:
+            viol = -gn if gn < 0.0 else 0.0
+        elif b > 0.0:
+            viol = abs(gp)
+        else:
+            viol = abs(gn)
+        v_max = max(v_max, viol)
+        v_sum += viol
+        if gp < h * b:
+            d = -gp / h
+        elif gn > h * b:
+            d = -gn / h
+        else:
+            d = -b
+        if abs(d) < 1e-12:
+            continue
+        b_new = min(max(b + d, -upper), upper)
+        beta[i] = b_new
+        d = b_new - b
+        if d != 0.0:
+            sd = sigma * d
+            for jj in range(lo, hi):
+                j = indices[jj]
+                u[j] += d * data[jj]
+                w[j] += sd * data[jj]
+            u[p] += d * bias
+            w[p] += sd * bias
+    return v_max, v_sum
+
+
 # ------------------------------------------------------------------- shard state
 def set_shard_index(shard, index: int):
     """Per-shard map: record the shard's position among the shards (its slot in the stopping vector)."""
@@ -243,8 +349,40 @@ def _host(t):
     return t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
 
 
+def _host_x(X):
+    """The shard's X in host memory for the row loops: a float64 C-contiguous array, or, for a sparse
+    CSR X (:mod:`._sparse`), a ``scipy.sparse.csr_array`` over its three arrays (views on the CPU)."""
+    from ._sparse import csr_parts, is_sparse
+
+    if not is_sparse(X):
+        return np.ascontiguousarray(_host(X), dtype=np.float64)
+    from scipy import sparse
+
+    if X.device.type != "cpu":
+        X = X.cpu()
+    data, indices, indptr = csr_parts(X)
+    data = np.asarray(data, dtype=np.float64)  # a float32 shard: one float64 copy of the values
+    return sparse.csr_array((data, indices, indptr), shape=tuple(X.shape), copy=False)
+
+
+def _row_sqnorms(X):
+    if isinstance(X, np.ndarray):
+        return np.einsum("ij,ij->i", X, X)
+    n = X.shape[0]
+    rows = np.repeat(np.arange(n), np.diff(X.indptr))
+    return np.bincount(rows, weights=X.data * X.data, minlength=n)
+
+
+def _pass_args(X):
+    """The leading arguments of the row-loop kernels: the dense X, or the CSR's three arrays."""
+    if isinstance(X, np.ndarray):
+        return (X,)
+    return (X.data, X.indices.astype(np.int64, copy=False), X.indptr.astype(np.int64, copy=False))
+
+
 def dual_state(shard, spec: DualSpec) -> dict:
-    """The shard's dual state, made on first use: host copies of X, y (columns), C_i, squared row norms,
+    """The shard's dual state, made on first use: X in host memory (a sparse X as a CSR over its arrays,
+    never densified), y (columns), C_i, squared row norms,
     ``alpha`` (n_outputs, n) at 0 and ``v = w~(alpha)`` (n_outputs, p + 1) at 0.
 
     Expects the targets as :func:`~dask_estimators.objectives.targets.prepare_targets` leaves them
@@ -254,7 +392,7 @@ def dual_state(shard, spec: DualSpec) -> dict:
     K, p = spec.n_outputs, spec.n_features
     if st is not None and st["alpha"].shape[0] == K and st["spec"] == (spec.loss, spec.C, spec.bias, spec.epsilon):
         return st
-    X = np.ascontiguousarray(_host(shard.get("X")), dtype=np.float64)
+    X = _host_x(shard.get("X"))
     n = X.shape[0]
     y = np.asarray(_host(shard.get("y")), dtype=np.float64).reshape(n, -1)
     if y.shape[1] != K:
@@ -266,7 +404,7 @@ def dual_state(shard, spec: DualSpec) -> dict:
         "X": X,
         "y": np.ascontiguousarray(y.T),
         "c": c,
-        "sqnorm": np.einsum("ij,ij->i", X, X) + spec.bias**2,
+        "sqnorm": _row_sqnorms(X) + spec.bias**2,
         "alpha": np.zeros((K, n)),
         "v": np.zeros((K, p + 1)),
         "pending": None,  # (d_alpha, u) of the last round, applied with the step the next round brings
@@ -381,6 +519,9 @@ def dual_round(shard, W, gamma, active, first, seed, passes, spec: DualSpec):
     U = np.zeros((K, p + 1))
     X, sigma, alone = st["X"], spec.sigma, spec.n_shards == 1
     n = X.shape[0]
+    dense = isinstance(X, np.ndarray)
+    svc, svr = (_svc_pass, _svr_pass) if dense else (_svc_pass_csr, _svr_pass_csr)
+    xargs = _pass_args(X)
     rng = np.random.default_rng([int(seed) & 0x7FFFFFFF, index])
     tol = spec.tol
     for k in range(K):
@@ -392,11 +533,11 @@ def dual_round(shard, W, gamma, active, first, seed, passes, spec: DualSpec):
         for h in range(int(passes)):
             perm = rng.permutation(n).astype(np.int64)
             if spec.classification:
-                a, b = _svc_pass(X, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
-                                 spec.squared, perm)
+                a, b = svc(*xargs, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
+                           spec.squared, perm)
             else:
-                a, b = _svr_pass(X, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
-                                 spec.squared, spec.epsilon, perm)
+                a, b = svr(*xargs, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
+                           spec.squared, spec.epsilon, perm)
             if h == 0 or alone:
                 stop[index, :, k] = (a, b)
             if h == 0:

@@ -28,6 +28,7 @@ from .._lazy import lazy_module
 torch = lazy_module("torch")
 _fused = lazy_module("dask_estimators.objectives._fused")
 from . import losses as _losses  # no torch at import: the client reads links and checks
+from ._sparse import csr_parts, is_sparse
 
 __all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum", "inference_sums"]
 
@@ -80,6 +81,8 @@ def _use_fused(X, spec: LinearSpec) -> bool:
     """Whether this shard's kernel takes the one-pass numba path (see ``LinearSpec.backend``)."""
     if spec.backend == "torch":
         return False
+    if is_sparse(X):
+        return _use_fused_csr(X, spec)
     ok = spec.loss in _fused.LOSS_CODES and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64 and X.is_contiguous()
     if spec.backend == "fused":
         if not ok:
@@ -89,6 +92,19 @@ def _use_fused(X, spec: LinearSpec) -> bool:
         return True
     # a single-threaded kernel against BLAS on several threads: let BLAS have them
     return ok and torch.get_num_threads() == 1
+
+
+def _use_fused_csr(X, spec: LinearSpec) -> bool:
+    """The same choice for a sparse CSR ``X``: the numba CSR kernels where they can run.
+
+    ``"auto"`` takes them whatever the number of threads: they were faster
+    than torch's sparse products for every loss measured (see
+    docs/performance.md, "Sparse X").
+    """
+    ok = spec.loss in _fused.LOSS_CODES and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64
+    if spec.backend == "fused" and not ok:
+        raise ValueError("backend='fused' needs numba, a loss with a fused kernel and a float64 X in host memory.")
+    return ok
 
 
 def _host(t):
@@ -118,7 +134,7 @@ BLOCK_BYTES = 1 << 30
 
 def _row_blocks(X):
     n = X.shape[0]
-    if X.device.type != "cpu":
+    if X.device.type != "cpu" or is_sparse(X):  # a sparse X is one block: its temporaries are O(n K)
         return [slice(0, n)]
     rows = max(256, BLOCK_BYTES // max(1, X.shape[1] * X.element_size()))
     return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
@@ -126,6 +142,43 @@ def _row_blocks(X):
 
 def _weight_block(s, sl):
     return None if s is None else s[sl]
+
+
+def _rows(X, sl):
+    """Rows ``sl`` of ``X``; a sparse X is never sliced (it is one block)."""
+    return X if is_sparse(X) else X[sl]
+
+
+def _csr_rows(X):
+    """The row of each stored value of a sparse CSR ``X`` (int64, nnz), kept on X's tensor for the next call."""
+    rows = getattr(X, "_dask_estimators_rows", None)
+    if rows is None:
+        n, nnz = X.shape[0], X.values().shape[0]
+        rows = torch.repeat_interleave(torch.arange(n, device=X.device), X.crow_indices().diff(), output_size=nnz)
+        X._dask_estimators_rows = rows  # lives and dies with X
+    return rows
+
+
+def _add_xt_times(out, G, X):
+    """``out += G.T @ X`` (K, d) for a dense or sparse CSR ``X``: the gradient's transposed product.
+
+    For a sparse X, a scatter-add of ``G[row, k] * value`` into each stored
+    value's column: torch's ``X.t() @ G`` (a CSC-dense product) was 15 times
+    slower on one thread (see ``benchmarks/bench_sparse_kernels.py``).
+    """
+    if is_sparse(X):
+        rows, cols, vals = _csr_rows(X), X.col_indices(), X.values()
+        for k in range(G.shape[1]):
+            out[k].index_add_(0, cols, vals * G[:, k][rows])
+    else:
+        out.addmm_(G.T, X)
+
+
+def _fused_args(X):
+    """The shard's X for the numba kernels: the dense array, or the CSR's arrays and its width."""
+    if is_sparse(X):
+        return (*csr_parts(X), X.shape[1])
+    return (X.numpy(),)
 
 
 def value_grad(shard, w, spec: LinearSpec):
@@ -136,8 +189,9 @@ def value_grad(shard, w, spec: LinearSpec):
         curv = shard.cache.get("linear_curv")  # the last point's buffer: a fresh 4 MB (1M rows) page-faults
         if curv is None or curv.shape != (X.shape[0], spec.n_outputs) or curv.dtype != X.dtype:
             curv = torch.empty((X.shape[0], spec.n_outputs), dtype=X.dtype)
-        total, gW, gb = _fused.value_grad(
-            X.numpy(), y.numpy(), _host(s), W.numpy(), _host(b), spec.loss, spec.epsilon, curv.numpy()
+        kernel = _fused.csr_value_grad if is_sparse(X) else _fused.value_grad
+        total, gW, gb = kernel(
+            *_fused_args(X), y.numpy(), _host(s), W.numpy(), _host(b), spec.loss, spec.epsilon, curv.numpy()
         )
         shard.cache["linear_curv"] = curv
         return torch.tensor(total, dtype=X.dtype), spec.pack(torch.from_numpy(gW), torch.from_numpy(gb))
@@ -148,13 +202,13 @@ def value_grad(shard, w, spec: LinearSpec):
     total = torch.zeros((), dtype=X.dtype, device=X.device)
     curv = None
     for sl in _row_blocks(X):
-        Xb, sb = X[sl], _weight_block(s, sl)
+        Xb, sb = _rows(X, sl), _weight_block(s, sl)
         loss, g, c = loss_fn.value_grad(_z(Xb, W, b), y[sl])
         if sb is not None:
             loss = loss * sb
             g = g * sb
         total += loss.sum()
-        gW.addmm_(g.T, Xb)
+        _add_xt_times(gW, g, Xb)
         gb += g.sum(0)
         if curv is None:
             curv = torch.empty((X.shape[0], c.shape[1]), dtype=c.dtype, device=c.device)
@@ -169,17 +223,18 @@ def hessp(shard, p, spec: LinearSpec):
     curv = shard.cache["linear_curv"]
     P, pb = spec.unpack(p)
     if _use_fused(X, spec):
-        hW, hb = _fused.hessp(X.numpy(), _host(s), curv.numpy(), P.numpy(), _host(pb), spec.loss)
+        kernel = _fused.csr_hessp if is_sparse(X) else _fused.hessp
+        hW, hb = kernel(*_fused_args(X), _host(s), curv.numpy(), P.numpy(), _host(pb), spec.loss)
         return spec.pack(torch.from_numpy(hW), torch.from_numpy(hb))
     loss_fn = spec.get_loss()
     hW = torch.zeros(spec.n_outputs, X.shape[1], dtype=X.dtype, device=X.device)
     hb = torch.zeros(spec.n_outputs, dtype=X.dtype, device=X.device)
     for sl in _row_blocks(X):
-        Xb, sb = X[sl], _weight_block(s, sl)
+        Xb, sb = _rows(X, sl), _weight_block(s, sl)
         q = loss_fn.hvp(curv[sl], _z(Xb, P, pb))
         if sb is not None:
             q = q * sb
-        hW.addmm_(q.T, Xb)
+        _add_xt_times(hW, q, Xb)
         hb += q.sum(0)
     return spec.pack(hW, hb)
 
@@ -193,12 +248,41 @@ def _param_index(spec: LinearSpec, k: int) -> np.ndarray:
     return np.asarray(idx)
 
 
+def _sparse_gram(X, D, intercept: bool, numba_ok: bool = True):
+    """``sum_i D_i x~_i x~_i^T`` (dense, d + intercept square) of a sparse CSR ``X``; X stays sparse.
+
+    The numba kernel in host memory (unless ``numba_ok`` is false); elsewhere
+    (a GPU, float32, ``backend="torch"``) torch's sparse-sparse product
+    ``X^T (D X)``, whose result has at most d^2 entries.
+    """
+    d = X.shape[1]
+    if numba_ok and X.device.type == "cpu" and X.dtype == torch.float64 and _fused.AVAILABLE:
+        return torch.from_numpy(_fused.csr_gram(*csr_parts(X), d, D.numpy(), intercept))
+    crow = X.crow_indices()
+    XD = torch.sparse_csr_tensor(crow, X.col_indices(), X.values() * D[_csr_rows(X)], size=X.shape)
+    G = (X.t() @ XD).to_dense()
+    if not intercept:
+        return G
+    c = torch.zeros(d, 1, dtype=X.dtype, device=X.device)
+    _add_xt_times(c.T, D[:, None], X)  # sum_i D_i x_i, (d, 1)
+    return torch.cat([torch.cat([G, c], dim=1), torch.cat([c.T, D.sum().reshape(1, 1)], dim=1)], dim=0)
+
+
+def _gram_fn(X, spec: LinearSpec):
+    """``D -> sum_i D_i x~_i x~_i^T`` for the shard's X (dense: with its column of ones made once)."""
+    intercept = spec.fit_intercept
+    if is_sparse(X):
+        return lambda D: _sparse_gram(X, D, intercept, numba_ok=spec.backend != "torch")
+    if intercept:
+        X = torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype, device=X.device)], dim=1)
+    return lambda D: X.T @ (X * D[:, None])
+
+
 def hess(shard, spec: LinearSpec):
     """Kernel: the dense Hessian of the raw loss sum, at the point of the last ``value_grad``."""
     X, s = shard.get("X"), _weights(shard)
     curv = shard.cache["linear_curv"]
-    if spec.fit_intercept:
-        X = torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype, device=X.device)], dim=1)
+    gram = _gram_fn(X, spec)
     K = spec.n_outputs
     H = torch.zeros(spec.n_params, spec.n_params, dtype=X.dtype, device=X.device)
     idx = [torch.as_tensor(_param_index(spec, k), device=X.device) for k in range(K)]
@@ -211,7 +295,7 @@ def hess(shard, spec: LinearSpec):
                 D = curv[:, k]
             if s is not None:
                 D = D * s[:, k if s.shape[1] > 1 else 0]
-            block = X.T @ (X * D[:, None])
+            block = gram(D)
             H[idx[k][:, None], idx[m][None, :]] = block
             if m != k:
                 H[idx[m][:, None], idx[k][None, :]] = block.T
@@ -239,11 +323,10 @@ def inference_sums(shard, w, spec: LinearSpec):
     z = _z(X, W, b)
     _, g, _ = loss_fn.value_grad(z, y)
     sv = s[:, 0] if s is not None else torch.ones(X.shape[0], dtype=X.dtype, device=X.device)
-    if spec.fit_intercept:
-        X = torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype, device=X.device)], dim=1)
+    weighted_gram = _gram_fn(X, spec)
 
     def gram(d):
-        return X.T @ (X * (sv * d[:, 0])[:, None])
+        return weighted_gram(sv * d[:, 0])
 
     fisher = gram(loss_fn.expected_curvature(z, y))
     observed = gram(loss_fn.observed_curvature(z, y))
