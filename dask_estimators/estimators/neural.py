@@ -9,6 +9,10 @@ the stopping rules (see :mod:`dask_estimators.optim.torch_driver`):
 - ``"ddp"``: one long-running call per worker joins a ``torch.distributed``
   group and trains with ``DistributedDataParallel``; per-epoch records are
   streamed to the client as Dask events.
+
+Sparse X (scipy.sparse, dask arrays of sparse blocks) is placed as CSR and
+never densified: the first layer is a sparse-dense product (see
+:mod:`dask_estimators.objectives.module`), the hidden layers stay dense.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ class _BaseMLP(DistributedEstimator):
     """Shared fitting of the two perceptrons."""
 
     _fit_dtype = (np.float64, np.float32)
+    #: scipy.sparse X and dask arrays of sparse blocks: placed as CSR, the first layer a sparse-dense product
+    _accept_sparse = True
 
     _parameter_constraints: dict = {
         "hidden_layer_sizes": ["array-like", Interval(Integral, 1, None, closed="left")],
@@ -158,9 +164,12 @@ class _BaseMLP(DistributedEstimator):
 
         Parameters
         ----------
-        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features)
             Training data.  Dask input is validated and placed on the workers
-            without passing through the client.
+            without passing through the client.  Sparse X (scipy.sparse of any
+            format, converted once to CSR, or a dask array of sparse blocks)
+            stays sparse on the workers: the first layer is a sparse-dense
+            product and minibatches are cut from the CSR arrays.
         y : array-like or dask collection of shape (n_samples,) or (n_samples, n_outputs)
             Targets (class labels for the classifier).
         sample_weight : array-like or dask collection of shape (n_samples,), default=None
@@ -196,7 +205,8 @@ class _BaseMLP(DistributedEstimator):
                 f"{prev_features} features as input."
             )
         dtype = "float32" if getattr(X, "dtype", None) == np.float32 else "float64"
-        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output)
+        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output,
+                                  accept_sparse=self._accept_sparse)
         y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset, incremental)
         with client_context(self.client) as client:
             placement = place(
@@ -523,7 +533,9 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         also how the gradients were summed (``allreduce``: ``"shared memory"`` between
         workers of one host, else ``"gloo"`` or ``"nccl"``) and computed (``gradient``:
         ``"hand-written"``, the network's own backward into one flat buffer; ``kernel``:
-        ``"numba"``, one compiled call per step for float64 on CPU, or ``"torch"``, torch ops).
+        ``"numba"``, one compiled call per step for float64 on CPU, or ``"torch"``, torch ops; for
+        sparse X ``"csr-numba"``, the first layer's sparse products compiled, the rest torch ops, or
+        ``"csr-torch"``).
 
     Examples
     --------
@@ -604,7 +616,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
 
         Parameters
         ----------
-        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features)
         y : array-like or dask collection of shape (n_samples,)
         sample_weight : array-like of shape (n_samples,), default=None
         classes : array of shape (n_classes,), default=None
@@ -625,7 +637,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
 
         Parameters
         ----------
-        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features)
 
         Returns
         -------
@@ -647,7 +659,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
 
         Parameters
         ----------
-        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features)
 
         Returns
         -------
@@ -675,7 +687,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
 
         Parameters
         ----------
-        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features)
 
         Returns
         -------
@@ -839,7 +851,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
 
         Parameters
         ----------
-        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features)
         y : array-like or dask collection of shape (n_samples,) or (n_samples, n_outputs)
         sample_weight : array-like of shape (n_samples,), default=None
 
@@ -856,7 +868,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
 
         Parameters
         ----------
-        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features)
 
         Returns
         -------

@@ -28,7 +28,7 @@ try:  # numba is a dependency; without it the torch path serves every shard
 except ImportError:  # pragma: no cover - exercised only without numba
     numba = None
 
-__all__ = ["AVAILABLE", "ACT_CODES", "OUT_CODES", "loss_grad"]
+__all__ = ["AVAILABLE", "ACT_CODES", "OUT_CODES", "loss_grad", "csr_linear", "csr_linear_weight_grad"]
 
 AVAILABLE = numba is not None
 
@@ -181,6 +181,70 @@ def loss_grad(spec, w, X, y, sw, g, scale, work):
     has_sw = sw is not None
     return _kernel(X, yf, yi, sw if has_sw else _EMPTY_F, has_sw, w, g, units, ACT_CODES[spec.activation],
                    OUT_CODES[spec.out], float(scale), buf_a, buf_d)
+
+
+# ------------------------------------------------------------- a sparse first layer
+# The first layer's weight W is (fan_out, fan_in) row-major (torch's Linear), so for CSR X the entries one row
+# of X needs, W[:, cols], lie in fan_out different rows of W.  Both kernels loop over W's rows outermost: each
+# row of W (or of its gradient) is visited once and only at the columns X holds, so the product costs
+# O(nnz * fan_out) with the touched memory of one row of W at a time, and nothing of size rows x fan_in is made.
+@_jit
+def _csr_linear(data, indices, indptr, W, b, out):  # pragma: no cover - numba
+    n = indptr.shape[0] - 1
+    for j in range(W.shape[0]):
+        Wj = W[j]
+        bj = b[j]
+        for i in range(n):
+            s = bj
+            for k in range(indptr[i], indptr[i + 1]):
+                s += data[k] * Wj[indices[k]]
+            out[i, j] = s
+
+
+@_jit
+def _csr_linear_weight_grad(data, indices, indptr, dz, g):  # pragma: no cover - numba
+    n = indptr.shape[0] - 1
+    for j in range(g.shape[0]):
+        gj = g[j]
+        gj[:] = 0.0
+        for i in range(n):
+            d = dz[i, j]
+            if d != 0.0:
+                for k in range(indptr[i], indptr[i + 1]):
+                    gj[indices[k]] += d * data[k]
+
+
+def csr_linear(data, indices, indptr, W, b, out):
+    """``out = X @ W.T + b`` for the CSR matrix X given by its three arrays; returns ``out``.
+
+    Parameters
+    ----------
+    data, indices, indptr : ndarray
+        X's values, column indices and row pointers (canonical CSR, ``indptr`` of length rows + 1).
+    W : ndarray of shape (fan_out, fan_in)
+        The layer's weight (C-contiguous), as torch's ``Linear`` holds it.
+    b : ndarray of shape (fan_out,)
+    out : ndarray of shape (rows, fan_out)
+        Overwritten.
+    """
+    _csr_linear(data, indices, indptr, W, b, out)
+    return out
+
+
+def csr_linear_weight_grad(data, indices, indptr, dz, g):
+    """``g = dz.T @ X`` for the CSR matrix X given by its three arrays: the gradient of a first layer's weight.
+
+    Parameters
+    ----------
+    data, indices, indptr : ndarray
+        X's CSR arrays (rows of X: rows of ``dz``).
+    dz : ndarray of shape (rows, fan_out)
+        The derivative of the loss with respect to the layer's output.
+    g : ndarray of shape (fan_out, fan_in)
+        Overwritten, every entry (C-contiguous).
+    """
+    _csr_linear_weight_grad(data, indices, indptr, dz, g)
+    return g
 
 
 _EMPTY_F = np.zeros(0)

@@ -22,6 +22,12 @@ weights of every layer, not the biases.
 
 Flat layout: the parameters in ``module.parameters()`` order, that is for
 each layer its weight of shape (fan_out, fan_in) then its bias.
+
+Sparse X: a shard's ``X`` may be a torch sparse CSR tensor (see
+:mod:`._sparse`).  The first layer is then a sparse-dense product
+(:func:`sparse_linear`, its weight gradient :func:`sparse_linear_weight_grad`),
+the hidden layers stay dense, and a minibatch is cut from the shard's CSR
+arrays (:func:`csr_rows`): nothing of size rows x features is made.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import torch
 from scipy.special import expit, softmax
 
 from . import _fused_mlp
+from ._sparse import csr_parts, is_sparse
 
 __all__ = [
     "ACTIVATIONS",
@@ -51,6 +58,10 @@ __all__ = [
     "batch_slice",
     "batch_cuts",
     "set_batch_cuts",
+    "csr_rows",
+    "sparse_linear",
+    "sparse_linear_weight_grad",
+    "SparseInputLinear",
 ]
 
 ACTIVATIONS = ("identity", "logistic", "tanh", "relu")
@@ -129,11 +140,184 @@ def _activation_module(name):
     }[name]()
 
 
+# ------------------------------------------------------------- sparse first layer
+def _csr_kernel(X) -> str:
+    """How the first layer multiplies the sparse X: ``"numba"`` (CPU) or ``"torch"`` (other devices, no numba)."""
+    return "numba" if _fused_mlp.AVAILABLE and X.device.type == "cpu" else "torch"
+
+
+def csr_rows(X, idx):
+    """Rows ``idx`` of the sparse CSR tensor ``X``, in that order, as a new CSR tensor.
+
+    Only the batch's stored entries are gathered (O(rows + their
+    non-zeros)); the column order within each row is kept, so a canonical X
+    gives a canonical batch.
+
+    Parameters
+    ----------
+    X : torch.Tensor
+        Sparse CSR, shape (n_rows, n_features).
+    idx : torch.Tensor
+        int64 row numbers on X's device.
+
+    Returns
+    -------
+    torch.Tensor
+        Sparse CSR of shape (len(idx), n_features).
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 0.0], [0.0, 3.0, 0.0]]).to_sparse_csr()
+    >>> csr_rows(X, torch.tensor([2, 0, 1])).to_dense().tolist()
+    [[0.0, 3.0, 0.0], [1.0, 0.0, 2.0], [0.0, 0.0, 0.0]]
+    """
+    crow, col, val = X.crow_indices(), X.col_indices(), X.values()
+    idx = idx.to(crow.dtype)
+    starts = crow[idx]
+    counts = crow[idx + 1] - starts
+    m = idx.shape[0]
+    new_crow = torch.zeros(m + 1, dtype=crow.dtype, device=crow.device)
+    torch.cumsum(counts, 0, out=new_crow[1:])
+    total = int(new_crow[-1])
+    # entry t of the batch is entry t + (starts[r] - new_crow[r]) of X, r its row in the batch
+    pos = torch.arange(total, dtype=crow.dtype, device=crow.device)
+    pos += torch.repeat_interleave(starts - new_crow[:-1], counts, output_size=total)
+    return torch.sparse_csr_tensor(new_crow, col[pos], val[pos], size=(m, X.shape[1]), check_invariants=False)
+
+
+def sparse_linear(X, W, b, out=None):
+    """``X @ W.T + b`` for a sparse CSR ``X``: a first layer's output, without densifying X.
+
+    On CPU one numba pass (:func:`._fused_mlp.csr_linear`), O(nnz x fan_out);
+    elsewhere (GPU, or without numba) ``torch.addmm`` on the sparse tensor.
+
+    Parameters
+    ----------
+    X : torch.Tensor
+        Sparse CSR of shape (rows, fan_in), W's dtype.
+    W : torch.Tensor of shape (fan_out, fan_in)
+    b : torch.Tensor of shape (fan_out,)
+    out : torch.Tensor of shape (rows, fan_out), optional
+        Contiguous; overwritten and returned.
+
+    Returns
+    -------
+    torch.Tensor of shape (rows, fan_out)
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], dtype=torch.float64)
+    >>> W, b = torch.ones(2, 3, dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64)
+    >>> sparse_linear(X.to_sparse_csr(), W, b).tolist()
+    [[3.0, 4.0], [3.0, 4.0]]
+    """
+    if out is None:
+        out = torch.empty((X.shape[0], W.shape[0]), dtype=W.dtype, device=W.device)
+    if X.shape[0] == 0:
+        return out
+    if _csr_kernel(X) == "numba":
+        data, indices, indptr = csr_parts(X)
+        _fused_mlp.csr_linear(data, indices, indptr, W.detach().contiguous().numpy(), b.detach().numpy(),
+                              out.numpy())
+        return out
+    return torch.addmm(b.detach(), X, W.detach().t(), out=out)
+
+
+def sparse_linear_weight_grad(X, dz, g):
+    """``g = dz.T @ X`` for a sparse CSR ``X``: the exact gradient of a first layer's weight, written into ``g``.
+
+    On CPU one numba pass (:func:`._fused_mlp.csr_linear_weight_grad`);
+    elsewhere torch's dense-times-sparse product, whose memory is its
+    output's (a scatter-add of ``dz[row] * value``, faster on CPU, would hold
+    non-zeros x fan_out values: 600 MB for a full-batch pass over 750k
+    non-zeros and 100 hidden units).
+
+    Parameters
+    ----------
+    X : torch.Tensor
+        Sparse CSR of shape (rows, fan_in).
+    dz : torch.Tensor of shape (rows, fan_out)
+        The derivative of the loss with respect to the layer's output.
+    g : torch.Tensor of shape (fan_out, fan_in)
+        Contiguous; every entry is overwritten.
+
+    Returns
+    -------
+    torch.Tensor
+        ``g``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], dtype=torch.float64)
+    >>> dz = torch.tensor([[1.0], [2.0]], dtype=torch.float64)
+    >>> sparse_linear_weight_grad(X.to_sparse_csr(), dz, torch.empty(1, 3, dtype=torch.float64)).tolist()
+    [[1.0, 6.0, 2.0]]
+    """
+    if X.shape[0] == 0:
+        return g.zero_()
+    if _csr_kernel(X) == "numba":
+        data, indices, indptr = csr_parts(X)
+        _fused_mlp.csr_linear_weight_grad(data, indices, indptr, dz.detach().contiguous().numpy(), g.numpy())
+        return g
+    return g.copy_(torch.mm(dz.detach().t(), X))
+
+
+class _SparseLinearFunction(torch.autograd.Function):
+    """``X @ W.T + b`` for a sparse CSR X, with the exact gradients of W and b (none for X, which is data)."""
+
+    @staticmethod
+    def forward(ctx, X, W, b):
+        ctx.X, ctx.w_shape = X, W.shape
+        return sparse_linear(X, W, b)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        gW = gb = None
+        if ctx.needs_input_grad[1]:
+            gW = sparse_linear_weight_grad(
+                ctx.X, grad_out, torch.empty(ctx.w_shape, dtype=grad_out.dtype, device=grad_out.device)
+            )
+        if ctx.needs_input_grad[2]:
+            gb = grad_out.sum(0)
+        return None, gW, gb
+
+
+class SparseInputLinear(torch.nn.Linear):
+    """``torch.nn.Linear`` that also takes a sparse CSR input: a sparse-dense product with autograd.
+
+    Dense input goes through ``Linear`` unchanged.  For sparse CSR input the
+    output is :func:`sparse_linear` and the gradients of the weight and the
+    bias are exact (:func:`sparse_linear_weight_grad`); X gets none.  The
+    parameters, their names and their order are ``Linear``'s.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = SparseInputLinear(3, 2, dtype=torch.float64)
+    >>> X = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], dtype=torch.float64)
+    >>> bool(torch.allclose(layer(X.to_sparse_csr()), layer(X)))
+    True
+    """
+
+    def forward(self, input):
+        if is_sparse(input):
+            return _SparseLinearFunction.apply(input, self.weight, self.bias)
+        return super().forward(input)
+
+
 def build_module(spec: MLPSpec, device="cpu") -> torch.nn.Sequential:
-    """The network as ``nn.Sequential`` (Linear, activation, ..., Linear); the output link is in the loss."""
+    """The network as ``nn.Sequential`` (Linear, activation, ..., Linear); the output link is in the loss.
+
+    The first layer is a :class:`SparseInputLinear`, so the module also takes
+    a sparse CSR X.
+    """
     layers = []
     for k, (fan_in, fan_out) in enumerate(spec.shapes):
-        layers.append(torch.nn.Linear(fan_in, fan_out, dtype=spec.torch_dtype, device=device))
+        linear = SparseInputLinear if k == 0 else torch.nn.Linear
+        layers.append(linear(fan_in, fan_out, dtype=spec.torch_dtype, device=device))
         if k < len(spec.shapes) - 1:
             layers.append(_activation_module(spec.activation))
     return torch.nn.Sequential(*layers)
@@ -283,6 +467,8 @@ def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None) -> float:
     if X.shape[0] == 0:
         g.zero_()
         return 0.0
+    if is_sparse(X):  # the first layer a sparse-dense product (numba on CPU), the rest torch ops
+        return float(_loss_grad_torch(spec, param_views(spec, w), X, y, sw, param_views(spec, g), scale, work))
     if loss_grad_kernel(X) == "numba" and X.is_contiguous():
         return _fused_mlp.loss_grad(spec, w.numpy(), X.numpy(), y.numpy(), None if sw is None else sw.numpy(),
                                     g.numpy(), scale, {} if work is None else work)
@@ -290,7 +476,13 @@ def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None) -> float:
 
 
 def loss_grad_kernel(X) -> str:
-    """Which way :func:`loss_grad_` computes on batches like ``X``: ``"numba"`` (float64 on CPU) or ``"torch"``."""
+    """Which way :func:`loss_grad_` computes on batches like ``X``: ``"numba"`` (float64 on CPU) or ``"torch"``.
+
+    For a sparse CSR ``X``: ``"csr-numba"`` (the first layer's two products
+    by numba on CPU, the rest torch ops) or ``"csr-torch"`` (all torch ops).
+    """
+    if is_sparse(X):
+        return "csr-" + _csr_kernel(X)
     return "numba" if _fused_mlp.AVAILABLE and X.dtype == torch.float64 and X.device.type == "cpu" else "torch"
 
 
@@ -298,9 +490,13 @@ def _loss_grad_torch(spec: MLPSpec, params, X, y, sw, grads, scale, work):
     """:func:`loss_grad_` as torch ops on the tensors of ``module.parameters()``; the loss sum as a 0-d tensor."""
     n, n_layers = X.shape[0], len(spec.shapes)
     acts, a = [X], X
+    sparse = is_sparse(X)
     for k in range(n_layers):
         W, b = params[2 * k], params[2 * k + 1]
-        a = torch.addmm(b, a, W.t(), out=_scratch(work, ("a", k), n, W.shape[0], X))
+        if k == 0 and sparse:
+            a = sparse_linear(X, W, b, out=_scratch(work, ("a", k), n, W.shape[0], X))
+        else:
+            a = torch.addmm(b, a, W.t(), out=_scratch(work, ("a", k), n, W.shape[0], X))
         if k < n_layers - 1:
             a = _ACT_INPLACE[spec.activation](a)
             acts.append(a)
@@ -325,7 +521,10 @@ def _loss_grad_torch(spec: MLPSpec, params, X, y, sw, grads, scale, work):
         dz.mul_((sw * scale).reshape(-1, 1))
     backward = _ACT_BACKWARD[spec.activation]
     for k in range(n_layers - 1, -1, -1):
-        torch.mm(dz.t(), acts[k], out=grads[2 * k])
+        if k == 0 and sparse:
+            sparse_linear_weight_grad(X, dz, grads[0])
+        else:
+            torch.mm(dz.t(), acts[k], out=grads[2 * k])
         torch.sum(dz, 0, out=grads[2 * k + 1])
         if k:
             dz = backward(torch.mm(dz, params[2 * k], out=_scratch(work, ("d", k), n, acts[k].shape[1], X)), acts[k])
@@ -492,6 +691,9 @@ def take(shard, idx, work=None):
     X, y, sw = shard.get("X"), shard.get("y"), shard.get("sample_weight")
     if idx is None:
         return X, y, sw
+    if is_sparse(X):  # the batch's rows cut from the shard's CSR arrays, never densified
+        return (csr_rows(X, idx), torch.index_select(y, 0, idx),
+                None if sw is None else torch.index_select(sw, 0, idx))
     # index_select, not X[idx]: advanced indexing costs 28 us for 128 rows x 100 here, index_select 11 us
     if work is None:
         Xb = torch.index_select(X, 0, idx)

@@ -79,13 +79,6 @@ def test_sparse_tag_is_set(name):
     assert get_tags(est).input_tags.sparse is True
 
 
-def test_the_mlps_do_not_claim_sparse_input():
-    for est in (de.MLPClassifier(), de.MLPRegressor()):
-        assert get_tags(est).input_tags.sparse is False
-        with pytest.raises(TypeError, match="Sparse data was passed for X, but dense data is required"):
-            est.fit(_X(), np.arange(N) % 2)
-
-
 # ----------------------------------------------------------------- validation (client side)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name", ["LogisticRegression", "LinearRegression", "PoissonRegressor"])

@@ -100,7 +100,6 @@ SKIPS = [
                 r"^(?!test_sparsify\[)test_\w*sparse",
                 r"^(?!test_sparsify\[).*" + _any_param("csr_matrix", "csr_array", "coo_matrix", "coo_array"),
             ],
-            MLP: [r"sparse"],
             SVM: [_any_param("lil_matrix", "lil_array")],
         },
     ),
