@@ -1,0 +1,196 @@
+"""Sparse input (issue 23): LogisticRegression on a CSR matrix, ours against scikit-learn, in one run.
+
+    python benchmarks/bench_sparse.py                  # 300k x 2^20, 40 non-zeros per row (2.5 TB if dense)
+    python benchmarks/bench_sparse.py --quick          # 100k rows
+    python benchmarks/bench_sparse.py --rows 20000     # a smoke test
+
+Contestants, alternating, ``--repeat`` times (medians reported), all with
+``C=1``, ``solver="lbfgs"`` and ``tol=1e-6`` (scikit-learn's objective):
+
+* ``sklearn``: ``sklearn.linear_model.LogisticRegression`` on the CSR matrix
+  (scipy's sparse products; ``--cores`` BLAS threads, which sparse products do not use);
+* ``ours``: ``dask_estimators.LogisticRegression`` on the same CSR matrix,
+  ``--cores`` worker processes of one thread each;
+* ``ours, dask``: the same rows as a dask array of CSR blocks
+  (``da.from_array(csr, asarray=False)``), compared with the CSR fit.
+
+The data: row ``i`` has ``--nnz`` non-zeros at uniformly random columns with
+values drawn from N(0, 1); the labels come from a sparse true weight vector
+plus logistic noise, so the problem is neither separable nor trivial.
+
+Each row gives seconds, iterations, the largest difference of the
+coefficients relative to the largest coefficient of scikit-learn, and
+``ratio`` = ours / scikit-learn.  The memory rows give each worker's peak
+resident memory during the fit, less its resident memory before it, against
+the bytes of the CSR matrix its shard holds (data, indices, indptr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+C, TOL = 1.0, 1e-6
+
+
+def make_csr(n, d, nnz, seed=0):
+    """(X, y): a random CSR matrix with ``nnz`` non-zeros per row and labels from a sparse logistic model."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    cols = rng.integers(0, d, size=(n, nnz))
+    cols.sort(axis=1)
+    X = sp.csr_matrix((rng.standard_normal(n * nnz), cols.ravel(), np.arange(0, n * nnz + 1, nnz)), shape=(n, d))
+    X.sum_duplicates()
+    w = np.zeros(d)
+    hot = rng.choice(d, size=min(d, 5000), replace=False)
+    w[hot] = rng.standard_normal(hot.size)
+    z = X @ w
+    y = (z + rng.logistic(size=n) > 0).astype(np.int64)
+    return X, y
+
+
+def csr_bytes(X) -> int:
+    return int(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes)
+
+
+class _PeakRSS(threading.Thread):
+    """Samples the resident memory of the given processes every 20 ms and keeps each one's peak."""
+
+    def __init__(self, pids):
+        import psutil
+
+        super().__init__(daemon=True)
+        self.procs = {a: psutil.Process(p) for a, p in pids.items()}
+        self.base = {a: p.memory_info().rss for a, p in self.procs.items()}
+        self.peak = dict(self.base)
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            for a, p in self.procs.items():
+                try:
+                    self.peak[a] = max(self.peak[a], p.memory_info().rss)
+                except Exception:
+                    pass
+            time.sleep(0.02)
+
+
+def _time(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def _rel(coef, ref):
+    return float(np.max(np.abs(coef - ref)) / max(np.max(np.abs(ref)), 1e-300))
+
+
+def run(client, X, y, *, cores=2, repeat=3, chunks=None):
+    import dask.array as da
+    from sklearn.linear_model import LogisticRegression as SkLogistic
+    from threadpoolctl import threadpool_limits
+
+    import dask_estimators as de
+
+    n, d = X.shape
+    times = {"sklearn": [], "ours": []}
+    fitted = {}
+    # not timed: the workers' first imports and kernel compilation, and scikit-learn's first call
+    de.LogisticRegression(C=C, tol=TOL, client=client).fit(X[:2000], y[:2000])
+    SkLogistic(C=C, tol=TOL).fit(X[:2000], y[:2000])
+    pids = client.run(os.getpid)
+    peaks = None
+    for r in range(repeat):
+        with threadpool_limits(cores):
+            t, fitted["sklearn"] = _time(lambda: SkLogistic(C=C, tol=TOL, max_iter=1000).fit(X, y))
+        times["sklearn"].append(t)
+        sampler = _PeakRSS(pids) if r == 0 else None
+        if sampler is not None:
+            sampler.start()
+        t, fitted["ours"] = _time(lambda: de.LogisticRegression(C=C, tol=TOL, max_iter=1000, client=client).fit(X, y))
+        times["ours"].append(t)
+        if sampler is not None:
+            sampler.done.set()
+            sampler.join()
+            peaks = {a: sampler.peak[a] - sampler.base[a] for a in pids}
+    chunks = chunks or -(-n // (4 * cores))
+    Xd = da.from_array(X, chunks=(chunks, d), asarray=False)
+    yd = da.from_array(y, chunks=chunks)
+    t_dask, fitted["ours, dask"] = _time(
+        lambda: de.LogisticRegression(C=C, tol=TOL, max_iter=1000, client=client).fit(Xd, yd))
+    sk = fitted["sklearn"]
+    ref = np.append(sk.coef_, sk.intercept_)
+    ours_coef = np.append(fitted["ours"].coef_, fitted["ours"].intercept_)
+    rows = []
+    for what in ("sklearn", "ours", "ours, dask"):
+        m = fitted[what]
+        coef = np.append(m.coef_, m.intercept_)
+        rows.append({
+            "n": n, "d": d, "nnz": int(X.nnz), "what": what,
+            "seconds": t_dask if what == "ours, dask" else statistics.median(times[what]),
+            "n_iter": int(np.ravel(m.n_iter_)[0]), "coef_diff_vs_sklearn": _rel(coef, ref),
+            "coef_diff_vs_ours": _rel(coef, ours_coef),
+        })
+    for row in rows[1:]:
+        row["ratio"] = row["seconds"] / rows[0]["seconds"]
+    shard_bytes = csr_bytes(X) / max(1, len(pids))
+    memory = [{"worker": a, "peak_rss_increase_mb": peaks[a] / 2**20, "shard_csr_mb": shard_bytes / 2**20,
+               "ratio": peaks[a] / shard_bytes} for a in sorted(peaks)]
+    return rows, memory
+
+
+def markdown(out):
+    from bench_engine import _table
+
+    return ("\n## LogisticRegression on a sparse CSR matrix\n\n"
+            + _table(out["fit"], ["n", "d", "nnz", "what", "seconds", "ratio", "n_iter", "coef_diff_vs_sklearn",
+                                  "coef_diff_vs_ours"])
+            + "\n\nWorker memory during the fit (peak resident memory less that before it):\n\n"
+            + _table(out["memory"], ["worker", "peak_rss_increase_mb", "shard_csr_mb", "ratio"]))
+
+
+def summary_rows(out):
+    sk = next(r for r in out["fit"] if r["what"] == "sklearn")
+    ours = next(r for r in out["fit"] if r["what"] == "ours")
+    return [{"benchmark": f"LogisticRegression sparse CSR {ours['n']:,}x{ours['d']:,}, fit s",
+             "ours": ours["seconds"], "anchor": f"scikit-learn {sk['seconds']:.3g}", "ours / anchor": ours["ratio"]}]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="100k rows")
+    ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--features", type=int, default=2**20)
+    ap.add_argument("--nnz", type=int, default=40, help="non-zeros per row")
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+    from distributed import Client, LocalCluster
+
+    n = args.rows or (100_000 if args.quick else 300_000)
+    X, y = make_csr(n, args.features, args.nnz)
+    print(f"  CSR {n:,} x {args.features:,}, {X.nnz:,} non-zeros, {csr_bytes(X) / 2**20:.0f} MB", file=sys.stderr)
+    with LocalCluster(n_workers=args.cores, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster, set_as_default=False) as client:
+        rows, memory = run(client, X, y, cores=args.cores, repeat=args.repeat)
+    out = {"fit": rows, "memory": memory}
+    print(markdown(out))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
