@@ -68,7 +68,7 @@ SKIPS = [
                 r"^test_logistic_regression_solvers", r"^test_logistic_regression_class_weights",
                 r"warm_start_converge_LR", r"elastic_net_coeffs", r"elastic_net_vs_l1_l2",
                 r"LogisticRegression_elastic_net_objective", r"elastic_net_versus_sgd",
-                r"callback_support_warning",
+                r"callback_support_warning", r"^test_logreg_l1\[",  # liblinear against saga, dense and sparse
                 # LogisticRegressionCV tests whose bodies run saga, sag or liblinear (or loop over them)
                 r"^test_logistic_cv\[", r"^test_multinomial_cv_iris", r"^test_logistic_regressioncv_class_weights",
                 r"^test_logistic_regression_cv_refit", r"LogisticRegressionCV_GridSearchCV_elastic_net",
@@ -90,25 +90,10 @@ SKIPS = [
             ],
         },
     ),
-    Rule(
-        "sparse input",
-        "Sparse input is not supported yet (its own open issue); counted apart so that these tests become "
-        "applicable when it lands.",
-        {
-            LOGISTIC: [
-                # test_sparsify is counted with its first defect, no sparsify()/densify() (XFAILS)
-                r"^(?!test_sparsify\[)test_\w*sparse",
-                r"^(?!test_sparsify\[).*" + _any_param("csr_matrix", "csr_array", "coo_matrix", "coo_array"),
-            ],
-            SVM: [_any_param("lil_matrix", "lil_array")],
-        },
-    ),
 ]
 
 XFAILS = [
     # LogisticRegression
-    Rule("sparse input", "sparsify()/densify() work; the test then predicts on sparse input, which is its own "
-         "open issue.", {LOGISTIC: [r"^test_sparsify"]}),
     Rule("no metadata routing in LogisticRegressionCV", "LogisticRegressionCV passes sample_weight to its "
          "scorer whenever fit gets it; a scorer's set_score_request(sample_weight=False) is not honoured.",
          {LOGISTIC: [r"lr_cv_scores_differ_when_sample_weight_is_requested"]}),
