@@ -393,7 +393,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         with client_context(self.client) as client:
             placement = place(
                 client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
-                timeout=self.timeout,
+                workers=self._placement_workers(client, X), timeout=self.timeout,
             )
             try:
                 stats = self._fit_placed(
@@ -403,6 +403,10 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
                 placement.release()
         self.fit_stats_ = stats
         return self
+
+    def _placement_workers(self, client, X):
+        """The workers to place ``X`` on (None: all of them); a method that gains nothing from more shards picks one."""
+        return None
 
     def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None):
         n_classes = None

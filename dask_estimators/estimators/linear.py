@@ -429,6 +429,20 @@ class _LinearSVMMixin:
         super()._set_params_from(w, spec, y_shape)
 
     # ------------------------------------------------------------ the dual method
+    def _placement_workers(self, client, X):
+        """One worker for the dual method on small data: its rounds are bound by round trips, and one
+        shard runs LIBLINEAR's own iterations, many per round (see :func:`one_shard_below`)."""
+        from ..engine.placement import _workers
+        from ..optim.dual_driver import one_shard_below
+
+        n, d = X.shape
+        if not (isinstance(n, (int, np.integer)) and isinstance(d, (int, np.integer))):
+            return None  # a dask collection of unknown length: placed as it lies
+        if not self._resolved_dual(int(n), int(d)):
+            return None
+        size = X.nnz if hasattr(X, "nnz") else int(n) * int(d)
+        return _workers(client)[:1] if size < one_shard_below() else None
+
     def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None):
         if not self._resolved_dual(placement.n_samples, self.n_features_in_):
             return super()._fit_placed(placement, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0)
@@ -441,7 +455,7 @@ class _LinearSVMMixin:
         from ..engine import DistributedEvaluator
         from ..objectives import LinearSpec
         from ..objectives.dual import DualSpec, set_shard_index
-        from ..optim.dual_driver import LIBLINEAR_WARNING, dual_coordinate_ascent
+        from ..optim.dual_driver import LIBLINEAR_WARNING, ONE_SHARD_PASSES, dual_coordinate_ascent
         from ..optim.progress import IterationLog
         from ._base import _prepare_and_weigh
 
@@ -465,12 +479,12 @@ class _LinearSVMMixin:
         )
         seed = check_random_state(self.random_state).randint(np.iinfo("i").max)
         evaluator = DistributedEvaluator(placement, reduction=self.reduction)
-        # the rounds on a bar (progress=True); verbose prints them in the driver
+        # the passes (LIBLINEAR's iterations) on a bar, updated once a round (progress=True); verbose prints rounds
         log = IterationLog(0, self.progress, self.max_iter, type(self).__name__)
         try:
             res = dual_coordinate_ascent(
                 evaluator, spec, max_iter=self.max_iter, seed=seed, verbose=self.verbose,
-                callback=log if self.progress else None,
+                callback=log if self.progress else None, passes_per_round=ONE_SHARD_PASSES if n_shards == 1 else 1,
             )
         finally:
             log.close()

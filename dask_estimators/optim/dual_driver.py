@@ -29,10 +29,28 @@ from scipy import optimize
 
 from ..objectives import dual as _dual
 
-__all__ = ["LIBLINEAR_WARNING", "dual_coordinate_ascent"]
+__all__ = ["LIBLINEAR_WARNING", "ONE_SHARD_PASSES", "dual_coordinate_ascent", "one_shard_below"]
 
 #: scikit-learn's ConvergenceWarning text for LIBLINEAR (code and users match on it).
 LIBLINEAR_WARNING = "Liblinear failed to converge, increase the number of iterations."
+
+#: Passes per round when the data is on one shard: LIBLINEAR's iterations, its stopping rule applied on
+#: the worker after each, so a round trip serves up to this many of them.
+ONE_SHARD_PASSES = 100
+
+
+def one_shard_below() -> int:
+    """The data size (stored values: rows x features, or non-zeros) under which the SVMs' dual method
+    places the data on one worker: the dask config value ``dask-estimators.dual-one-shard-below``
+    (default 2**21; 0 always spreads the data).
+
+    A dual pass costs about a nanosecond per value, a round a few milliseconds of round trip, and
+    CoCoA+ over several shards needs more passes than LIBLINEAR's method on one: below this size one
+    worker with many passes per round is faster (``benchmarks/bench_svm_dual.py`` measures the two).
+    """
+    import dask
+
+    return int(dask.config.get("dask-estimators.dual-one-shard-below", 2**21))
 
 
 def _stopped(out, spec, first, tol):
@@ -90,7 +108,7 @@ def dual_coordinate_ascent(evaluate, spec, *, max_iter=1000, seed=0, passes_per_
         Print each round's primal and dual objectives and the stopping value.
     callback : callable, optional
         Called after each round with an :class:`~scipy.optimize.OptimizeResult` of ``nit`` (the
-        round), ``fun`` (the primal objective at the round's start), ``grad_max`` (the largest
+        passes so far, as the returned ``nit``), ``fun`` (the primal objective at the round's start), ``grad_max`` (the largest
         stopping value of the classes still running) and ``time``, as
         :class:`~dask_estimators.optim.progress.IterationLog` takes it.
 
@@ -138,12 +156,12 @@ def dual_coordinate_ascent(evaluate, spec, *, max_iter=1000, seed=0, passes_per_
         if verbose:
             print(f"round {rounds}: primal {history[-1]['primal']:.10g}, dual {history[-1]['dual']:.10g}, "
                   f"stopping value {np.max(value[active], initial=0.0):.3g}, step {np.min(gamma):.3g}", flush=True)
-        if callback is not None:
-            callback(optimize.OptimizeResult(nit=rounds, fun=history[-1]["primal"],
-                                             grad_max=float(np.max(value[active], initial=0.0)),
-                                             time=time.perf_counter()))
         W = W + gamma[:, None] * dW
+        grad_max = float(np.max(value[active], initial=0.0))
         nit[active] += np.asarray(out["passes"]).reshape(-1, K).max(axis=0)[active].astype(int)
+        if callback is not None:
+            callback(optimize.OptimizeResult(nit=int(nit.max()), fun=history[-1]["primal"], grad_max=grad_max,
+                                             time=time.perf_counter()))
         active &= ~done
     final = evaluate(_dual.dual_objective, W, gamma, spec)
     norm2 = np.einsum("ij,ij->i", W, W)

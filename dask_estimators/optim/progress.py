@@ -112,7 +112,7 @@ class IterationLog:
         r = intermediate_result
         seconds = r.get("time", time.perf_counter()) - self.t0
         if self.bar is not None:
-            self.bar.update(1)
+            self.bar.update(max(int(r.nit) - self.bar.n, 1) if "nit" in r else 1)  # a call may cover several
             self.bar.set_postfix(objective=f"{r.fun:.6g}", refresh=False)
         if self.verbose:
             line = (

@@ -128,7 +128,7 @@ def test_quiet_by_default(capsys):
     assert out.out == "" and out.err == ""
 
 
-# LinearSVR's default loss (epsilon_insensitive) runs the dual method: its bar counts the rounds
+# LinearSVR's default loss (epsilon_insensitive) runs the dual method: its bar counts the passes over the data
 @pytest.mark.parametrize("Estimator", [de.LogisticRegression, de.LinearRegression, de.LinearSVC, de.LinearSVR])
 def test_linear_progress_bar(Estimator, capsys):
     X, y = _binary()

@@ -1,7 +1,8 @@
 """LinearSVC / LinearSVR with scikit-learn's ``loss`` and ``dual``: the distributed dual method (CoCoA+).
 
-On the session's process cluster (2 workers, so 2 shards): the solutions
-equal LIBLINEAR's (scikit-learn's estimators, same C, loss, intercept_scaling,
+On the session's process cluster (2 workers, so 2 shards, the data spread
+even where it is small; the last section fits on the one shard small data
+gets by default): the solutions equal LIBLINEAR's (scikit-learn's estimators, same C, loss, intercept_scaling,
 tight tol), ``dual="auto"`` picks as scikit-learn does, the errors and the
 warning are scikit-learn's, and the fitted models travel without a cluster.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import pickle
 import warnings
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -23,6 +25,16 @@ import dask_estimators as de
 from dask_estimators.optim.dual_driver import LIBLINEAR_WARNING
 
 REF = dict(tol=1e-10, max_iter=100_000)
+
+
+@pytest.fixture(autouse=True)
+def spread(request):
+    """Spread the data over both workers (small data goes to one by default), unless a test asks for one shard."""
+    if "one_shard" in request.keywords:
+        yield
+        return
+    with dask.config.set({"dask-estimators.dual-one-shard-below": 0}):
+        yield
 
 
 def _scaled(loader):
@@ -171,3 +183,44 @@ def test_dual_model_pickles_and_to_sklearn(make):
     np.testing.assert_array_equal(sk.predict(X), ours.predict(X))
     if hasattr(sk, "decision_function"):
         np.testing.assert_allclose(sk.decision_function(X), ours.decision_function(X), rtol=1e-12, atol=1e-12)
+
+
+# -------------------------------------------------- small data: one shard, many passes per round
+@pytest.mark.one_shard
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_small_data_fits_on_one_shard_with_liblinears_iterations(loss):
+    X, y = _scaled(load_breast_cancer)
+    ours = de.LinearSVC(loss=loss, dual=True, C=0.1, tol=1e-6).fit(X, y)
+    ref = sk_svm.LinearSVC(loss=loss, dual=True, C=0.1, **REF).fit(X, y)
+    stats = ours.fit_stats_
+    assert stats["n_shards"] == 1 and stats["rows_per_shard"] == [len(y)]
+    # up to 100 of LIBLINEAR's iterations per round trip, stopped by its rule on the worker
+    assert stats["dual_rounds"] == -(-ours.n_iter_ // 100)
+    _close(ours, ref)
+    assert -1e-9 <= stats["duality_gap"] <= 1e-4 * stats["objective"]
+
+
+@pytest.mark.one_shard
+def test_one_shard_svr_and_one_vs_rest_equal_liblinear_and_warn_as_it_does():
+    X, y = _scaled(load_diabetes)
+    ours = de.LinearSVR(C=0.1, epsilon=0.5, tol=1e-6, max_iter=5000).fit(X, y / 100)
+    ref = sk_svm.LinearSVR(C=0.1, epsilon=0.5, **REF).fit(X, y / 100)
+    assert ours.fit_stats_["n_shards"] == 1
+    _close(ours, ref)
+    X, y = _scaled(load_iris)
+    ours = de.LinearSVC(loss="hinge", C=0.1, tol=1e-6).fit(X, y)
+    assert ours.fit_stats_["n_shards"] == 1
+    _close(ours, sk_svm.LinearSVC(loss="hinge", C=0.1, **REF).fit(X, y))
+    with pytest.warns(ConvergenceWarning, match=LIBLINEAR_WARNING):
+        est = de.LinearSVC(loss="hinge", max_iter=150).fit(*_scaled(load_breast_cancer))
+    assert est.n_iter_ == 150 and est.fit_stats_["dual_rounds"] == 2
+
+
+@pytest.mark.one_shard
+def test_the_size_threshold_and_the_primal_keep_the_data_spread():
+    X, y = _scaled(load_breast_cancer)
+    with dask.config.set({"dask-estimators.dual-one-shard-below": X.size}):
+        assert de.LinearSVC(loss="hinge").fit(X, y).fit_stats_["n_shards"] == 2
+    with dask.config.set({"dask-estimators.dual-one-shard-below": X.size + 1}):
+        assert de.LinearSVC(loss="hinge").fit(X, y).fit_stats_["n_shards"] == 1
+    assert de.LinearSVC(dual=False).fit(X, y).fit_stats_["n_shards"] == 2  # the primal's rounds are few

@@ -101,12 +101,6 @@ XFAILS = [
     Rule("LinearSVC multi_class not supported", "LinearSVC takes no multi_class= (crammer_singer).", {
         SVM: [r"crammer_singer"],
     }),
-    Rule("LinearSVR dual rounds on two shards", "The distributed dual method (CoCoA+ with a line search) "
-         "needs more passes than LIBLINEAR's single-machine one for the LinearSVR duals: at tol=1e-12 and "
-         "max_iter=1000 the fits on 16 rows and on the same rows with 16 of weight 0 both stop at max_iter, "
-         "about 2e-4 apart, where the test asks for 1e-6.", {
-        SVM: [r"linearsvm_liblinear_sample_weight\[.*LinearSVR"],
-    }),
     Rule("not liblinear's iterations", "LinearSVC's default (squared hinge, dual='auto', n_samples >= "
          "n_features) is the primal, solved by trust-region Newton-CG, which converges on this problem within "
          "max_iter=2; the test expects liblinear's warning.", {
