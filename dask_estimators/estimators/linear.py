@@ -556,6 +556,15 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
         Weight of the data term; ``np.inf`` for no penalty (an unpenalised
         fit of the primal, which scikit-learn's ``LinearSVC`` does not accept;
         the intercept is then unpenalised too).
+    multi_class : {{"ovr", "crammer_singer"}}, default="ovr"
+        ``"ovr"``: one problem per class against the rest (above).
+        ``"crammer_singer"``: Crammer and Singer's joint problem (LIBLINEAR's,
+        as in scikit-learn), one weight vector per class and the loss
+        ``max_m (1[m != y_i] + w_m . x_i) - w_{{y_i}} . x_i``, solved by the
+        same distributed dual coordinate ascent (a closed-form step per row
+        over its K dual variables); ``loss``, ``penalty`` and ``dual`` are
+        ignored.  For two classes ``coef_`` is the second row minus the
+        first, as scikit-learn's.
     fit_intercept : bool, default=True
     intercept_scaling : float, default=1.0
         Value of LIBLINEAR's constant feature whose weight times this value is
@@ -590,6 +599,7 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
         "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
         "class_weight": [dict, StrOptions({"balanced"}), None],
         "random_state": ["random_state"],
+        "multi_class": [StrOptions({"ovr", "crammer_singer"})],
     }
 
     def __init__(
@@ -599,6 +609,7 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
         *,
         dual="auto",
         C=1.0,
+        multi_class="ovr",
         fit_intercept=True,
         intercept_scaling=1.0,
         class_weight=None,
@@ -618,6 +629,7 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
         self.loss = loss
         self.dual = dual
         self.C = C
+        self.multi_class = multi_class
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
         self.class_weight = class_weight
@@ -639,6 +651,72 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
     def _penalties(self, sw_sum):
         scale = 0.0 if np.isinf(self.C) else 1.0 / (self.C * sw_sum)
         return (scale, 0.0) if self.penalty == "l2" else (0.0, scale)
+
+    # ------------------------------------------------- Crammer and Singer's joint problem
+    def _resolved_dual(self, n_samples, n_features):
+        if self.multi_class != "crammer_singer":
+            return super()._resolved_dual(n_samples, n_features)
+        # loss, penalty and dual are ignored, as in scikit-learn; the problem has only the dual method
+        if np.isinf(self.C):
+            raise ValueError("C=np.inf (no penalty) has no Crammer-Singer problem; use multi_class='ovr'.")
+        if self.warm_start:
+            raise ValueError("warm_start=True needs the primal problem; multi_class='crammer_singer' is solved "
+                             "in the dual, from alpha = 0.")
+        if self.solver != "auto":
+            raise ValueError(f"solver={self.solver!r} solves the primal problem; multi_class='crammer_singer' "
+                             "is solved in the dual: leave solver='auto'.")
+        return True
+
+    def _fit_dual(self, placement, classes, dask_input):
+        if self.multi_class != "crammer_singer":
+            return super()._fit_dual(placement, classes, dask_input)
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.utils import check_random_state
+
+        from ..engine import DistributedEvaluator
+        from ..objectives import LinearSpec
+        from ..objectives.crammer_singer import CSSpec
+        from ..objectives.dual import set_shard_index
+        from ..optim.dual_driver import LIBLINEAR_WARNING, ONE_SHARD_PASSES, crammer_singer_ascent
+        from ..optim.progress import IterationLog
+        from ._base import _prepare_and_weigh
+
+        self.classes_ = self._dask_classes(placement) if dask_input else classes
+        K = len(self.classes_)
+        class_weight = self._class_weight_vector(placement, K)
+        # codes, with the class weights folded into the sample weights
+        sw_sum = float(sum(s[0] for s in placement.map(_prepare_and_weigh, "multinomial", K, class_weight)))
+        if not sw_sum > 0:
+            raise ValueError("The sum of sample weights must be positive.")
+        n_shards = len(placement.shards)
+        placement.map_each(set_shard_index, [(i,) for i in range(n_shards)])
+        d = self.n_features_in_
+        spec = CSSpec(d, K, C=float(self.C), bias=float(self.intercept_scaling) if self.fit_intercept else 0.0,
+                      n_shards=n_shards, tol=float(self.tol))
+        seed = check_random_state(self.random_state).randint(np.iinfo("i").max)
+        evaluator = DistributedEvaluator(placement, reduction=self.reduction)
+        log = IterationLog(0, self.progress, self.max_iter, type(self).__name__)
+        try:
+            res = crammer_singer_ascent(
+                evaluator, spec, max_iter=self.max_iter, seed=seed, verbose=self.verbose,
+                callback=log if self.progress else None, passes_per_round=ONE_SHARD_PASSES if n_shards == 1 else 1,
+            )
+        finally:
+            log.close()
+        if not res.success:
+            warnings.warn(LIBLINEAR_WARNING, ConvergenceWarning, stacklevel=4)
+        W = res.x
+        if K == 2:  # scikit-learn keeps one row for two classes: the second class's scores minus the first's
+            W = W[1:] - W[:1]
+        flat = np.concatenate([W[:, :d].ravel(), W[:, d]]) if self.fit_intercept else W[:, :d].ravel()
+        self._set_params_from(flat, LinearSpec("squared_hinge", d, W.shape[0], self.fit_intercept),
+                              (placement.n_samples,))
+        self.n_iter_ = int(res.nit)
+        self.solver_ = "crammer-singer-cd"
+        stats = evaluator.stats.as_dict()
+        stats.update(n_shards=n_shards, rows_per_shard=list(placement.n_rows), dual_rounds=res.rounds,
+                     objective=res.fun, dual_objective=res.dual, duality_gap=res.gap, weight_sum=sw_sum)
+        return stats
 
     def to_sklearn(self):
         """The equivalent fitted ``sklearn.svm.LinearSVC``.
@@ -663,7 +741,8 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
 
         check_is_fitted(self)
         est = SkLinearSVC(
-            penalty=self.penalty, loss=self.loss, dual=self.dual, C=self.C, fit_intercept=self.fit_intercept,
+            penalty=self.penalty, loss=self.loss, dual=self.dual, C=self.C, multi_class=self.multi_class,
+            fit_intercept=self.fit_intercept,
             intercept_scaling=self.intercept_scaling, class_weight=self.class_weight, verbose=self.verbose,
             random_state=self.random_state, tol=self.tol, max_iter=self.max_iter,
         )

@@ -340,7 +340,13 @@ def set_shard_index(shard, index: int):
     """Per-shard map: record the shard's position among the shards (its slot in the stopping vector)."""
     shard.cache["dual_index"] = int(index)
     shard.cache.pop("dual_state", None)
+    shard.cache.pop("cs_state", None)
     return int(index)
+
+
+def _shard_index(shard) -> int:
+    """The shard's slot among the shards (:func:`set_shard_index`; 0 when it was not set)."""
+    return int(shard.cache.get("dual_index", 0))
 
 
 def _host(t):
@@ -512,7 +518,7 @@ def dual_round(shard, W, gamma, active, first, seed, passes, spec: DualSpec):
     primal, dual = _pieces(st, W, spec)
     v_start = st["v"].copy()
     alpha_start = st["alpha"].copy()
-    index = int(shard.cache.get("dual_index", 0))
+    index = _shard_index(shard)
     stop = np.zeros((spec.n_shards, 2, K))
     done = np.zeros((spec.n_shards, K))
     first_sum = np.zeros(K)

@@ -29,7 +29,8 @@ from scipy import optimize
 
 from ..objectives import dual as _dual
 
-__all__ = ["LIBLINEAR_WARNING", "ONE_SHARD_PASSES", "dual_coordinate_ascent", "one_shard_below"]
+__all__ = ["LIBLINEAR_WARNING", "ONE_SHARD_PASSES", "crammer_singer_ascent", "dual_coordinate_ascent",
+           "one_shard_below"]
 
 #: scikit-learn's ConvergenceWarning text for LIBLINEAR (code and users match on it).
 LIBLINEAR_WARNING = "Liblinear failed to converge, increase the number of iterations."
@@ -173,4 +174,51 @@ def dual_coordinate_ascent(evaluate, spec, *, max_iter=1000, seed=0, passes_per_
         dual=float(dual.sum()), gap=float((primal - dual).sum()), gap_per_output=primal - dual,
         success=not active.any(), status=0 if not active.any() else 1, history=history,
         message="Converged." if not active.any() else "Maximum number of iterations reached.",
+    )
+
+
+def crammer_singer_ascent(evaluate, spec, *, max_iter=1000, seed=0, passes_per_round=1, verbose=0, callback=None):
+    """Solve Crammer and Singer's multi-class SVM (``spec``: a
+    :class:`~dask_estimators.objectives.crammer_singer.CSSpec`) by distributed dual coordinate ascent.
+
+    CoCoA+ with adding: each round every shard runs ``passes_per_round`` passes of the row steps against
+    ``W~`` plus its own change (``sigma' = n_shards``) and returns the change; ``W~`` grows by their sum.
+    It stops when the largest row stopping value of a round is at most ``spec.tol`` (LIBLINEAR's rule;
+    with one shard checked on the worker after each pass).  ``evaluate``, ``max_iter``, ``seed``,
+    ``verbose`` and ``callback`` are as in :func:`dual_coordinate_ascent`.
+
+    Returns
+    -------
+    scipy.optimize.OptimizeResult
+        ``x``: ``W~`` (n_classes, n_features + 1); ``nit``: passes over the data; ``rounds``; ``fun``:
+        the primal objective at ``x``; ``dual``: the dual objective (``-f(alpha)``); ``gap``; ``success``.
+    """
+    from ..objectives import crammer_singer as _cs
+
+    K, p1 = spec.n_classes, spec.n_features + 1
+    W = np.zeros((K, p1))
+    nit, rounds, success = 0, 0, False
+    per_round = max(1, int(passes_per_round))
+    base = int(seed) & 0x7FFFFFFF
+    while nit < max_iter:
+        passes = min(per_round, max_iter - nit)
+        out = evaluate(_cs.cs_round, W, (base + 7919 * rounds) & 0x7FFFFFFF, passes, spec)
+        rounds += 1
+        W = W + np.asarray(out["u"], dtype=np.float64).reshape(K, p1)
+        nit += int(np.max(out["passes"]))
+        value = float(np.max(out["stop"]))
+        success = value <= spec.tol
+        if verbose:
+            print(f"round {rounds}: passes {nit}, stopping value {value:.3g}", flush=True)
+        if callback is not None:
+            callback(optimize.OptimizeResult(nit=nit, fun=float("nan"), grad_max=value, time=time.perf_counter()))
+        if success:
+            break
+    final = evaluate(_cs.cs_objective, W, spec)
+    norm2 = float(np.einsum("ij,ij->", W, W))
+    primal = 0.5 * norm2 + float(final["loss"])
+    dual = -(0.5 * norm2 + float(final["ealpha"]))
+    return optimize.OptimizeResult(
+        x=W, nit=nit, rounds=rounds, fun=primal, dual=dual, gap=primal - dual, success=success,
+        status=0 if success else 1, message="Converged." if success else "Maximum number of iterations reached.",
     )

@@ -14,6 +14,7 @@ ESTIMATORS = [
     de.LogisticRegression(l1_ratio=0.5, C=10.0),
     de.LinearSVC(),
     de.LinearSVC(penalty="l1"),
+    de.LinearSVC(multi_class="crammer_singer"),
     de.LinearRegression(),
     de.LinearRegression(alpha=0.1, solver="newton-cg"),
     de.LinearRegression(alpha=0.01, l1_ratio=0.5),
@@ -58,7 +59,8 @@ DUAL_REASON = (
 
 
 def _runs_dual(est):
-    return getattr(est, "loss", None) == "epsilon_insensitive" or getattr(est, "dual", "auto") is True
+    return (getattr(est, "loss", None) == "epsilon_insensitive" or getattr(est, "dual", "auto") is True
+            or getattr(est, "multi_class", None) == "crammer_singer")
 
 
 def _expected_failed(est):

@@ -224,3 +224,73 @@ def test_the_size_threshold_and_the_primal_keep_the_data_spread():
     with dask.config.set({"dask-estimators.dual-one-shard-below": X.size + 1}):
         assert de.LinearSVC(loss="hinge").fit(X, y).fit_stats_["n_shards"] == 1
     assert de.LinearSVC(dual=False).fit(X, y).fit_stats_["n_shards"] == 2  # the primal's rounds are few
+
+
+# ------------------------------------------------- Crammer and Singer's joint multi-class problem
+CS_REF = dict(multi_class="crammer_singer", tol=1e-10, max_iter=100_000)
+
+
+@pytest.mark.one_shard
+@pytest.mark.parametrize("below, fit_intercept", [(2**40, True), (2**40, False), (0, False)],
+                         ids=["one shard", "one shard, no intercept", "spread, no intercept"])
+def test_crammer_singer_equals_liblinear_weighted_iris(below, fit_intercept):
+    X, y = _scaled(load_iris)
+    names = np.array(["setosa", "versicolor", "virginica"])[y]
+    sw = np.random.default_rng(0).uniform(0.5, 2.0, len(y))
+    kw = dict(C=0.5, fit_intercept=fit_intercept, intercept_scaling=2.0, class_weight={"virginica": 3.0})
+    ref = sk_svm.LinearSVC(**kw, **CS_REF).fit(X, names, sample_weight=sw)
+    with dask.config.set({"dask-estimators.dual-one-shard-below": below}):
+        ours = de.LinearSVC(multi_class="crammer_singer", tol=1e-8, max_iter=20_000, **kw).fit(
+            X, names, sample_weight=sw)
+    stats = ours.fit_stats_
+    assert ours.solver_ == "crammer-singer-cd" and stats["n_shards"] == (1 if below else 2)
+    assert ours.coef_.shape == (3, 4) and list(ours.classes_) == list(ref.classes_)
+    _close(ours, ref, atol=1e-6)
+    assert 0 <= stats["duality_gap"] <= 1e-6 * stats["objective"]
+    # the joint problem is not one-vs-rest's
+    assert not np.allclose(ours.coef_, de.LinearSVC(loss="hinge", **kw).fit(X, names, sample_weight=sw).coef_)
+
+
+@pytest.mark.one_shard
+def test_crammer_singer_binary_keeps_one_row_and_sparse_input_gives_the_same_model():
+    import scipy.sparse as sp
+
+    X, y = make_classification(n_samples=200, n_features=20, class_sep=1.5, random_state=0)
+    ref = sk_svm.LinearSVC(**CS_REF).fit(X, y)
+    ours = de.LinearSVC(multi_class="crammer_singer", tol=1e-8, max_iter=100_000).fit(X, y)
+    assert ours.coef_.shape == (1, 20) and ours.intercept_.shape == (1,)
+    _close(ours, ref, atol=1e-6)
+    X[np.abs(X) < 0.5] = 0.0
+    dense = de.LinearSVC(multi_class="crammer_singer", tol=1e-8, max_iter=100_000, random_state=0).fit(X, y)
+    csr = de.LinearSVC(multi_class="crammer_singer", tol=1e-8, max_iter=100_000, random_state=0).fit(
+        sp.csr_matrix(X), y)
+    np.testing.assert_allclose(csr.coef_, dense.coef_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(csr.intercept_, dense.intercept_, rtol=1e-12, atol=1e-12)
+
+
+def test_crammer_singer_ignores_loss_and_dual_and_rejects_the_primal_only_options():
+    X, y = _scaled(load_iris)
+    kw = dict(multi_class="crammer_singer", C=0.1, random_state=0)
+    a = de.LinearSVC(**kw).fit(X, y)
+    b = de.LinearSVC(loss="hinge", penalty="l1", dual=False, **kw).fit(X, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    for kw, match in [(dict(C=np.inf), "C=np.inf"), (dict(warm_start=True), "warm_start"),
+                      (dict(solver="lbfgs"), "solver='lbfgs'")]:
+        with pytest.raises(ValueError, match=match):
+            de.LinearSVC(multi_class="crammer_singer", **kw).fit(X, y)
+    with pytest.raises(ValueError, match="multi_class"):
+        de.LinearSVC(multi_class="multinomial").fit(X, y)
+    with pytest.warns(ConvergenceWarning, match=LIBLINEAR_WARNING):
+        est = de.LinearSVC(multi_class="crammer_singer", max_iter=3).fit(X, y)
+    assert est.n_iter_ == 3
+
+
+def test_crammer_singer_model_pickles_and_to_sklearn():
+    X, y = _scaled(load_iris)
+    ours = de.LinearSVC(multi_class="crammer_singer", C=0.5).fit(X, y)
+    back = pickle.loads(pickle.dumps(ours))
+    np.testing.assert_array_equal(back.predict(X), ours.predict(X))
+    sk = ours.to_sklearn()
+    assert sk.get_params()["multi_class"] == "crammer_singer"
+    np.testing.assert_allclose(sk.decision_function(X), ours.decision_function(X), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(ours.predict(X), ours.classes_[np.argmax(ours.decision_function(X), axis=1)])

@@ -98,9 +98,6 @@ XFAILS = [
          "scorer whenever fit gets it; a scorer's set_score_request(sample_weight=False) is not honoured.",
          {LOGISTIC: [r"lr_cv_scores_differ_when_sample_weight_is_requested"]}),
     # LinearSVC / LinearSVR
-    Rule("LinearSVC multi_class not supported", "LinearSVC takes no multi_class= (crammer_singer).", {
-        SVM: [r"crammer_singer"],
-    }),
     Rule("not liblinear's iterations", "LinearSVC's default (squared hinge, dual='auto', n_samples >= "
          "n_features) is the primal, solved by trust-region Newton-CG, which converges on this problem within "
          "max_iter=2; the test expects liblinear's warning.", {
