@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from dask_estimators.engine import place
 from dask_estimators.engine._worker import CSRRows, Shard
 from dask_estimators.estimators._base import _check_block
+from sparse_guard import forbid_densify  # tests/sparse_guard.py
 
 check_sparse = functools.partial(_check_block, y_numeric=True, multi_output=False, accept_sparse=True)
 check_dense_only = functools.partial(_check_block, y_numeric=True, multi_output=False)
@@ -324,44 +325,17 @@ def test_mixed_sparse_and_dense_blocks_raise(client):
 
 
 # ----------------------------------------------------------------- nothing is ever dense
-def _forbid_dense(on):
-    """Make every way to densify a sparse matrix or tensor raise in this process (``on``) or restore them."""
-    import scipy.sparse._base as base
-    import scipy.sparse._compressed as compressed
-    import scipy.sparse._coo as coo
-    import torch
-
-    targets = [(base._spbase, "toarray"), (base._spbase, "todense"), (compressed._cs_matrix, "toarray"),
-               (coo._coo_base, "toarray"), (torch.Tensor, "to_dense")]
-    store = _forbid_dense.__dict__.setdefault("saved", {})
-    for owner, name in targets:
-        key = (owner, name)
-        if on:
-            if key not in store:
-                store[key] = owner.__dict__.get(name)
-
-                def boom(self, *a, _name=name, **k):
-                    raise AssertionError(f"{_name} was called on sparse data")
-
-                setattr(owner, name, boom)
-        elif key in store:
-            original = store.pop(key)
-            if original is None:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-    return True
 
 
 @pytest.fixture
 def no_dense(client):
-    client.run(_forbid_dense, True)
-    _forbid_dense(True)
+    client.run(forbid_densify, True)
+    forbid_densify(True)
     try:
         yield
     finally:
-        _forbid_dense(False)
-        client.run(_forbid_dense, False)
+        forbid_densify(False)
+        client.run(forbid_densify, False)
 
 
 def test_forbid_dense_does_forbid(no_dense, client):

@@ -23,6 +23,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import get_tags
 
 import dask_estimators as de
+from sparse_guard import forbid_densify  # tests/sparse_guard.py
 
 N, D = 240, 25
 
@@ -370,35 +371,6 @@ def test_fit_on_dask_sparse_blocks_equals_the_csr_fit(name, blocks):
         np.testing.assert_allclose(out, want, rtol=1e-6, atol=atol)
 
 
-def _forbid_dense(on):
-    """Make the ways to densify a sparse matrix or tensor raise in this process (``on``), or restore them.
-
-    The same patch as tests/engine/test_sparse_placement.py's (test modules are not importable from each other).
-    """
-    import scipy.sparse._base as base
-    import scipy.sparse._compressed as compressed
-    import scipy.sparse._coo as coo
-    import torch
-
-    store = _forbid_dense.__dict__.setdefault("saved", {})
-    for owner, name in [(base._spbase, "toarray"), (base._spbase, "todense"), (compressed._cs_matrix, "toarray"),
-                        (coo._coo_base, "toarray"), (torch.Tensor, "to_dense")]:
-        if on and (owner, name) not in store:
-            store[owner, name] = owner.__dict__.get(name)
-
-            def boom(self, *a, _name=name, **k):
-                raise AssertionError(f"{_name} was called on sparse data")
-
-            setattr(owner, name, boom)
-        elif not on and (owner, name) in store:
-            original = store.pop((owner, name))
-            if original is None:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-    return True
-
-
 @KERNELS
 def test_fit_never_densifies(client):
     """A whole fit on 3000 x 2^22 CSR (100 GB dense) with every densifying call made to raise on the workers."""
@@ -408,12 +380,12 @@ def test_fit_never_densifies(client):
     X = sp.csr_matrix((rng.normal(size=n * 8), indices, np.arange(n + 1) * 8), shape=(n, d))
     X.sum_duplicates()
     y = (np.asarray(X.sum(axis=1)).ravel() > 0).astype(int)
-    assert client.run(_forbid_dense, True)
+    assert client.run(forbid_densify, True)
     try:
         est = de.LogisticRegression(solver="lbfgs", max_iter=20).fit(X, y)
         assert all(client.run(_worker_cannot_densify).values())  # the patch was in place during the fit
     finally:
-        client.run(_forbid_dense, False)
+        client.run(forbid_densify, False)
     assert est.coef_.shape == (1, d)
     assert est.score(X, y) > 0.9
 

@@ -35,6 +35,7 @@ from dask_estimators.engine.collective import Comm, free_port
 from dask_estimators.objectives import _fused_mlp
 from dask_estimators.objectives import module as M
 from dask_estimators.optim.torch_driver import Monitor, TrainConfig, ddp_rank, minimize_lbfgs, train_tree
+from sparse_guard import forbid_densify  # tests/sparse_guard.py
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::sklearn.exceptions.ConvergenceWarning",
@@ -321,53 +322,24 @@ def _rss_kib(field):
     raise RuntimeError(field)
 
 
-def _forbid_densify(on):
-    """Make every way to densify a scipy matrix or a torch sparse tensor raise in this process, or restore them.
-
-    Run on the workers by ``client.run`` as well as here.
-    """
-    import scipy.sparse._base as base
-    import scipy.sparse._compressed as compressed
-    import scipy.sparse._coo as coo
-
-    targets = [(base._spbase, "toarray"), (base._spbase, "todense"), (compressed._cs_matrix, "toarray"),
-               (coo._coo_base, "toarray"), (torch.Tensor, "to_dense")]
-    saved = _forbid_densify.__dict__.setdefault("saved", {})
-    for owner, name in targets:
-        if on and (owner, name) not in saved:
-            saved[owner, name] = owner.__dict__.get(name)
-
-            def refuse(self, *args, _name=name, **kwargs):
-                raise AssertionError(f"{_name} was called: a sparse matrix was densified")
-
-            setattr(owner, name, refuse)
-        elif not on and (owner, name) in saved:
-            original = saved.pop((owner, name))
-            if original is None:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-    return True
-
-
 @pytest.fixture
 def no_densify():
     """Densifying a sparse matrix (torch or scipy) raises in this process during the test."""
-    _forbid_densify(True)
+    forbid_densify(True)
     try:
         yield
     finally:
-        _forbid_densify(False)
+        forbid_densify(False)
 
 
 @pytest.fixture
 def no_densify_anywhere(client, no_densify):
     """... and on every worker of the session cluster."""
-    client.run(_forbid_densify, True)
+    client.run(forbid_densify, True)
     try:
         yield
     finally:
-        client.run(_forbid_densify, False)
+        client.run(forbid_densify, False)
 
 
 def test_forbid_densify_does_forbid(no_densify_anywhere, client):
