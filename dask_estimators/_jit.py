@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+import types
 
 __all__ = ["AVAILABLE", "njit", "lazy_njit"]
 
@@ -69,21 +70,41 @@ class _LazyDispatcher:
         self._lock = threading.Lock()
         self.__doc__, self.__name__ = fn.__doc__, fn.__name__
 
-    def __call__(self, *args):
+    def dispatcher(self):
+        """The numba dispatcher, made on first use (``lazy_njit`` helpers this function calls made first)."""
         d = self._dispatcher
         if d is None:
             with self._lock:  # threads of one check call it at once: compile (or load from the cache) once
                 if self._dispatcher is None:
-                    self._dispatcher = njit(self.py_func, **self.options)
+                    self._dispatcher = njit(self._with_compiled_helpers(), **self.options)
                 d = self._dispatcher
-        return d(*args)
+        return d
+
+    def _with_compiled_helpers(self):
+        """``py_func``, or a copy of it whose globals name the compiled dispatchers of the ``lazy_njit``
+        functions it calls (numba cannot type a stand-in); the module's own names are left as they are."""
+        fn = self.py_func
+        lazy = {name: fn.__globals__[name] for name in fn.__code__.co_names
+                if isinstance(fn.__globals__.get(name), _LazyDispatcher)}
+        if not lazy:
+            return fn
+        env = dict(fn.__globals__)
+        env.update({name: helper.dispatcher() for name, helper in lazy.items()})
+        copy = types.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
+        copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+        return copy
+
+    def __call__(self, *args):
+        return self.dispatcher()(*args)
 
 
 def lazy_njit(**options):
     """A decorator: :func:`njit` with ``options``, applied (and numba imported) on the first call.
 
-    The function must not be called from other compiled functions (numba
-    cannot type the stand-in); only from Python.
+    A ``lazy_njit`` function may call other ``lazy_njit`` functions of its
+    module by their global names: they are compiled first and the caller is
+    compiled against them (``inline="always"`` among ``options`` inlines a
+    helper into its callers).
 
     Examples
     --------

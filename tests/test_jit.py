@@ -63,3 +63,36 @@ def test_lazy_njit_imports_numba_on_first_call():
                           env={**__import__("os").environ, "PYTHONPATH": str(PACKAGE.parent)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[1, 2, 3] [2, 0, 2, 1]"
+
+
+def _lazy_helpers():
+    """A lazy_njit function calling two lazy_njit helpers of its module, one inlined (built in a fresh
+    namespace so the test owns its globals)."""
+    src = (
+        "from dask_estimators._jit import lazy_njit\n"
+        "@lazy_njit(inline='always')\n"
+        "def square(x):\n"
+        "    return x * x\n"
+        "@lazy_njit()\n"
+        "def plus_one(x):\n"
+        "    return x + 1.0\n"
+        "@lazy_njit()\n"
+        "def caller(a):\n"
+        "    s = 0.0\n"
+        "    for v in a:\n"
+        "        s += plus_one(square(v))\n"
+        "    return s\n"
+    )
+    env: dict = {}
+    exec(compile(src, "<lazy helpers>", "exec"), env)
+    return env
+
+
+def test_lazy_njit_calls_lazy_helpers_and_leaves_the_module_names_alone():
+    pytest.importorskip("numba")
+    env = _lazy_helpers()
+    caller, square = env["caller"], env["square"]
+    assert caller(np.array([1.0, 2.0, 3.0])) == 17.0  # (1 + 1) + (4 + 1) + (9 + 1)
+    assert type(env["square"]).__name__ == "_LazyDispatcher" and env["square"] is square  # not replaced
+    assert square(3.0) == 9.0  # still callable from Python, compiled on its own first call
+    assert caller.dispatcher().py_func.__globals__["square"] is square.dispatcher()  # the caller's copy

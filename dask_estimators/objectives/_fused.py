@@ -364,6 +364,30 @@ def hessp(X, s, curv, P, pb, loss: str):
 # K outputs of its column in one cache line.
 
 
+@_jit_inline
+def _csr_row_margins(data, indices, lo, hi, WT, b, z):
+    """``z[k] = b[k] + x_i . WT[:, k]`` for the CSR row whose entries are ``lo:hi``."""
+    for k in range(WT.shape[1]):
+        z[k] = b[k]
+    for jj in range(lo, hi):
+        j = indices[jj]
+        x = data[jj]
+        for k in range(WT.shape[1]):
+            z[k] += x * WT[j, k]
+
+
+@_jit_inline
+def _csr_row_scatter(data, indices, lo, hi, g, GT, gb):
+    """``GT[:, k] += g[k] x_i`` and ``gb[k] += g[k]`` for the CSR row whose entries are ``lo:hi``."""
+    for k in range(GT.shape[1]):
+        gb[k] += g[k]
+    for jj in range(lo, hi):
+        j = indices[jj]
+        x = data[jj]
+        for k in range(GT.shape[1]):
+            GT[j, k] += g[k] * x
+
+
 @_jit
 def _csr_value_grad(data, indices, indptr, Y, codes, S, WT, b, code, eps, gWT, gb, curv):
     n = indptr.shape[0] - 1
@@ -374,13 +398,7 @@ def _csr_value_grad(data, indices, indptr, Y, codes, S, WT, b, code, eps, gWT, g
     total = 0.0
     for i in range(n):
         lo, hi = indptr[i], indptr[i + 1]
-        for k in range(K):
-            z[k] = b[k]
-        for jj in range(lo, hi):
-            j = indices[jj]
-            x = data[jj]
-            for k in range(K):
-                z[k] += x * WT[j, k]
+        _csr_row_margins(data, indices, lo, hi, WT, b, z)
         if code == _MULTINOMIAL:
             m = z[0]
             for k in range(1, K):
@@ -403,13 +421,7 @@ def _csr_value_grad(data, indices, indptr, Y, codes, S, WT, b, code, eps, gWT, g
                 total += s * loss
                 g[k] = s * gk
                 curv[i, k] = ck
-        for k in range(K):
-            gb[k] += g[k]
-        for jj in range(lo, hi):
-            j = indices[jj]
-            x = data[jj]
-            for k in range(K):
-                gWT[j, k] += g[k] * x
+        _csr_row_scatter(data, indices, lo, hi, g, gWT, gb)
     return total
 
 
@@ -421,13 +433,7 @@ def _csr_hessp(data, indices, indptr, S, curv, PT, pb, coupled, hWT, hb):
     v = np.empty(K)
     for i in range(n):
         lo, hi = indptr[i], indptr[i + 1]
-        for k in range(K):
-            v[k] = pb[k]
-        for jj in range(lo, hi):
-            j = indices[jj]
-            x = data[jj]
-            for k in range(K):
-                v[k] += x * PT[j, k]
+        _csr_row_margins(data, indices, lo, hi, PT, pb, v)
         if coupled:  # softmax: q = p * v - p * <p, v>
             pv = 0.0
             for k in range(K):
@@ -439,12 +445,7 @@ def _csr_hessp(data, indices, indptr, S, curv, PT, pb, coupled, hWT, hb):
                 v[k] = curv[i, k] * v[k]
         for k in range(K):
             v[k] *= S[i, k if ws > 1 else 0] if ws > 0 else 1.0
-            hb[k] += v[k]
-        for jj in range(lo, hi):
-            j = indices[jj]
-            x = data[jj]
-            for k in range(K):
-                hWT[j, k] += v[k] * x
+        _csr_row_scatter(data, indices, lo, hi, v, hWT, hb)
 
 
 @_jit

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._jit import lazy_njit
-from .dual import _host, _host_x, _pass_args, _row_sqnorms
+from .dual import _host, _host_x, _row_sqnorms, _row_add, _row_dot, layout_args
 
 __all__ = ["CSSpec", "cs_objective", "cs_round", "cs_state"]
 
@@ -67,10 +67,9 @@ class CSSpec:
 @lazy_njit(nogil=True, boundscheck=False)
 def _cs_pass(X, data, indices, indptr, dense, y, c, alpha, sqnorm, W, U, bias, sigma, perm):  # pragma: no cover
     """One pass of the row steps over ``perm``; ``W`` (K, p + 1) local weights and ``U`` the round's change
-    (both updated in place).  ``X`` is the dense rows when ``dense``, else the CSR arrays are.  Returns the
+    (both updated in place).  ``X, data, indices, indptr, dense``: :func:`~.dual.layout_args`.  Returns the
     largest stopping value met (0 when no row was visited)."""
     K = W.shape[0]
-    p = W.shape[1] - 1
     G = np.empty(K)
     B = np.empty(K)
     D = np.empty(K)
@@ -83,18 +82,8 @@ def _cs_pass(X, data, indices, indptr, dense, y, c, alpha, sqnorm, W, U, bias, s
             continue
         A = sigma * sqnorm[i]
         yi = y[i]
-        lo, hi = 0, 0
-        if not dense:
-            lo, hi = indptr[i], indptr[i + 1]
         for m in range(K):
-            z = W[m, p] * bias
-            if dense:
-                for j in range(p):
-                    z += X[i, j] * W[m, j]
-            else:
-                for jj in range(lo, hi):
-                    z += data[jj] * W[m, indices[jj]]
-            G[m] = z + (0.0 if m == yi else 1.0)
+            G[m] = _row_dot(X, data, indices, indptr, dense, i, W[m], bias) + (0.0 if m == yi else 1.0)
         g_max, g_min = -np.inf, np.inf
         for m in range(K):
             g_max = max(g_max, G[m])
@@ -135,18 +124,7 @@ def _cs_pass(X, data, indices, indptr, dense, y, c, alpha, sqnorm, W, U, bias, s
             if d == 0.0:
                 continue
             alpha[i, m] = new[m]
-            sd = sigma * d
-            if dense:
-                for j in range(p):
-                    U[m, j] += d * X[i, j]
-                    W[m, j] += sd * X[i, j]
-            else:
-                for jj in range(lo, hi):
-                    j = indices[jj]
-                    U[m, j] += d * data[jj]
-                    W[m, j] += sd * data[jj]
-            U[m, p] += d * bias
-            W[m, p] += sd * bias
+            _row_add(X, data, indices, indptr, dense, i, d, sigma, W[m], U[m], bias)
     return worst
 
 
@@ -170,14 +148,6 @@ def cs_state(shard, spec: CSSpec) -> dict:
     return st
 
 
-def _kernel_args(X):
-    """(X, data, indices, indptr, dense) for :func:`_cs_pass`."""
-    if isinstance(X, np.ndarray):
-        empty_f, empty_i = np.zeros(0), np.zeros(0, dtype=np.int64)
-        return (X, empty_f, empty_i, empty_i, True)
-    return (np.zeros((0, 0)),) + _pass_args(X) + (False,)
-
-
 def cs_round(shard, W, seed, passes, spec: CSSpec):
     """Kernel: one CoCoA+ round on this shard (module docstring).
 
@@ -195,7 +165,7 @@ def cs_round(shard, W, seed, passes, spec: CSSpec):
     stop, done = np.zeros(spec.n_shards), np.zeros(spec.n_shards)
     alone = spec.n_shards == 1
     sigma = float(spec.n_shards)
-    args = _kernel_args(st["X"])
+    args = layout_args(st["X"])
     n = st["y"].shape[0]
     rng = np.random.default_rng([int(seed) & 0x7FFFFFFF, index])
     for h in range(int(passes)):
