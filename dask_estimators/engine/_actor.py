@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from . import _worker
+from . import _shared, _worker
 
 
 class ShardActor:
@@ -24,9 +24,17 @@ class ShardActor:
         self.children: list = []
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dask-estimators-kernel")
         self._waiting: set = set()  # the children's calls a reduce waits for
+        self.share = None  # "map"/"copy": hand the subtotal to a same-host parent/client through shared memory
+        self._sent = None  # the last subtotal handed over in shared memory: its segments stay leased until the next
 
-    def set_children(self, children) -> int:
+    def set_children(self, children, share=None) -> int:
         """Set the actors whose subtotals this actor adds (the tree below it).
+
+        ``share`` (see :mod:`._shared`): ``"map"`` when the parent is a worker of this host, which maps the
+        subtotal's large arrays in place, ``"copy"`` when this is the root and the client is on this host,
+        which copies them out; None sends them in the message.  A subtotal handed over that way stays
+        leased until this actor's next reduce, by which time its reader is done with it (the rounds of a
+        fit are sequential).
 
         A reduce still waiting for the old children is stopped: after the
         loss of a worker its child's call never returns (distributed waits
@@ -35,6 +43,7 @@ class ShardActor:
         """
         self._stop_waiting()
         self.children = list(children)
+        self.share = share
         return len(self.children)
 
     def _stop_waiting(self):
@@ -49,6 +58,7 @@ class ShardActor:
 
     async def reduce(self, fn, args):
         """Run ``fn(shard, *args)`` here and below, return the sum (NumPy float64)."""
+        self._sent = None  # the last round's reader is done: its segments may go back to the pool
         pending = [asyncio.ensure_future(c.reduce(fn, args)) for c in self.children]
         self._waiting.update(pending)
         try:
@@ -58,6 +68,8 @@ class ShardActor:
                     out = _worker.add(out, await p)
                 except asyncio.CancelledError:
                     raise RuntimeError("The actor tree was relinked or closed during this round.") from None
+            if self.share:
+                out = self._sent = _shared.shared_sum((out,), self.share == "copy", _worker._add)
             return out
         finally:
             for p in pending:
@@ -77,5 +89,6 @@ class ShardActor:
         self._stop_waiting()
         self.shard = None
         self.children = []
+        self._sent = None
         self._pool.shutdown(wait=False)
         return True

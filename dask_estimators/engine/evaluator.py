@@ -144,7 +144,33 @@ class DistributedEvaluator:
             children = [actors[1:]] + [[] for _ in range(n - 1)]
         else:
             children = [[] for _ in range(n)]
-        self._wait([a.set_children(c) for a, c in zip(actors, children)])
+        shares = self._actor_shares(children)
+        self._wait([a.set_children(c, s) for a, c, s in zip(actors, children, shares)])
+
+    def _actor_shares(self, children):
+        """Per actor: how its subtotal goes to its reader through shared memory ("map" to a parent worker,
+        "copy" from the root to the client), or None when they are not on one host (or the config
+        ``dask-estimators.shared-memory`` is off)."""
+        import dask
+
+        from . import _shared
+        from .reduce import _host_tokens
+
+        n = len(children)
+        if self.reduction == "gather" or not dask.config.get("dask-estimators.shared-memory", True):
+            return [None] * n
+        workers = list(self.placement.workers)
+        tokens = _host_tokens(self.client, sorted(set(workers)))
+        ids = {id(a): i for i, a in enumerate(self.placement.actors)}
+        reader = {ids[id(c)]: tokens.get(workers[i]) for i, cs in enumerate(children) for c in cs}
+        out = []
+        for i in range(n):
+            mine = tokens.get(workers[i])
+            if i in reader:
+                out.append("map" if mine is not None and mine == reader[i] else None)
+            else:  # the root answers the client
+                out.append("copy" if i == 0 and mine is not None and mine == _shared.host_token() else None)
+        return out
 
     def _call_actors(self, fn, args):
         actors = self.placement.actors

@@ -178,3 +178,65 @@ def test_sums_that_cannot_be_held_in_place_stay_plain():
     s = _worker.add(ints, floats, share="map")  # int + float: not a sum an int segment can hold
     assert not isinstance(s._leaves, _shared._Leaf)
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(s)), ints + 0.5)
+
+
+# ----------------------------------------------------------- the actors' tree (the default transport)
+def _shard_result(shard, seed, size):
+    """Kernel: a result tree with a large array that depends on the shard and the round's seed."""
+    rows = float(shard.get("X").shape[0])
+    return (rows * seed, np.random.default_rng(seed).standard_normal(size) * rows, np.arange(3.0) * rows)
+
+
+def _sent_leaves(dask_worker):
+    """On a worker (``client.run``): per ShardActor it holds, how many arrays of its last subtotal were
+    handed over in segments (None: nothing held in shared memory)."""
+    from dask_estimators.engine._actor import ShardActor
+
+    out = []
+    for actor in dask_worker.state.actors.values():
+        if isinstance(actor, ShardActor) and actor.shard is not None:  # live: this placement's (closed ones drop it)
+            if actor._sent is None:
+                out.append(None)
+            else:
+                leaves = []
+                _shared._map(lambda x: leaves.append(isinstance(x, _shared._Leaf)), actor._sent._leaves)
+                out.append(sum(leaves))
+    return out
+
+
+@pytest.mark.parametrize("switch", [True, False])
+def test_actor_tree_hands_large_subtotals_over_in_shared_memory(client, switch):
+    from dask_estimators.engine import DistributedEvaluator, place
+
+    X = np.ones((10, 2))
+    with dask.config.set({"dask-estimators.shared-memory": switch}), place(client, {"X": X}, transport="actors") as p:
+        ev = DistributedEvaluator(p)
+        assert len(p.actors) == 2
+        rows = [float(r) for r in p.n_rows]
+        shares = ev._actor_shares([[p.actors[1]], []])
+        assert shares == (["copy", "map"] if switch else [None, None])
+        for seed in range(4):  # consecutive rounds: each total is its own, never a reused segment's numbers
+            got = ev(_shard_result, seed, BIG)
+            want = [_shard_result(type("S", (), {"get": lambda self, k, r=r: np.ones((int(r), 2))})(), seed, BIG)
+                    for r in rows]
+            _assert_total(got, want)
+            got[1][:] = 0.0  # the client's total is its own memory
+        held = [x for v in client.run(_sent_leaves).values() for x in v]
+        # switched on, each actor's last subtotal had its large array (only) in a segment; off, none
+        assert held == ([1, 1] if switch else [None, None])
+
+
+def test_actor_tree_to_another_host_sends_plain_arrays(client, monkeypatch):
+    from dask_estimators.engine import DistributedEvaluator, place
+
+    ws = _workers(client)
+    monkeypatch.setitem(reduce._TOKENS, ws[0], _shared.host_token())
+    monkeypatch.setitem(reduce._TOKENS, ws[1], "another-host")
+    with place(client, {"X": np.ones((10, 2))}, transport="actors") as p:
+        ev = DistributedEvaluator(p)
+        children = [[p.actors[1]], []]
+        first = p.workers.index(ws[0])
+        shares = ev._actor_shares(children if first == 0 else [[p.actors[1]], []])
+        # the child is on "another host" than its parent: plain; the root answers the client on this host
+        assert shares[1] is None
+        assert shares[0] == ("copy" if p.workers[0] == ws[0] else None)
