@@ -203,7 +203,29 @@ def close_embedded_cluster() -> None:
                 cluster.close()
 
 
-atexit.register(close_embedded_cluster)
+def _close_at_exit() -> None:
+    """At interpreter exit: the workers hold nothing that outlives this process (no fit keeps data on
+    them), so they are killed at once instead of closed gracefully (which took about 1.2 s of a three-line
+    script's 6 s), then the cluster is closed."""
+    import signal
+
+    cluster = _embedded.get("cluster")
+    if cluster is not None:
+        for w in list(getattr(cluster, "workers", {}).values()):
+            pid = getattr(w, "pid", None)
+            if not pid:
+                continue
+            with contextlib.suppress(Exception):
+                import psutil
+
+                procs = psutil.Process(pid).children(recursive=True) + [psutil.Process(pid)]
+                for proc in procs:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        proc.send_signal(signal.SIGKILL)
+    close_embedded_cluster()
+
+
+atexit.register(_close_at_exit)
 
 
 #: Seconds to connect to a scheduler given by address, or for a client that lost its scheduler to reconnect.
