@@ -448,15 +448,37 @@ class _LinearSVMMixin:
             return super()._fit_placed(placement, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0)
         return self._fit_dual(placement, classes, dask_input)
 
-    def _fit_dual(self, placement, classes, dask_input):
+    def _drive_dual(self, driver, placement, spec):
+        """Run a dual driver (``dual_coordinate_ascent`` or ``crammer_singer_ascent``) on the placement: one
+        shard takes up to ONE_SHARD_PASSES of LIBLINEAR's iterations a round, spread data one pass; the passes
+        on a bar (``progress=True``, updated once a round), the rounds printed with ``verbose``; LIBLINEAR's
+        warning when ``max_iter`` ends it.  Returns the driver's result and the evaluator."""
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.utils import check_random_state
 
         from ..engine import DistributedEvaluator
+        from ..optim.dual_driver import LIBLINEAR_WARNING, ONE_SHARD_PASSES
+        from ..optim.progress import IterationLog
+
+        seed = check_random_state(self.random_state).randint(np.iinfo("i").max)
+        evaluator = DistributedEvaluator(placement, reduction=self.reduction)
+        log = IterationLog(0, self.progress, self.max_iter, type(self).__name__)
+        try:
+            res = driver(
+                evaluator, spec, max_iter=self.max_iter, seed=seed, verbose=self.verbose,
+                callback=log if self.progress else None,
+                passes_per_round=ONE_SHARD_PASSES if len(placement.shards) == 1 else 1,
+            )
+        finally:
+            log.close()
+        if not res.success:
+            warnings.warn(LIBLINEAR_WARNING, ConvergenceWarning, stacklevel=5)
+        return res, evaluator
+
+    def _fit_dual(self, placement, classes, dask_input):
         from ..objectives import LinearSpec
         from ..objectives.dual import DualSpec, set_shard_index
-        from ..optim.dual_driver import LIBLINEAR_WARNING, ONE_SHARD_PASSES, dual_coordinate_ascent
-        from ..optim.progress import IterationLog
+        from ..optim.dual_driver import dual_coordinate_ascent
         from ._base import _prepare_and_weigh
 
         n_classes, class_weight = None, None
@@ -477,19 +499,7 @@ class _LinearSVMMixin:
             self.loss, d, n_outputs, C=float(self.C), bias=float(self.intercept_scaling) if self.fit_intercept else 0.0,
             epsilon=float(getattr(self, "epsilon", 0.0)), n_shards=n_shards, tol=float(self.tol),
         )
-        seed = check_random_state(self.random_state).randint(np.iinfo("i").max)
-        evaluator = DistributedEvaluator(placement, reduction=self.reduction)
-        # the passes (LIBLINEAR's iterations) on a bar, updated once a round (progress=True); verbose prints rounds
-        log = IterationLog(0, self.progress, self.max_iter, type(self).__name__)
-        try:
-            res = dual_coordinate_ascent(
-                evaluator, spec, max_iter=self.max_iter, seed=seed, verbose=self.verbose,
-                callback=log if self.progress else None, passes_per_round=ONE_SHARD_PASSES if n_shards == 1 else 1,
-            )
-        finally:
-            log.close()
-        if not res.success:
-            warnings.warn(LIBLINEAR_WARNING, ConvergenceWarning, stacklevel=4)
+        res, evaluator = self._drive_dual(dual_coordinate_ascent, placement, spec)
         W = res.x
         flat = np.concatenate([W[:, :d].ravel(), W[:, d]]) if self.fit_intercept else W[:, :d].ravel()
         y_shape = (placement.n_samples,)
@@ -670,15 +680,10 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
     def _fit_dual(self, placement, classes, dask_input):
         if self.multi_class != "crammer_singer":
             return super()._fit_dual(placement, classes, dask_input)
-        from sklearn.exceptions import ConvergenceWarning
-        from sklearn.utils import check_random_state
-
-        from ..engine import DistributedEvaluator
         from ..objectives import LinearSpec
         from ..objectives.crammer_singer import CSSpec
         from ..objectives.dual import set_shard_index
-        from ..optim.dual_driver import LIBLINEAR_WARNING, ONE_SHARD_PASSES, crammer_singer_ascent
-        from ..optim.progress import IterationLog
+        from ..optim.dual_driver import crammer_singer_ascent
         from ._base import _prepare_and_weigh
 
         self.classes_ = self._dask_classes(placement) if dask_input else classes
@@ -693,18 +698,7 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
         d = self.n_features_in_
         spec = CSSpec(d, K, C=float(self.C), bias=float(self.intercept_scaling) if self.fit_intercept else 0.0,
                       n_shards=n_shards, tol=float(self.tol))
-        seed = check_random_state(self.random_state).randint(np.iinfo("i").max)
-        evaluator = DistributedEvaluator(placement, reduction=self.reduction)
-        log = IterationLog(0, self.progress, self.max_iter, type(self).__name__)
-        try:
-            res = crammer_singer_ascent(
-                evaluator, spec, max_iter=self.max_iter, seed=seed, verbose=self.verbose,
-                callback=log if self.progress else None, passes_per_round=ONE_SHARD_PASSES if n_shards == 1 else 1,
-            )
-        finally:
-            log.close()
-        if not res.success:
-            warnings.warn(LIBLINEAR_WARNING, ConvergenceWarning, stacklevel=4)
+        res, evaluator = self._drive_dual(crammer_singer_ascent, placement, spec)
         W = res.x
         if K == 2:  # scikit-learn keeps one row for two classes: the second class's scores minus the first's
             W = W[1:] - W[:1]
