@@ -8,12 +8,13 @@ Objectives build ``value_and_grad``, ``hessp`` and ``hess`` on top of it.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _watch, _worker
+from . import _shared, _watch, _worker
 from ._watch import WorkerLostError
 from .reduce import REDUCTIONS, tree_sum
 
@@ -153,30 +154,35 @@ class DistributedEvaluator:
         ``dask-estimators.shared-memory`` is off)."""
         import dask
 
-        from . import _shared
-        from .reduce import _host_tokens
+        from .reduce import _host_tokens, _worker_pids
 
         n = len(children)
         if self.reduction == "gather" or not dask.config.get("dask-estimators.shared-memory", True):
             return [None] * n
         workers = list(self.placement.workers)
         tokens = _host_tokens(self.client, sorted(set(workers)))
+        # the same host but another process: workers that are threads of one process (or of the client's)
+        # hand their results over as objects already
+        pids = _worker_pids(self.client, sorted(set(workers)))
+        where = [(tokens.get(w), pids.get(w)) for w in workers]
         ids = {id(a): i for i, a in enumerate(self.placement.actors)}
-        reader = {ids[id(c)]: tokens.get(workers[i]) for i, cs in enumerate(children) for c in cs}
+        reader = {ids[id(c)]: where[i] for i, cs in enumerate(children) for c in cs}
+        client = (_shared.host_token(), os.getpid())
         out = []
         for i in range(n):
-            mine = tokens.get(workers[i])
-            if i in reader:
-                out.append("map" if mine is not None and mine == reader[i] else None)
-            else:  # the root answers the client
-                out.append("copy" if i == 0 and mine is not None and mine == _shared.host_token() else None)
+            (token, pid), (r_token, r_pid) = where[i], reader.get(i, client if i == 0 else (None, None))
+            same = token is not None and token == r_token and pid is not None and pid != r_pid
+            out.append(("map" if i in reader else "copy") if same else None)
         return out
 
     def _call_actors(self, fn, args):
         actors = self.placement.actors
         if self.reduction == "gather":
             return _worker.add(*self._wait([a.run(fn, args) for a in actors]))
-        return self._wait([actors[0].reduce(fn, args)])[0]
+        out = self._wait([actors[0].reduce(fn, args)])[0]
+        if isinstance(out, _shared.Shared):  # not pickled on its way (an actor in this process): copy it out
+            out = _shared._map(lambda a: a.copy() if isinstance(a, np.ndarray) else a, out.tree)
+        return out
 
     def __call__(self, fn, *args):
         """``sum over shards of fn(shard, *args)``, surviving the loss of workers (see ``recover``)."""

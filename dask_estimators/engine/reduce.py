@@ -8,6 +8,8 @@ sums) and ``"single"`` (one task sums all parts) exist for comparison.
 
 from __future__ import annotations
 
+import os
+
 import dask
 
 from . import _shared, _worker
@@ -111,6 +113,19 @@ def _host_tokens(client, workers) -> dict:
         except Exception:  # a worker that cannot answer: send its sums over the network, as before
             _TOKENS.update({w: None for w in missing if w not in _TOKENS})
     return {w: _TOKENS.get(w) for w in workers}
+
+
+_PIDS: dict = {}  # worker address -> the pid of its process (threads of one process share it)
+
+
+def _worker_pids(client, workers) -> dict:
+    missing = [w for w in workers if w not in _PIDS]
+    if missing:
+        try:
+            _PIDS.update(client.run(os.getpid, workers=missing))
+        except Exception:  # a worker that cannot answer: unknown, so nothing is shared with it
+            _PIDS.update({w: None for w in missing if w not in _PIDS})
+    return {w: _PIDS.get(w) for w in workers}
 
 
 def reduce_parts(client, parts, workers, method: str = "tree", fan_in: int = 2, timeout=None):
