@@ -1,17 +1,18 @@
-"""A worker preload that imports the engine and the kernels in the background.
+"""A worker preload that imports the engine and the kernels while the worker starts.
 
 The embedded cluster's workers load it (``preload=``) when they start, so
 that torch, numba and the linear kernels are imported while the client still
-validates its data, instead of in the first task.  The imports run in a
-daemon thread: the worker registers with the scheduler at once, and a task
-that needs a module meanwhile waits for the import under way (Python's import
-lock) rather than starting it again.
+validates its data, instead of in the first task.  The imports run before the
+worker registers with the scheduler, not in a background thread: a thread
+importing scikit-learn while the worker's event loop unpickled a message that
+imports it too ended in Python's ``_DeadlockError`` on the two module locks
+(sklearn.base and sklearn.utils.validation), and the fit then hung (seen once
+in CI, in a docs example's fresh cluster).
 """
 
 from __future__ import annotations
 
 import importlib
-import threading
 
 #: Modules imported on each worker, in this order.
 MODULES = (
@@ -34,11 +35,11 @@ def _import_all() -> None:
 
 
 def dask_setup(worker) -> None:
-    """Start the background imports (called by the worker's preload manager).
+    """Import the modules (called by the worker's preload manager, before the worker serves anything).
 
     Parameters
     ----------
     worker : distributed.Worker
         The worker starting up (unused).
     """
-    threading.Thread(target=_import_all, name="dask-estimators-warm", daemon=True).start()
+    _import_all()

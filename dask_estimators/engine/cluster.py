@@ -23,7 +23,7 @@ Our worker processes never import the user's script, so no guard is needed.
 They exit with this process, even when it is killed (SIGKILL): see
 :mod:`._nanny`.  A worker that dies is restarted by its nanny.  While the
 cluster starts, the estimators validate their data (:func:`prestart`), and
-every worker imports the engine in the background (:mod:`._warm`).
+every worker imports the engine as it starts, before it registers (:mod:`._warm`).
 """
 
 from __future__ import annotations
