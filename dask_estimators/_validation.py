@@ -15,8 +15,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from sklearn.utils.validation import _assert_all_finite
-
 from ._jit import AVAILABLE as _NUMBA, lazy_njit
 
 __all__ = ["assert_all_finite", "classes_and_codes"]
@@ -110,7 +108,8 @@ def assert_all_finite(X, *, input_name="X", estimator_name=None):
     X = np.asarray(X)
     contiguous = X.flags.c_contiguous or X.flags.f_contiguous
     if not _NUMBA or X.dtype.kind != "f" or not contiguous or X.size < _MIN_PARALLEL:
-        _assert_all_finite(X, input_name=input_name, estimator_name=estimator_name)
+        if X.dtype.kind != "f" or not np.isfinite(X).all():
+            _sklearn_check(X, input_name, estimator_name)
         return
     flat = X.reshape(-1, order="A")
     n_threads = min(_n_threads(), 8)
@@ -118,7 +117,15 @@ def assert_all_finite(X, *, input_name="X", estimator_name=None):
     with ThreadPoolExecutor(n_threads) as pool:
         bad = sum(pool.map(_count_nonfinite, parts))
     if bad:
-        _assert_all_finite(X, input_name=input_name, estimator_name=estimator_name)
+        _sklearn_check(X, input_name, estimator_name)
+
+
+def _sklearn_check(X, input_name, estimator_name):
+    """scikit-learn's own check, for its error message (imported here: workers running the finiteness checks
+    of placement need not import scikit-learn otherwise)."""
+    from sklearn.utils.validation import _assert_all_finite
+
+    _assert_all_finite(X, input_name=input_name, estimator_name=estimator_name)
 
 
 @lazy_njit(nogil=True)

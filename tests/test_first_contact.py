@@ -218,3 +218,52 @@ def test_worker_that_cannot_start_is_a_one_line_error(tmp_path):
     assert float(lines["SECONDS"]) < 120  # noticed when the process exits, not at the start timeout
     assert lines["LEFT"] == "0"
     assert not left, _describe(left)
+
+
+WORKER_REPORT = textwrap.dedent(
+    """\
+    import json, os, sys
+    import numpy as np, psutil
+    import dask_estimators as de
+    from dask_estimators.engine import get_embedded_client
+
+    rng = np.random.default_rng(0); X = rng.normal(size=(500, 5)); y = (X[:, 0] > 0).astype(int)
+    score = de.LogisticRegression().fit(X, y).score(X, y)
+    client = get_embedded_client()
+
+    def report():
+        me = psutil.Process()
+        return {"sklearn": "sklearn" in sys.modules, "torch": "torch" in sys.modules,
+                "same_command_as_nanny": me.cmdline() == me.parent().cmdline(),
+                "spawned": any("multiprocessing" in part for part in me.cmdline())}
+
+    print("REPORT " + json.dumps({"score": score, "workers": list(client.run(report).values())}))
+    """
+)
+
+
+@pytest.mark.parametrize("fork", ["", "0"], ids=["fork", "spawn"])
+def test_embedded_workers_start_lean(tmp_path, fork):
+    """The embedded cluster's workers are forked from their nanny with the engine imported (Linux; spawned with
+    ``DASK_ESTIMATORS_FORK_WORKERS=0``), and a linear fit never makes them import scikit-learn."""
+    import json
+
+    marker = uuid.uuid4().hex
+    env = _env(marker)
+    env["DASK_ESTIMATORS_FORK_WORKERS"] = fork
+    proc = subprocess.run([sys.executable, "-c", WORKER_REPORT], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    left = _wait_until_none_left(marker, 10)
+    _kill_leftovers(left)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-5000:]
+    [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    report = json.loads(line.split(" ", 1)[1])
+    assert report["score"] > 0.95
+    workers = report["workers"]
+    assert len(workers) == N_WORKERS
+    forked = fork == "" and sys.platform.startswith("linux")
+    for w in workers:
+        assert w["torch"]  # imported before the first task, by the nanny (fork) or the worker's preload (spawn)
+        assert not w["sklearn"], "a linear fit made a worker import scikit-learn"
+        assert w["same_command_as_nanny"] is forked and w["spawned"] is not forked, w
+    assert not left, _describe(left)

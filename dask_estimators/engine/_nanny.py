@@ -29,7 +29,10 @@ killed with SIGKILL:
   gives every worker process a pipe from its parent and ends the worker when
   that pipe closes.
 
-A worker that dies is started again by its Nanny, as in a LocalCluster.
+A worker that dies is started again by its Nanny, as in a LocalCluster.  On
+Linux the Nanny forks its worker from a process that has imported the
+engine (:func:`fork_workers`), instead of spawning a fresh interpreter that
+imports everything again.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import threading
 
 from distributed.deploy.spec import ProcessInterface
 
-__all__ = ["SubprocessNanny", "child_env"]
+__all__ = ["SubprocessNanny", "child_env", "fork_workers"]
 
 #: The module each nanny process runs (``python -m ...``).
 _MODULE = "dask_estimators.engine._nanny"
@@ -86,8 +89,10 @@ def child_env() -> dict[str, str]:
         ``os.environ`` with ``PYTHONPATH`` covering the client's import path
         and ``DASK_INTERNAL_INHERIT_CONFIG`` carrying the client's Dask
         configuration (as a LocalCluster's workers inherit it).  The OpenMP
-        and BLAS thread limits come from ``distributed.nanny.pre-spawn-environ``,
-        which the Nanny applies to its worker.
+        and BLAS thread limits of ``distributed.nanny.pre-spawn-environ``,
+        which a Nanny applies to the worker it spawns, apply to the nanny's
+        process too, so that a worker forked from it (:func:`fork_workers`)
+        has them; variables already in the environment win.
     """
     import dask.config
 
@@ -96,6 +101,11 @@ def child_env() -> dict[str, str]:
     if env.get("PYTHONPATH"):
         path += [p for p in env["PYTHONPATH"].split(os.pathsep) if p and p not in path]
     env["PYTHONPATH"] = os.pathsep.join(path)
+    # the thread limits a Nanny sets before it spawns its worker, set for the nanny's process itself: a forked
+    # worker inherits the nanny's BLAS and OpenMP as they were loaded (variables already set win, as in a Nanny)
+    for k, v in (dask.config.get("distributed.nanny.pre-spawn-environ", None) or {}).items():
+        if v is not None:
+            env.setdefault(k, str(v))
     try:
         env["DASK_INTERNAL_INHERIT_CONFIG"] = dask.config.serialize(dask.config.global_config)
     except (TypeError, ValueError):  # a value that is not JSON: the workers read the config files and DASK_ variables
@@ -230,7 +240,32 @@ def main(argv: list[str]) -> None:
 
         logging.getLogger("distributed").setLevel(level)
     _die_with_parent(parent_pid)
+    if fork_workers():
+        import dask.config
+
+        from . import _warm
+
+        _warm._import_all()  # once, here: every worker this nanny starts (or restarts) is forked with them
+        dask.config.set({"distributed.worker.multiprocessing-method": "fork"})
     asyncio.run(_serve(scheduler, opts))
+
+
+def fork_workers() -> bool:
+    """Whether a nanny forks its worker (Linux) rather than spawning a fresh interpreter.
+
+    A spawned worker imports distributed, torch, numba and the kernels again,
+    though its nanny could have them already: about 2 s of one core per worker
+    at the start of the first fit.  Forking from a nanny that imported them
+    once (before it started any thread but its stdin watch, and without
+    running any torch or OpenMP code) gives the worker all of them for
+    nothing, and its memory pages are shared until written.  Elsewhere (macOS,
+    Windows) fork is unsafe or missing, and workers are spawned as in any
+    LocalCluster.  ``DASK_ESTIMATORS_FORK_WORKERS=0`` turns it off.
+    """
+    flag = os.environ.get("DASK_ESTIMATORS_FORK_WORKERS", "").strip().lower()
+    if flag in ("0", "false", "no", "off"):
+        return False
+    return sys.platform.startswith("linux")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ worker registers with the scheduler, not in a background thread: a thread
 importing scikit-learn while the worker's event loop unpickled a message that
 imports it too ended in Python's ``_DeadlockError`` on the two module locks
 (sklearn.base and sklearn.utils.validation), and the fit then hung (seen once
-in CI, in a docs example's fresh cluster).
+in CI, in a docs example's fresh cluster).  On Linux the embedded cluster's
+nannies import the same modules before they fork their workers
+(:func:`._nanny.fork_workers`), and the preload finds them imported.
 """
 
 from __future__ import annotations

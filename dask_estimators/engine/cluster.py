@@ -22,8 +22,10 @@ the user's ``__main__`` again in every worker, so a script without an
 Our worker processes never import the user's script, so no guard is needed.
 They exit with this process, even when it is killed (SIGKILL): see
 :mod:`._nanny`.  A worker that dies is restarted by its nanny.  While the
-cluster starts, the estimators validate their data (:func:`prestart`), and
-every worker imports the engine as it starts, before it registers (:mod:`._warm`).
+cluster starts, the estimators validate their data (:func:`prestart`).  On
+Linux each nanny imports the engine (torch, numba, the kernels) once and
+forks its worker with them (:func:`._nanny.fork_workers`); elsewhere every
+worker imports them as it starts, before it registers (:mod:`._warm`).
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ from .._validation import assert_all_finite, classes_and_codes
 from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
 from ..engine.cluster import prestart
 from ..objectives import LinearObjective, LinearSpec
-from ..objectives.linear import weight_sum
 from ..objectives import targets as T
 from ..optim import SOLVERS, minimize
 from ..optim.progress import IterationLog, check_progress
@@ -417,7 +416,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             class_weight = self._class_weight_vector(placement, n_classes)
         y_shape = None if dask_input else np.shape(y)
         if dask_input and not self._is_classifier:
-            y_shape = (None,) + placement.map(_y_trailing_shape)[0]
+            y_shape = (None,) + placement.map(T.trailing_shape)[0]
         n_outputs = self._n_outputs(n_classes, y_shape)
         loss = self._loss_name(n_classes)
         spec = LinearSpec(
@@ -428,7 +427,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         if inference:
             _check_inference(spec)
         # the targets' encoding and the sum of the weights (and of s * y) in one call (one round trip less)
-        sums = placement.map(_prepare_and_weigh, loss, n_outputs, class_weight, self._start_at_mean)
+        sums = placement.map(T.prepare_and_weigh, loss, n_outputs, class_weight, self._start_at_mean)
         sums = tuple(map(sum, zip(*sums)))
         evaluator = DistributedEvaluator(placement, reduction=self.reduction)
         objective = LinearObjective(evaluator, spec, weight_sums=sums[:2])
@@ -716,21 +715,6 @@ def _checked_classes(y):
     return (np.asarray(meta["unique"]) if meta and "unique" in meta else np.unique(y)), None
 
 
-def _prepare_and_weigh(shard, loss, n_outputs, class_weight, y_sum=False):
-    """Encode the shard's targets for ``loss`` and return its ``weight_sum`` (sum of weights, rows).
-
-    With ``y_sum`` the sum of ``s * y`` (one output) comes third: the weighted
-    mean of y the GLMs start from.
-    """
-    T.prepare_targets(shard, loss, n_outputs, class_weight)
-    sums = weight_sum(shard)
-    if not y_sum:
-        return sums
-    y, s = shard.get("y"), shard.get("sample_weight")
-    y = y.reshape(-1)
-    return sums + (float((y * s.reshape(-1)).sum() if s is not None else y.sum()),)
-
-
 #: The most parameters ``compute_inference=True`` accepts: the covariance is a dense p x p matrix.
 MAX_INFERENCE_PARAMS = 5000
 
@@ -747,11 +731,6 @@ def _check_inference(spec):
             f"at most {MAX_INFERENCE_PARAMS} parameters are supported. Reduce the number of features or set "
             "compute_inference=False."
         )
-
-
-def _y_trailing_shape(shard):
-    """``y.shape[1:]`` of a shard: () for one target, (n_targets,) for several."""
-    return tuple(int(k) for k in shard.get("y").shape[1:])
 
 
 def _as_dask_like(a, X, name):

@@ -13,6 +13,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from ..objectives import targets as T
 from ._base import DistributedLinearModel, InferenceMixin
 
 __all__ = ["LinearRegression", "LogisticRegression", "LinearSVC", "LinearSVR"]
@@ -479,7 +480,6 @@ class _LinearSVMMixin:
         from ..objectives import LinearSpec
         from ..objectives.dual import DualSpec, set_shard_index
         from ..optim.dual_driver import dual_coordinate_ascent
-        from ._base import _prepare_and_weigh
 
         n_classes, class_weight = None, None
         if self._is_classifier:
@@ -488,7 +488,7 @@ class _LinearSVMMixin:
             class_weight = self._class_weight_vector(placement, n_classes)
         n_outputs = 1 if not self._is_classifier or n_classes == 2 else n_classes
         encoding = _TARGET_ENCODING[self.loss]
-        sums = placement.map(_prepare_and_weigh, encoding, n_outputs, class_weight)
+        sums = placement.map(T.prepare_and_weigh, encoding, n_outputs, class_weight)
         sw_sum = float(sum(s[0] for s in sums))
         if not sw_sum > 0:
             raise ValueError("The sum of sample weights must be positive.")
@@ -684,13 +684,12 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
         from ..objectives.crammer_singer import CSSpec
         from ..objectives.dual import set_shard_index
         from ..optim.dual_driver import crammer_singer_ascent
-        from ._base import _prepare_and_weigh
 
         self.classes_ = self._dask_classes(placement) if dask_input else classes
         K = len(self.classes_)
         class_weight = self._class_weight_vector(placement, K)
         # codes, with the class weights folded into the sample weights
-        sw_sum = float(sum(s[0] for s in placement.map(_prepare_and_weigh, "multinomial", K, class_weight)))
+        sw_sum = float(sum(s[0] for s in placement.map(T.prepare_and_weigh, "multinomial", K, class_weight)))
         if not sw_sum > 0:
             raise ValueError("The sum of sample weights must be positive.")
         n_shards = len(placement.shards)

@@ -16,7 +16,7 @@ torch = lazy_module("torch")  # the encodings run on the workers
 from .._validation import classes_and_codes
 from .losses import get_loss
 
-__all__ = ["unique_labels", "encode_labels", "class_counts", "prepare_targets"]
+__all__ = ["unique_labels", "encode_labels", "class_counts", "prepare_targets", "prepare_and_weigh", "trailing_shape"]
 
 
 def _host(a):
@@ -73,3 +73,26 @@ def prepare_targets(shard, loss: str, n_outputs: int, class_weight=None):
     otherwise.  Regression losses: float (n, K).  An unknown loss raises ``ValueError``.
     """
     get_loss(loss).prepare_targets(shard, n_outputs, class_weight)
+
+
+def prepare_and_weigh(shard, loss: str, n_outputs: int, class_weight=None, y_sum: bool = False):
+    """Kernel: :func:`prepare_targets`, then the shard's ``(sum of weights, rows)`` in the same task.
+
+    With ``y_sum`` the sum of ``s * y`` (one output) comes third: the weighted
+    mean of y the GLMs start from.  It lives here, beside the encodings, so
+    that a worker unpickling it imports neither scikit-learn nor the estimators.
+    """
+    from .linear import weight_sum
+
+    prepare_targets(shard, loss, n_outputs, class_weight)
+    sums = weight_sum(shard)
+    if not y_sum:
+        return sums
+    y, s = shard.get("y"), shard.get("sample_weight")
+    y = y.reshape(-1)
+    return sums + (float((y * s.reshape(-1)).sum() if s is not None else y.sum()),)
+
+
+def trailing_shape(shard):
+    """Kernel: ``y.shape[1:]`` of a shard: () for one target, (n_targets,) for several."""
+    return tuple(int(k) for k in shard.get("y").shape[1:])
