@@ -6,14 +6,62 @@ the kernel on its own shard in its own thread, and each adds its children's
 subtotals to its own before answering its parent.  Measured on the 2-core
 development machine, 2 workers, tiny problem: about 5 ms per round, against
 about 28 ms for the same tree built from tasks (see docs/performance.md).
+
+A call's kernel and arguments travel as a :class:`Payload`, pickled once by
+the client and unpickled inside the actor's method, where a failure (a
+module the worker cannot import, a class of another version) becomes the
+call's error.  Sent as plain objects, they would be unpickled while
+distributed reads the message, and distributed (2025-2026) leaves the
+caller's future unanswered when that fails: the fit would hang.
 """
 
 from __future__ import annotations
 
 import asyncio
+import pickle
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _shared, _worker
+
+
+class Payload:
+    """A kernel and its arguments, pickled by the sender; :meth:`unpack` unpickles them where they run.
+
+    Large arrays among the arguments stay out-of-band buffers (pickle
+    protocol 5): the payload wraps them without a copy, and distributed sends
+    them as frames of their own.  An actor forwards a payload to its children
+    as it came, without unpickling and pickling it again.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fn, args = Payload.pack(max, (np.arange(3.0),)).unpack()
+    >>> fn is max, args[0].tolist()
+    (True, [0.0, 1.0, 2.0])
+    """
+
+    __slots__ = ("data", "buffers")
+
+    def __init__(self, data: bytes, buffers=()):
+        self.data = data
+        self.buffers = list(buffers)
+
+    @classmethod
+    def pack(cls, fn, args) -> "Payload":
+        from distributed.protocol import pickle as dask_pickle  # pickle, or cloudpickle for what pickle cannot
+
+        buffers: list = []
+        data = dask_pickle.dumps((fn, tuple(args)), protocol=5, buffer_callback=buffers.append)
+        return cls(data, [b.raw() for b in buffers])
+
+    def unpack(self):
+        """``(fn, args)``; raises what unpickling raises (say ``ModuleNotFoundError``) in the caller's call."""
+        from distributed.protocol import pickle as dask_pickle
+
+        return dask_pickle.loads(self.data, buffers=self.buffers)
+
+    def __reduce__(self):
+        return (Payload, (self.data, [pickle.PickleBuffer(b) for b in self.buffers]))
 
 
 class ShardActor:
@@ -56,10 +104,11 @@ class ShardActor:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, body, fn, self.shard, *args)
 
-    async def reduce(self, fn, args):
-        """Run ``fn(shard, *args)`` here and below, return the sum (NumPy float64)."""
+    async def reduce(self, payload: Payload):
+        """Run ``fn(shard, *args)`` of the :class:`Payload` here and below, return the sum (NumPy float64)."""
         self._sent = None  # the last round's reader is done: its segments may go back to the pool
-        pending = [asyncio.ensure_future(c.reduce(fn, args)) for c in self.children]
+        fn, args = payload.unpack()
+        pending = [asyncio.ensure_future(c.reduce(payload)) for c in self.children]
         self._waiting.update(pending)
         try:
             out = await self._run(_worker.run_kernel, fn, args)
@@ -76,13 +125,13 @@ class ShardActor:
                 p.cancel()
             self._waiting.difference_update(pending)
 
-    async def run(self, fn, args):
-        """Run ``fn(shard, *args)`` on this shard only (results as NumPy float64)."""
-        return await self._run(_worker.run_kernel, fn, args)
+    async def run(self, payload: Payload):
+        """Run ``fn(shard, *args)`` of the :class:`Payload` on this shard only (results as NumPy float64)."""
+        return await self._run(_worker.run_kernel, *payload.unpack())
 
-    async def apply(self, fn, args):
-        """Run ``fn(shard, *args)`` on this shard only and return its result unchanged."""
-        return await self._run(_worker.apply, fn, args)
+    async def apply(self, payload: Payload):
+        """Run ``fn(shard, *args)`` of the :class:`Payload` on this shard only; its result unchanged."""
+        return await self._run(_worker.apply, *payload.unpack())
 
     def close(self) -> bool:
         """Drop the shard and the children (called when the fit ends); stop a reduce still waiting."""

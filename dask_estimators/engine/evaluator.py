@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _shared, _watch, _worker
+from ._actor import Payload
 from ._watch import WorkerLostError
 from .reduce import REDUCTIONS, tree_sum
 
@@ -177,9 +178,10 @@ class DistributedEvaluator:
 
     def _call_actors(self, fn, args):
         actors = self.placement.actors
+        payload = Payload.pack(fn, args)
         if self.reduction == "gather":
-            return _worker.add(*self._wait([a.run(fn, args) for a in actors]))
-        out = self._wait([actors[0].reduce(fn, args)])[0]
+            return _worker.add(*self._wait([a.run(payload) for a in actors]))
+        out = self._wait([actors[0].reduce(payload)])[0]
         if isinstance(out, _shared.Shared):  # not pickled on its way (an actor in this process): copy it out
             out = _shared._map(lambda a: a.copy() if isinstance(a, np.ndarray) else a, out.tree)
         return out

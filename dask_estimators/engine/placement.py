@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import _dask_input, _shm, _watch, _worker
-from ._actor import ShardActor
+from ._actor import Payload, ShardActor
 from ._watch import WorkerLostError
 
 #: How a round reaches the shards: long-lived actors (direct worker-to-worker
@@ -218,7 +218,8 @@ class Placement:
     def _submit_one(self, i, fn, args, body=_worker.apply):
         try:
             if self.actors:
-                return self.actors[i].apply(fn, args) if body is _worker.apply else self.actors[i].run(fn, args)
+                payload = Payload.pack(fn, args)
+                return self.actors[i].apply(payload) if body is _worker.apply else self.actors[i].run(payload)
             return self.client.submit(
                 body, fn, self.shards[i], *args, workers=[self.workers[i]], allow_other_workers=False, pure=False
             )

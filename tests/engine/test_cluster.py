@@ -421,3 +421,38 @@ def test_n_threads_is_the_workers_public_nthreads(client):
 
     assert set(client.run(n_threads).values()) == set(client.nthreads().values()) == {1}
     assert n_threads() == int(os.environ.get("DASK_ESTIMATORS_THREADS", "1"))  # outside a worker
+
+
+# ------------------------------------------------------- what a worker cannot unpickle
+from concurrent.futures import CancelledError  # noqa: E402 - distributed's FutureCancelledError is one
+
+
+class _OnlyOnTheClient:
+    """Unpickles by importing a module that no worker has (as a class of a package missing on the workers)."""
+
+    def __reduce__(self):
+        return (importlib.import_module, ("dask_estimators_no_such_module",))
+
+
+def _sum_x(shard, *_):
+    return shard.get("X").sum()
+
+
+@pytest.mark.timeout(120)  # the hang guard: distributed itself left this call unanswered
+@pytest.mark.parametrize("reduction", ["tree", "gather"])
+@pytest.mark.parametrize("transport", ["actors", "tasks"])
+def test_argument_a_worker_cannot_unpickle_is_an_error_not_a_hang(client, transport, reduction):
+    """With actors the worker's ``ModuleNotFoundError`` reaches the caller (the actor unpickles the call's
+    payload itself).  Tasks are unpickled by the scheduler first (here it lacks the module too): distributed
+    fails or cancels them, and the caller gets its error ("Error during deserialization of the task graph")."""
+    X = np.ones((60, 3))
+    expected = (ModuleNotFoundError,) if transport == "actors" else (ModuleNotFoundError, CancelledError, RuntimeError)
+    with place(client, {"X": X}, transport=transport) as p:
+        ev = DistributedEvaluator(p, reduction=reduction)
+        with pytest.raises(expected) as err:
+            ev(_sum_x, _OnlyOnTheClient())
+        if transport == "actors":
+            assert "dask_estimators_no_such_module" in str(err.value)
+        with pytest.raises(expected):
+            p.map(_sum_x, _OnlyOnTheClient())
+        assert float(ev(_sum_x)) == X.sum()  # the same shards serve the next round
