@@ -48,17 +48,15 @@ class Payload:
 
     @classmethod
     def pack(cls, fn, args) -> "Payload":
-        from distributed.protocol import pickle as dask_pickle  # pickle, or cloudpickle for what pickle cannot
+        import cloudpickle  # importable functions by reference, the rest (a script's own) by value
 
         buffers: list = []
-        data = dask_pickle.dumps((fn, tuple(args)), protocol=5, buffer_callback=buffers.append)
+        data = cloudpickle.dumps((fn, tuple(args)), protocol=5, buffer_callback=buffers.append)
         return cls(data, [b.raw() for b in buffers])
 
     def unpack(self):
         """``(fn, args)``; raises what unpickling raises (say ``ModuleNotFoundError``) in the caller's call."""
-        from distributed.protocol import pickle as dask_pickle
-
-        return dask_pickle.loads(self.data, buffers=self.buffers)
+        return pickle.loads(self.data, buffers=self.buffers)
 
     def __reduce__(self):
         return (Payload, (self.data, [pickle.PickleBuffer(b) for b in self.buffers]))
