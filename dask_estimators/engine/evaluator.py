@@ -8,7 +8,6 @@ Objectives build ``value_and_grad``, ``hessp`` and ``hess`` on top of it.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -155,24 +154,20 @@ class DistributedEvaluator:
         ``dask-estimators.shared-memory`` is off)."""
         import dask
 
-        from .reduce import _host_tokens, _worker_pids
+        from .reduce import _identities, _identity, shares_memory
 
         n = len(children)
         if self.reduction == "gather" or not dask.config.get("dask-estimators.shared-memory", True):
             return [None] * n
         workers = list(self.placement.workers)
-        tokens = _host_tokens(self.client, sorted(set(workers)))
-        # the same host but another process: workers that are threads of one process (or of the client's)
-        # hand their results over as objects already
-        pids = _worker_pids(self.client, sorted(set(workers)))
-        where = [(tokens.get(w), pids.get(w)) for w in workers]
-        ids = {id(a): i for i, a in enumerate(self.placement.actors)}
-        reader = {ids[id(c)]: where[i] for i, cs in enumerate(children) for c in cs}
-        client = (_shared.host_token(), os.getpid())
+        ids = _identities(self.client, sorted(set(workers)))
+        where = [ids[w] for w in workers]
+        index = {id(a): i for i, a in enumerate(self.placement.actors)}
+        reader = {index[id(c)]: where[i] for i, cs in enumerate(children) for c in cs}
+        client = _identity()
         out = []
         for i in range(n):
-            (token, pid), (r_token, r_pid) = where[i], reader.get(i, client if i == 0 else (None, None))
-            same = token is not None and token == r_token and pid is not None and pid != r_pid
+            same = shares_memory(where[i], reader.get(i, client if i == 0 else (None, None)))
             out.append(("map" if i in reader else "copy") if same else None)
         return out
 

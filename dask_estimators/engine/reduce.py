@@ -83,7 +83,7 @@ def _shares(client, adds, where, n):
     """
     if not adds or not dask.config.get("dask-estimators.shared-memory", True):
         return [None] * len(adds)
-    tokens = _host_tokens(client, sorted(set(where)))
+    ids = _identities(client, sorted(set(where)))
     parent = {}
     for k, (group, _, _) in enumerate(adds):
         for i in group:
@@ -94,38 +94,37 @@ def _shares(client, adds, where, n):
         while node in parent and adds[parent[node]][0][0] == node:  # it is summed into: follow it up
             node = n + parent[node]
         if node in parent:
-            dest, share = tokens.get(where[adds[parent[node]][0][0]]), "map"
+            dest, share = ids[where[adds[parent[node]][0][0]]], "map"
         else:  # the root: its total goes to the client
-            dest, share = _shared.host_token(), "copy"
-        mine = tokens.get(where[n + k])
-        out.append(share if mine is not None and mine == dest else None)
+            dest, share = _identity(), "copy"
+        out.append(share if shares_memory(ids[where[n + k]], dest) else None)
     return out
 
 
-_TOKENS: dict = {}  # worker address -> its host_token (None: cannot share); a worker's address is its process's
+_IDS: dict = {}  # worker address -> (host_token, pid) of its process; a worker's address is its process's
 
 
-def _host_tokens(client, workers) -> dict:
-    missing = [w for w in workers if w not in _TOKENS]
+def _identity():
+    return _shared.host_token(), os.getpid()
+
+
+def _identities(client, workers) -> dict:
+    """``{worker: (host_token, pid)}``, one ``client.run`` for the workers not seen before ((None, None) for
+    a worker that cannot answer: nothing is shared with it)."""
+    missing = [w for w in workers if w not in _IDS]
     if missing:
         try:
-            _TOKENS.update(client.run(_shared.host_token, workers=missing))
+            _IDS.update(client.run(_identity, workers=missing))
         except Exception:  # a worker that cannot answer: send its sums over the network, as before
-            _TOKENS.update({w: None for w in missing if w not in _TOKENS})
-    return {w: _TOKENS.get(w) for w in workers}
+            _IDS.update({w: (None, None) for w in missing if w not in _IDS})
+    return {w: _IDS.get(w, (None, None)) for w in workers}
 
 
-_PIDS: dict = {}  # worker address -> the pid of its process (threads of one process share it)
-
-
-def _worker_pids(client, workers) -> dict:
-    missing = [w for w in workers if w not in _PIDS]
-    if missing:
-        try:
-            _PIDS.update(client.run(os.getpid, workers=missing))
-        except Exception:  # a worker that cannot answer: unknown, so nothing is shared with it
-            _PIDS.update({w: None for w in missing if w not in _PIDS})
-    return {w: _PIDS.get(w) for w in workers}
+def shares_memory(a, b) -> bool:
+    """Whether the processes of identities ``a`` and ``b`` (``(host_token, pid)``) hand sums over in shared
+    memory: the same host token (boot, pid namespace, user) and two processes.  Workers that are threads of
+    one process (or of the client's) hand their results over as objects already."""
+    return a[0] is not None and a[0] == b[0] and a[1] is not None and b[1] is not None and a[1] != b[1]
 
 
 def reduce_parts(client, parts, workers, method: str = "tree", fan_in: int = 2, timeout=None):

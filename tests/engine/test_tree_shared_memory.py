@@ -9,6 +9,7 @@ segment is an error and never another sum's numbers, and segments are pooled.
 """
 
 import gc
+import os
 import pickle
 
 import dask
@@ -97,8 +98,9 @@ def test_client_total_survives_reuse_of_the_segments(client):
 def test_sums_for_another_host_go_over_the_network(client, monkeypatch):
     """A worker whose host token differs from its consumer's hands over plain arrays (and the sum is right)."""
     ws = _workers(client)
-    monkeypatch.setitem(reduce._TOKENS, ws[1], "another-host")
-    monkeypatch.setitem(reduce._TOKENS, ws[0], _shared.host_token())
+    pids = client.run(os.getpid)
+    monkeypatch.setitem(reduce._IDS, ws[1], ("another-host", pids[ws[1]]))
+    monkeypatch.setitem(reduce._IDS, ws[0], (_shared.host_token(), pids[ws[0]]))
     futs, where, values = _parts(client, 4, BIG, where=[ws[0], ws[0], ws[1], ws[1]])
     adds, placed_on = reduce._plan(4, where, 2)
     shares = reduce._shares(client, adds, placed_on, 4)
@@ -230,8 +232,9 @@ def test_actor_tree_to_another_host_sends_plain_arrays(client, monkeypatch):
     from dask_estimators.engine import DistributedEvaluator, place
 
     ws = _workers(client)
-    monkeypatch.setitem(reduce._TOKENS, ws[0], _shared.host_token())
-    monkeypatch.setitem(reduce._TOKENS, ws[1], "another-host")
+    pids = client.run(os.getpid)
+    monkeypatch.setitem(reduce._IDS, ws[0], (_shared.host_token(), pids[ws[0]]))
+    monkeypatch.setitem(reduce._IDS, ws[1], ("another-host", pids[ws[1]]))
     with place(client, {"X": np.ones((10, 2))}, transport="actors") as p:
         ev = DistributedEvaluator(p)
         children = [[p.actors[1]], []]
