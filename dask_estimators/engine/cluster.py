@@ -209,10 +209,14 @@ def _close_at_exit() -> None:
     """At interpreter exit: the workers hold nothing that outlives this process (no fit keeps data on
     them), so they are killed at once instead of closed gracefully (which took about 1.2 s of a three-line
     script's 6 s), then the cluster is closed."""
+    import logging
     import signal
 
     cluster = _embedded.get("cluster")
     if cluster is not None:
+        # the scheduler and the client notice the killed workers' closed connections: nothing a user should read
+        # at exit (a traceback at INFO level from distributed.batched, now and then)
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
         for w in list(getattr(cluster, "workers", {}).values()):
             pid = getattr(w, "pid", None)
             if not pid:
