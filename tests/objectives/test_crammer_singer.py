@@ -16,11 +16,10 @@ from sklearn import svm
 from sklearn.datasets import load_iris, load_wine
 from sklearn.preprocessing import StandardScaler
 
-from dask_estimators.engine import LocalEvaluator, Shard
-from dask_estimators.objectives import targets as T
+from dask_estimators.engine import LocalEvaluator
 from dask_estimators.objectives.crammer_singer import CSSpec, _cs_pass, cs_objective, cs_state
-from dask_estimators.objectives.dual import set_shard_index
 from dask_estimators.optim.dual_driver import crammer_singer_ascent
+from dual_shards import indexed_shards  # tests/dual_shards.py
 
 
 def _scaled(loader):
@@ -29,16 +28,7 @@ def _scaled(loader):
 
 
 def _shards(X, y, n_shards, sample_weight=None):
-    shards = []
-    for i, idx in enumerate(np.array_split(np.arange(len(y)), n_shards)):
-        arrays = {"X": X[idx], "y": y[idx]}
-        if sample_weight is not None:
-            arrays["sample_weight"] = sample_weight[idx]
-        shard = Shard(arrays, device="cpu")
-        T.prepare_targets(shard, "multinomial", int(y.max()) + 1)
-        set_shard_index(shard, i)
-        shards.append(shard)
-    return shards
+    return indexed_shards(X, y, "multinomial", int(y.max()) + 1, n_shards, sample_weight)
 
 
 def _f(W, alpha, X, y, bias):

@@ -14,10 +14,10 @@ from sklearn import svm
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
 from sklearn.preprocessing import StandardScaler
 
-from dask_estimators.engine import LocalEvaluator, Shard
-from dask_estimators.objectives import targets as T
-from dask_estimators.objectives.dual import DualSpec, dual_objective, dual_round, dual_state, set_shard_index
+from dask_estimators.engine import LocalEvaluator
+from dask_estimators.objectives.dual import DualSpec, dual_objective, dual_round, dual_state
 from dask_estimators.optim.dual_driver import dual_coordinate_ascent
+from dual_shards import indexed_shards  # tests/dual_shards.py
 
 CLASSIFICATION = ("hinge", "squared_hinge")
 
@@ -28,17 +28,8 @@ def _scaled(loader):
 
 
 def _shards(X, y, loss, n_outputs, n_shards, sample_weight=None, class_weight=None):
-    shards = []
-    for i, idx in enumerate(np.array_split(np.arange(len(y)), n_shards)):
-        arrays = {"X": X[idx], "y": y[idx]}
-        if sample_weight is not None:
-            arrays["sample_weight"] = sample_weight[idx]
-        shard = Shard(arrays, device="cpu")
-        encoding = "squared_hinge" if loss in CLASSIFICATION else "squared_epsilon_insensitive"
-        T.prepare_targets(shard, encoding, n_outputs, class_weight)
-        set_shard_index(shard, i)
-        shards.append(shard)
-    return shards
+    encoding = "squared_hinge" if loss in CLASSIFICATION else "squared_epsilon_insensitive"
+    return indexed_shards(X, y, encoding, n_outputs, n_shards, sample_weight, class_weight)
 
 
 def _solve(X, y, loss, n_outputs, n_shards, *, C=0.1, bias=1.0, epsilon=0.0, tol=1e-8, max_iter=20_000,
