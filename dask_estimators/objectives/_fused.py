@@ -74,6 +74,12 @@ def _pointwise(code, z, y, eps):
         a = max(abs(r) - eps, 0.0)
         sign = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
         return a * a, 2.0 * sign * a, 2.0 if a > 0.0 else 0.0
+    if code == 5:  # half Poisson deviance, log link (canonical): exp(z) - y z
+        mu = math.exp(z)
+        return mu - y * z, mu - y, mu
+    if code == 6:  # half Gamma deviance, log link: z + y exp(-z); observed curvature y exp(-z) > 0 for y > 0
+        e = y * math.exp(-z)
+        return z + e, 1.0 - e, e
     raise ValueError("unknown loss code in the fused kernel")
 
 

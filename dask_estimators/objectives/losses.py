@@ -460,6 +460,7 @@ class Poisson(Tweedie):
     """Half Poisson deviance with the log link (canonical): ``exp(z) - y z``; scikit-learn's ``HalfPoissonLoss``."""
 
     name = "poisson"
+    numba_code = 5
     _default_power = 1.0
 
     def __init__(self, **params):
@@ -476,6 +477,7 @@ class Gamma(Tweedie):
     """
 
     name = "gamma"
+    numba_code = 6
     _default_power = 2.0
 
     def __init__(self, **params):

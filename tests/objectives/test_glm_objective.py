@@ -174,14 +174,42 @@ def test_inference_rejects_several_outputs(rng):
 
 
 def test_fused_backend_refuses_a_loss_without_a_kernel(rng):
-    """A GLM has no numba kernel: 'auto' takes the torch path, 'fused' says why it cannot run."""
-    glm = GLMS[0]
+    """Tweedie has no numba kernel: 'auto' takes the torch path, 'fused' says why it cannot run."""
+    glm = GLMS[2]
     X, y, s = _data(glm, rng)
     Xt = torch.as_tensor(X)
-    assert not lin._use_fused(Xt, LinearSpec("poisson", D))
+    spec = LinearSpec("tweedie", D, loss_params=glm[2])
+    assert not lin._use_fused(Xt, spec)
     with pytest.raises(ValueError, match="fused kernel"):
-        lin._use_fused(Xt, LinearSpec("poisson", D, backend="fused"))
+        lin._use_fused(Xt, LinearSpec("tweedie", D, loss_params=glm[2], backend="fused"))
     from dask_estimators.objectives import _fused
 
     with pytest.raises(ValueError, match="no fused kernel"):
-        _fused.value_grad(X, y[:, None], None, np.zeros((1, D)), np.zeros(1), "poisson", 0.0, np.empty((N, 1)))
+        _fused.value_grad(X, y[:, None], None, np.zeros((1, D)), np.zeros(1), "tweedie", 0.0, np.empty((N, 1)))
+
+
+FUSED_GLMS = [g for g in GLMS if g[1] in ("poisson", "gamma")]
+
+
+@pytest.mark.parametrize("glm", FUSED_GLMS, ids=[g[0] for g in FUSED_GLMS])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_fused_and_torch_kernels_agree(glm, fit_intercept, weighted, rng):
+    """Poisson and Gamma have one-pass numba kernels: the same sums, curvature, Hessian products and Hessian as
+    the torch kernels, also with linear predictors of +-30 (exp(30) and exp(-30) in the same sums)."""
+    X, y, s = _data(glm, rng, weighted)
+    X[:2] *= 60.0
+    spec_f = LinearSpec(glm[1], D, 1, fit_intercept, loss_params=glm[2], backend="fused")
+    spec_t = LinearSpec(glm[1], D, 1, fit_intercept, loss_params=glm[2], backend="torch")
+    w = torch.as_tensor(_point(fit_intercept, rng))
+    p = torch.as_tensor(rng.normal(size=w.numel()))
+    sh_f, sh_t = _shard(glm, X, y, s), _shard(glm, X, y, s)
+    assert lin._use_fused(sh_f.get("X"), spec_f)
+    (lf, gf), (lt, gt) = (lin.value_grad(sh_f, w, spec_f), lin.value_grad(sh_t, w, spec_t))
+    assert np.isfinite(float(lf)) and np.all(np.isfinite(gf.numpy()))
+    np.testing.assert_allclose(float(lf), float(lt), rtol=1e-12)
+    np.testing.assert_allclose(gf.numpy(), gt.numpy(), rtol=1e-11, atol=1e-11 * np.abs(gt.numpy()).max())
+    np.testing.assert_allclose(sh_f.cache["linear_curv"].numpy(), sh_t.cache["linear_curv"].numpy(), rtol=1e-12,
+                               atol=1e-300)
+    hf, ht = lin.hessp(sh_f, p, spec_f).numpy(), lin.hessp(sh_t, p, spec_t).numpy()
+    np.testing.assert_allclose(hf, ht, rtol=1e-11, atol=1e-11 * np.abs(ht).max())

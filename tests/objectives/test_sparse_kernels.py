@@ -222,9 +222,11 @@ def test_csr_kernels_equal_dense_kernels(case, backend, fit_intercept, weighted,
 def test_numba_and_torch_csr_paths_agree(case, n, rng):
     """The numba CSR kernels and torch's sparse products: same raw sums, curvature, products, Hessian.
 
-    A few rows are scaled by 400, so that the binomial and multinomial losses reach their far tails."""
+    A few rows are scaled by 400, so that the binomial and multinomial losses reach their far tails (where they
+    stay finite); for the log-link GLMs, whose losses are infinite there (``exp`` of hundreds), by 20."""
     A, y, s = data(case, rng, True, n=n)
-    A = sp.diags(np.where(np.arange(n) < 3, 400.0, 1.0)) @ A
+    tail = 20.0 if case.loss in ("poisson", "gamma") else 400.0
+    A = sp.diags(np.where(np.arange(n) < 3, tail, 1.0)) @ A
     A = A.tocsr()
     w = draw_point(case, A, True, rng, scale=1.0)
     p = rng.normal(size=len(w))
@@ -376,10 +378,11 @@ def test_sparse_backend_choice(rng):
     X = torch_csr(make_csr(rng))
     assert lin._use_fused(X, LinearSpec("binomial", D))  # numba CSR kernels where they exist
     assert lin._use_fused(X, LinearSpec("multinomial", D, 3))
-    assert not lin._use_fused(X, LinearSpec("poisson", D))  # no numba code: torch
+    assert lin._use_fused(X, LinearSpec("poisson", D))
+    assert not lin._use_fused(X, LinearSpec("tweedie", D, loss_params=(("power", 1.5),)))  # no numba code: torch
     assert not lin._use_fused(X, LinearSpec("binomial", D, backend="torch"))
     with pytest.raises(ValueError, match="fused kernel"):
-        lin._use_fused(X, LinearSpec("gamma", D, backend="fused"))
+        lin._use_fused(X, LinearSpec("tweedie", D, loss_params=(("power", 1.5),), backend="fused"))
 
 
 # ------------------------------------------------------------------ the SVM dual passes
