@@ -28,72 +28,29 @@ import time
 
 import dask
 import dask.array as da
-import distributed
 import numpy as np
 import psutil
 import pytest
 
 import dask_estimators as de
 from dask_estimators.engine import evaluator as ev_mod
+from process_cluster import ProcessCluster  # tests/process_cluster.py
 
 N_WORKERS = 3
 TIGHT = dict(tol=1e-10, max_iter=500)
 pytestmark = pytest.mark.timeout(300)
 
 
-class Churn:
-    """A LocalCluster of ``N_WORKERS`` processes that :meth:`ready` brings back to exactly that many workers."""
-
-    def __init__(self):
-        self._start()
-
-    def _start(self):
-        self.cluster = distributed.LocalCluster(
-            n_workers=N_WORKERS, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-        )
-        self.client = distributed.Client(self.cluster, set_as_default=False)
-        self.client.wait_for_workers(N_WORKERS, timeout=120)
-
-    def ready(self):
-        """The client, once exactly ``N_WORKERS`` workers run; a cluster that does not get there in 20 s (a
-        retired worker's nanny closes but stays in the cluster's spec, where ``scale`` does not replace it) is
-        started again."""
-        if not self._scaled(20):
-            self.close()
-            self._start()
-            if not self._scaled(120):
-                raise RuntimeError(f"the churn cluster did not come back to {N_WORKERS} workers")
-        self.client.run(__import__, "dask_estimators.engine._worker")  # the imports out of the fits
-        return self.client
-
-    def _scaled(self, timeout):
-        self.cluster.scale(N_WORKERS)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            running = {n.worker_address for n in self.cluster.workers.values()} - {None}
-            listed = set(self.client.scheduler_info(n_workers=-1)["workers"])
-            if len(running) == N_WORKERS and listed == running:
-                return True
-            time.sleep(0.2)
-        return False
-
-    def close(self):
-        for thing in (self.client, self.cluster):
-            try:
-                thing.close(timeout=20)
-            except Exception:  # noqa: BLE001 - a churned cluster may not close cleanly
-                pass
-
-
 @pytest.fixture(scope="module")
 def churn():
-    c = Churn()
-    yield c
-    c.close()
+    cluster = ProcessCluster(N_WORKERS)
+    yield cluster
+    cluster.close()
 
 
 @pytest.fixture
 def cc(churn):
+    """The churn cluster's client, back to ``N_WORKERS`` workers (scaled back, or started again)."""
     return churn.ready()
 
 

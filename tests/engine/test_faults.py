@@ -24,7 +24,6 @@ import time
 import dask
 import dask.array as da
 import dask.dataframe as dd
-import distributed
 import numpy as np
 import pandas as pd
 import psutil
@@ -33,6 +32,7 @@ import pytest
 import dask_estimators as de
 from dask_estimators.engine import DistributedEvaluator, WorkerLostError
 from dask_estimators.engine import evaluator as ev_mod
+from process_cluster import ProcessCluster  # tests/process_cluster.py
 
 N_WORKERS = 3
 HANG_GUARD = 300  # seconds: only a hang guard, far above what a loaded 2-core machine takes
@@ -40,71 +40,9 @@ TIGHT = dict(tol=1e-10, max_iter=500)
 pytestmark = pytest.mark.timeout(240)
 
 
-class FaultyCluster:
-    """A 3-worker process cluster whose workers the tests kill.
-
-    Nannies start new workers in place of killed ones, but a restart can fail
-    on a loaded machine (a CI run once waited out 120 s per test for a worker
-    that never came back). ``ready()`` therefore gives the nannies a bounded
-    time and otherwise replaces the whole cluster, so that one failed restart
-    costs one rebuild, not every later test.
-    """
-
-    def __init__(self):
-        self.cluster = self.client = None
-        self.rebuilds = 0
-        self._start()
-
-    def _start(self):
-        self.cluster = distributed.LocalCluster(
-            n_workers=N_WORKERS, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-        )
-        self.client = distributed.Client(self.cluster, set_as_default=False)
-        self.client.wait_for_workers(N_WORKERS, timeout=120)
-        self.client.run(__import__, "dask_estimators.engine._worker")  # warm the imports (torch) on every worker
-
-    def ready(self, timeout=30):
-        """The client, once the scheduler lists exactly the workers the nannies now run.
-
-        A worker count alone is not enough: once, in a run of this file after
-        tests/test_deployment.py, the scheduler still listed a killed worker
-        beside its replacement, and every later ``client.run`` waited 30 s to
-        connect to it.
-        """
-        deadline = time.monotonic() + timeout
-        running = listed = None
-        while True:
-            try:
-                running = {n.worker_address for n in self.cluster.workers.values()} - {None}
-                listed = set(self.client.run_on_scheduler(_scheduler_workers))
-                if len(running) == N_WORKERS and listed == running:
-                    return self.client
-            except Exception:  # noqa: BLE001 - a broken cluster: rebuilt below
-                pass
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        print(f"the faulty cluster did not come back (running {running}, listed {listed}): starting a new one")
-        self.close()
-        self.rebuilds += 1
-        self._start()
-        return self.client
-
-    def close(self):
-        for thing in (self.client, self.cluster):
-            try:
-                thing.close(timeout=20)
-            except Exception:  # noqa: BLE001 - a broken cluster may not close cleanly
-                pass
-
-
-def _scheduler_workers(dask_scheduler):
-    return list(dask_scheduler.workers)
-
-
 @pytest.fixture(scope="module")
 def faulty():
-    cluster = FaultyCluster()
+    cluster = ProcessCluster(N_WORKERS)
     yield cluster
     cluster.close()
 
