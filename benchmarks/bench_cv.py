@@ -21,7 +21,10 @@ Parts, each next to its anchor in this one run (``--repeat`` times, alternating;
    ratio to scikit-learn, the distributed rounds, and whether ``C_`` is
    scikit-learn's.
 2. ``LinearRegressionCV(alphas=5, l1_ratio=0.5)`` against ``ElasticNetCV``
-   with the same grid size on ``make_regression(n, 100)``.
+   with the same grid size on ``make_regression(n, 100)``: ``ours`` with the
+   default solver (coordinate descent on each fold's Gram matrix, summed on
+   the workers in one pass), and ``ours-...-lbfgs-paths`` with
+   ``solver="lbfgs"`` (the folds' paths, one distributed round per step).
 """
 
 from __future__ import annotations
@@ -105,10 +108,13 @@ def elastic_net(client, n, *, cores=2, repeat=1, d=100):
         with threadpool_limits(cores):
             return ElasticNetCV(alphas=N_CS, l1_ratio=0.5, cv=N_FOLDS).fit(X, y)
 
-    def ours():
-        return de.LinearRegressionCV(alphas=N_CS, l1_ratio=0.5, cv=N_FOLDS, tol=1e-6, client=client).fit(X, y)
+    def ours(solver="auto"):
+        return de.LinearRegressionCV(alphas=N_CS, l1_ratio=0.5, cv=N_FOLDS, tol=1e-6, solver=solver,
+                                     client=client).fit(X, y)
 
-    runs = {"sklearn-ElasticNetCV": sk, "ours-LinearRegressionCV": ours}
+    # "auto" is coordinate descent on the Gram sums (one pass over X); "lbfgs" the fold paths, a round per step
+    runs = {"sklearn-ElasticNetCV": sk, "ours-LinearRegressionCV": ours,
+            "ours-LinearRegressionCV-lbfgs-paths": lambda: ours("lbfgs")}
     times: dict = {k: [] for k in runs}
     fitted: dict = {}
     for _ in range(repeat):
@@ -155,7 +161,7 @@ def summary_rows(out):
                          "ours": r["seconds"], "anchor": f"scikit-learn {sk['seconds']:.3g}",
                          "ours / anchor": r["ratio_to_sklearn"]})
     for r in out["elastic_net"]:
-        if r["what"].startswith("ours"):
+        if r["what"] == "ours-LinearRegressionCV":
             sk = next(s for s in out["elastic_net"] if s["n"] == r["n"] and s["what"].startswith("sklearn"))
             rows.append({"benchmark": f"LinearRegressionCV vs ElasticNetCV 5 alphas x 5 folds, {r['n']:,}x{r['d']}, s",
                          "ours": r["seconds"], "anchor": f"scikit-learn {sk['seconds']:.3g}",

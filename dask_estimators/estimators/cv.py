@@ -18,7 +18,9 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import _fit_context
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import check_cv
 from sklearn.utils._param_validation import Interval, StrOptions
 
@@ -26,12 +28,15 @@ from ..engine import DistributedEvaluator, client_context, place
 from ..engine.cluster import prestart
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import cv as CV
-from ..optim import minimize
+from ..optim import SOLVERS, minimize
 from ..optim.batched import minimize_many
 from ._base import DistributedLinearModel, _check_block, input_float_dtype
 from .linear import LinearRegression, LogisticRegression
 
 __all__ = ["LogisticRegressionCV", "LinearRegressionCV"]
+
+#: ``LinearRegressionCV(solver="auto")`` runs on the Gram matrix up to this many features (dense X).
+_GRAM_MAX_FEATURES = 1024
 
 #: Scorers computed on the workers from sums over the held-out rows: name -> (metric, sign).
 _WORKER_SCORERS = {"accuracy": ("accuracy", 1.0), "neg_log_loss": ("log_loss", -1.0)}
@@ -120,6 +125,7 @@ class _PlacedSearchMixin:
                 search = _Search(placement, evaluator, spec, sums, n_splits)
                 search.splits = splits
                 search.X, search.y, search.sample_weight = (None, None, None) if dask_input else (X, y, sample_weight)
+                search.sparse = sp.issparse(getattr(X, "_meta", X))
                 self._search(search)
                 stats = evaluator.stats.as_dict()
                 stats.update(n_shards=len(placement.shards), rows_per_shard=list(placement.n_rows),
@@ -562,10 +568,22 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         ``l1_ratio > 0``.
     fit_intercept : bool, default=True
     {cv}
-    solver : {{"auto", "lbfgs", "newton-cg", "newton-cholesky"}}, default="auto"
-        "auto": L-BFGS with L1, else Newton-Cholesky (up to 5000 parameters).
+    solver : {{"auto", "cd", "lbfgs", "newton-cg", "newton-cholesky"}}, default="auto"
+        ``"cd"``: the whole search from one pass over the data.  The workers
+        sum each split's Gram matrix of ``[X, y, 1]`` (over its held-out rows,
+        and over all rows), and coordinate descent on the client solves every
+        split's path and the refit from those sums, ``ElasticNetCV``'s
+        precomputed-Gram method (:mod:`dask_estimators.optim.gram_cd`).  Its
+        cost is one pass of O(n_features²) per row and (n_splits + 1) Gram
+        matrices on the wire, whatever the grid.  The other solvers run each
+        split's path on the workers, one round per evaluation.  "auto": "cd"
+        for dense X with at most 1024 features; otherwise L-BFGS with L1,
+        else Newton-Cholesky (up to 5000 parameters).
     tol : float, default=1e-6
+        With "cd", a fit stops when its duality gap is at most ``tol`` times
+        the centred, weighted sum of squares of y (``ElasticNet``'s rule).
     max_iter : int, default=1000
+        With "cd": sweeps over the features per grid point.
     client, reduction, device, timeout
         As in :class:`LinearRegression`.
 
@@ -604,6 +622,7 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         "alphas": [Interval(Integral, 1, None, closed="left"), "array-like"],
         "cv": ["cv_object"],
         "path_method": [StrOptions({"batched", "sequential"})],
+        "solver": [StrOptions(set(SOLVERS) | {"auto", "cd"})],
     })
 
     def __init__(
@@ -670,9 +689,10 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
 
     def _search(self, search):
         l1s = self._l1
-        spec = search.spec
+        gram = self._uses_gram(search)
+        moments = search.evaluator(_xy_sums) if gram or isinstance(self.alphas, Integral) else None
         if isinstance(self.alphas, Integral):
-            Xsy, Sx, Sy, S = search.evaluator(_xy_sums)
+            Xsy, Sx, Sy, S = moments
             Xyw = Xsy - (Sy / S) * Sx if self.fit_intercept else Xsy
             grids = []
             for l1r in l1s:
@@ -684,19 +704,8 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
             alphas = np.asarray(grids)
         else:
             alphas = np.tile(np.sort(np.asarray(self.alphas, dtype=float))[::-1], (len(l1s), 1))
-        n_folds = search.n_splits
-        folds = list(range(n_folds))
-        mse = np.zeros((len(l1s), alphas.shape[1], n_folds))
-        paths = []
-        for m, l1r in enumerate(l1s):
-            def penalties(alpha, sw_sum, l1r=l1r):
-                return alpha * (1.0 - l1r), alpha * l1r
-
-            coefs, _ = self._fold_paths(search, penalties, list(alphas[m]), folds)
-            paths.append(coefs)
-            for k in folds:
-                sums = search.heldout(k, coefs[k], "squared_error")
-                mse[m, :, k] = sums[:, 0] / sums[:, 1]
+        search_paths = self._gram_paths if gram else self._fold_paths_mse
+        mse, refit = search_paths(search, l1s, alphas, moments)
         mean = mse.mean(axis=2)
         best, best_mse = (0, 0), np.inf
         for m in range(len(l1s)):
@@ -707,14 +716,120 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         self.alpha_, self.l1_ratio_ = float(alphas[m, i]), float(l1s[m])
         self.alphas_ = alphas[0] if (len(l1s) == 1 or not isinstance(self.alphas, Integral)) else alphas
         self.mse_path_ = np.squeeze(mse)
-        l1r = self.l1_ratio_
+        x, self.n_iter_ = refit(m, i)
+        self._set_params_from(x, search.spec, (None,))
+        self.n_iter_ = int(self.n_iter_)
 
-        def penalties(alpha, sw_sum):
-            return alpha * (1.0 - l1r), alpha * l1r
+    def _uses_gram(self, search):
+        """Whether the search runs on the Gram matrix (``solver="cd"``, or "auto" on dense X of few columns)."""
+        if self.solver == "cd":
+            if search.sparse:
+                raise ValueError("solver='cd' works on the Gram matrix of dense X; for sparse X use solver='auto' "
+                                 "or 'lbfgs'.")
+            return True
+        return self.solver == "auto" and not search.sparse and self.n_features_in_ <= _GRAM_MAX_FEATURES
 
-        res = self._refit(search, penalties, self.alpha_, paths[m][:, i].mean(axis=0))
-        self._set_params_from(res.x, spec, (None,))
-        self.n_iter_ = int(res.nit)
+    def _fold_paths_mse(self, search, l1s, alphas, moments):
+        """The splits' paths by the solvers, one distributed round per evaluation; held-out errors on the workers."""
+        folds = list(range(search.n_splits))
+        mse = np.zeros((len(l1s), alphas.shape[1], len(folds)))
+        paths = []
+        for m, l1r in enumerate(l1s):
+            def penalties(alpha, sw_sum, l1r=l1r):
+                return alpha * (1.0 - l1r), alpha * l1r
+
+            coefs, _ = self._fold_paths(search, penalties, list(alphas[m]), folds)
+            paths.append(coefs)
+            for k in folds:
+                sums = search.heldout(k, coefs[k], "squared_error")
+                mse[m, :, k] = sums[:, 0] / sums[:, 1]
+
+        def refit(m, i):
+            l1r = l1s[m]
+
+            def penalties(alpha, sw_sum):
+                return alpha * (1.0 - l1r), alpha * l1r
+
+            res = self._refit(search, penalties, alphas[m, i], paths[m][:, i].mean(axis=0))
+            return res.x, res.nit
+
+        return mse, refit
+
+    def _gram_paths(self, search, l1s, alphas, moments):
+        """The whole search from one round of sums: each split's training and held-out Gram matrices.
+
+        The workers return ``sum s z zᵀ`` of ``z = [x, y, 1]``, shifted by the
+        data's means, over all rows and over each split's held-out rows
+        (:func:`~dask_estimators.objectives.cv.gram_sums`).  Each split's
+        path is coordinate descent on its centred training Gram
+        (:func:`~dask_estimators.optim.gram_cd.enet_gram`), its held-out
+        squared error a quadratic form in its held-out sums, and the refit
+        coordinate descent on the whole Gram: no further pass over the data.
+        """
+        from ..optim.gram_cd import enet_gram
+
+        d, K = self.n_features_in_, search.n_splits
+        _, Sx, Sy, S = moments
+        shift = np.append(np.asarray(Sx, dtype=np.float64) / S, Sy / S) if self.fit_intercept else np.zeros(d + 1)
+        direct = self._splits_leaving_rows_out(search)
+        sums = np.asarray(search.evaluator(CV.gram_sums, shift, direct), dtype=np.float64)
+        total = sums[0]
+        train = [sums[1 + K + direct.index(k)] if k in direct else total - sums[1 + k] for k in range(K)]
+        problems = [self._centred(T) for T in train]
+        mse = np.zeros((len(l1s), alphas.shape[1], K))
+        coefs = np.zeros((len(l1s), K, alphas.shape[1], d))
+        unconverged = 0
+        for m, l1r in enumerate(l1s):
+            for k, (G, c, yy, Sk, mu) in enumerate(problems):
+                held_out = sums[1 + k]
+                w = np.zeros(d)
+                for j, alpha in enumerate(alphas[m]):
+                    w, _, ok = enet_gram(G, c, yy, Sk * alpha * l1r, Sk * alpha * (1.0 - l1r), w, tol=self.tol,
+                                         max_iter=self.max_iter)
+                    unconverged += not ok
+                    coefs[m, k, j] = w
+                    v = np.concatenate([-w, [1.0, -(mu[d] - mu[:d] @ w)]])  # the residual, as z @ v
+                    mse[m, j, k] = (v @ held_out @ v) / held_out[d + 1, d + 1]
+        if unconverged:
+            warnings.warn(f"Coordinate descent did not converge within max_iter={self.max_iter} sweeps for "
+                          f"{unconverged} of the splits' path points (tol={self.tol}). Consider increasing "
+                          "max_iter or tol.", ConvergenceWarning, stacklevel=4)
+
+        def refit(m, i):
+            G, c, yy, S_all, mu = self._centred(total)
+            alpha, l1r = alphas[m, i], l1s[m]
+            w, n_iter, ok = enet_gram(G, c, yy, S_all * alpha * l1r, S_all * alpha * (1.0 - l1r),
+                                      coefs[m, :, i].mean(axis=0), tol=self.tol, max_iter=self.max_iter)
+            if not ok:
+                warnings.warn(f"Coordinate descent did not converge within max_iter={self.max_iter} sweeps on the "
+                              f"refit (tol={self.tol}). Consider increasing max_iter or tol.", ConvergenceWarning,
+                              stacklevel=4)
+            self.solver_ = "cd"
+            if not self.fit_intercept:
+                return w, n_iter
+            return np.append(w, mu[d] - mu[:d] @ w + shift[d] - shift[:d] @ w), n_iter
+
+        return mse, refit
+
+    def _centred(self, T):
+        """``(G, c, yy, S, mu)`` of one Gram of ``[x, y, 1]``: centred on its own weighted means with an intercept."""
+        d = self.n_features_in_
+        S = T[d + 1, d + 1]
+        if self.fit_intercept:
+            mu = T[: d + 1, d + 1] / S
+            C = T[: d + 1, : d + 1] - S * np.outer(mu, mu)
+        else:
+            mu, C = np.zeros(d + 1), T[: d + 1, : d + 1]
+        return np.ascontiguousarray(C[:d, :d]), C[:d, d].copy(), float(C[d, d]), float(S), mu
+
+    @staticmethod
+    def _splits_leaving_rows_out(search):
+        """Splits given on the client whose training and held-out rows do not cover every row."""
+        if search.splits is None:
+            return []
+        n = search.placement.n_samples
+        return [k for k, (train, test) in enumerate(search.splits)
+                if np.union1d(np.asarray(train), np.asarray(test)).size < n]
 
     def to_sklearn(self):
         """The equivalent fitted ``sklearn.linear_model.ElasticNet`` at ``alpha_`` and ``l1_ratio_``.

@@ -37,6 +37,7 @@ torch = lazy_module("torch")
 __all__ = [
     "TRAIN", "TEST", "FoldView", "on_fold", "assign_kfold", "class_runs", "stratified_plan", "assign_stratified",
     "set_roles", "prepare", "fold_weight_sums", "fold_value_grad_many", "heldout_sums", "drop_fold_state",
+    "gram_sums",
 ]
 
 #: A row's role in a split.
@@ -362,3 +363,62 @@ def heldout_sums(shard, k, ws, spec, metric: str):
         else:
             raise ValueError(f"Unknown held-out metric {metric!r}.")
     return torch.stack(out)
+
+
+#: Rows per block of :func:`gram_sums` (a float64 copy of a block of ``[X, y, 1]`` at a time).
+_GRAM_BLOCK = 16384
+
+
+def gram_sums(shard, shift, direct=()):
+    """Kernel: weighted second moments of the rows ``z = [x - shift[:d], y - shift[d], 1]``, per split.
+
+    For the squared loss these sums are all a split's fits and held-out errors
+    need (:mod:`dask_estimators.optim.gram_cd`).  The shift (the data's
+    weighted means, or zeros) keeps them accurate where features have large
+    means.  Returns an array (1 + n_splits + len(direct), d + 2, d + 2) of
+    ``sum s * z zᵀ``, float64:
+
+    * ``[0]`` over all the shard's rows;
+    * ``[1 + k]`` over split k's held-out rows;
+    * ``[1 + n_splits + i]`` over the training rows of split ``direct[i]``
+      (splits that leave rows out of both sides; the others' training sums
+      are ``[0] - [1 + k]``).
+
+    ``s`` is the shard's sample weight: a regressor's held-out and training
+    weights are the same.  Where the held-out sets are disjoint, X is read
+    once (each row's block goes to its split's sum and to ``[0]``); where
+    they overlap, once more for ``[0]``.  Dense X only.
+    """
+    X, y = shard.get("X"), shard.get("y")
+    s = shard.get("sample_weight")
+    roles = shard.cache["cv_roles"]
+    n_splits = roles.shape[0]
+    d = X.shape[1]
+    f64 = torch.float64
+    shift = torch.as_tensor(np.asarray(shift, dtype=np.float64), device=X.device)
+    out = torch.zeros((1 + n_splits + len(direct), d + 2, d + 2), dtype=f64, device=X.device)
+
+    def add(target, rows):
+        for start in range(0, len(rows), _GRAM_BLOCK):
+            idx = torch.from_numpy(rows[start : start + _GRAM_BLOCK]).to(X.device)
+            Z = torch.empty((len(idx), d + 2), dtype=f64, device=X.device)
+            Z[:, :d] = X[idx]
+            Z[:, d] = y[idx, 0]
+            Z[:, : d + 1] -= shift
+            Z[:, d + 1] = 1.0
+            Zs = Z if s is None else Z * s[idx].to(f64).reshape(-1, 1)
+            block = Z.T @ Zs
+            for t in target:
+                out[t] += block
+
+    held_out = roles == TEST
+    disjoint = bool((held_out.sum(axis=0) <= 1).all())
+    for k in range(n_splits):
+        add((1 + k, 0) if disjoint else (1 + k,), np.flatnonzero(held_out[k]))
+    if disjoint:
+        add((0,), np.flatnonzero(~held_out.any(axis=0)))
+    else:
+        add((0,), np.arange(X.shape[0]))
+    for i, k in enumerate(direct):
+        add((1 + n_splits + i,), np.flatnonzero(roles[k] == TRAIN))
+    return out

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from sklearn import linear_model as sk
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
@@ -166,6 +167,55 @@ def test_elastic_net_given_alphas_and_ridge_weights():
     np.testing.assert_allclose(ours.alphas_, ref.alphas_)
     np.testing.assert_allclose(ours.mse_path_, ref.mse_path_, rtol=1e-6)
     np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-6 * np.abs(ref.coef_).max())
+
+
+# ------------------------------------------------------------------------- LinearRegressionCV on the Gram
+def test_gram_search_equals_the_path_search():
+    """solver="cd" (one round of Gram sums, coordinate descent on the client) against the solvers' fold paths."""
+    X, y = load_diabetes(return_X_y=True)
+    kw = dict(alphas=6, l1_ratio=[0.3, 0.9], cv=4, tol=1e-10, max_iter=10_000)
+    gram = de.LinearRegressionCV(solver="cd", **kw).fit(X, y)
+    path = de.LinearRegressionCV(solver="lbfgs", **kw).fit(X, y)
+    assert gram.solver_ == "cd" and path.solver_ == "lbfgs"
+    assert (gram.alpha_, gram.l1_ratio_) == (path.alpha_, path.l1_ratio_)
+    np.testing.assert_allclose(gram.mse_path_, path.mse_path_, rtol=1e-6)
+    np.testing.assert_allclose(gram.coef_, path.coef_, rtol=1e-5, atol=1e-7 * np.abs(path.coef_).max())
+    assert gram.intercept_ == pytest.approx(path.intercept_, rel=1e-7)
+    # the whole search is two rounds (the means, then the sums), against one per solver evaluation
+    assert gram.fit_stats_["rounds"] <= 2 < path.fit_stats_["rounds"]
+
+
+@pytest.mark.parametrize("cv", ["shuffle", "predefined"])
+def test_gram_search_on_offset_features_and_given_splits_matches_sklearn(cv):
+    """Features with means 1e4 times their spread; splits that overlap or leave rows out; sample weights."""
+    from sklearn.model_selection import PredefinedSplit, ShuffleSplit
+
+    X, y = load_diabetes(return_X_y=True)
+    X = X + 1e4 * np.std(X, axis=0) * np.arange(1, X.shape[1] + 1)
+    sw = np.random.default_rng(3).uniform(0.5, 2.0, len(y))
+    splits = ShuffleSplit(3, test_size=0.25, train_size=0.5, random_state=0) if cv == "shuffle" else \
+        PredefinedSplit(np.arange(len(y)) % 4 - 1)  # rows of fold -1 are never held out
+    kw = dict(alphas=5, l1_ratio=0.7, cv=splits)
+    ours = de.LinearRegressionCV(**kw, tol=1e-10, max_iter=10_000).fit(X, y, sample_weight=sw)
+    ref = sk.ElasticNetCV(**kw, tol=1e-12, max_iter=100_000).fit(X, y, sample_weight=sw)
+    assert ours.solver_ == "cd" and ours.alpha_ == pytest.approx(ref.alpha_, rel=1e-12)
+    np.testing.assert_allclose(ours.mse_path_, ref.mse_path_, rtol=1e-6)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-6 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-6)
+
+
+def test_gram_search_refusals_and_warnings():
+    import scipy.sparse as sp
+
+    X, y = load_diabetes(return_X_y=True)
+    with pytest.raises(ValueError, match="solver='cd' works on the Gram matrix of dense X"):
+        de.LinearRegressionCV(solver="cd", alphas=2, cv=2).fit(sp.csr_matrix(X), y)
+    with pytest.warns(ConvergenceWarning, match="Coordinate descent did not converge within max_iter=1 sweeps"):
+        de.LinearRegressionCV(alphas=3, l1_ratio=0.5, cv=2, tol=1e-14, max_iter=1).fit(X, y)
+    # wide dense X: "auto" keeps the fold paths (the Gram would be (d + 2)^2 per split)
+    rng = np.random.default_rng(0)
+    Xw = rng.normal(size=(60, cv_module._GRAM_MAX_FEATURES + 1))
+    assert de.LinearRegressionCV(alphas=2, cv=2).fit(Xw, Xw[:, 0]).solver_ == "lbfgs"
 
 
 def test_generated_grid_needs_l1_as_sklearn():

@@ -1,0 +1,64 @@
+"""The Gram kernel of LinearRegressionCV (objectives.cv.gram_sums): shard sums against whole-data values.
+
+For disjoint held-out sets (k-fold; a predefined split that never holds
+some rows out), overlapping ones (shuffle splits) and
+splits that leave rows out, with and without sample weights, on float64 and
+float32 X: the sums over two shards add up to the sums NumPy gives on the
+whole data, for all rows, each split's held-out rows and the requested
+splits' training rows.
+"""
+
+import numpy as np
+import pytest
+
+from dask_estimators.engine._worker import Shard, to_host
+from dask_estimators.objectives import cv as CV
+
+
+def _roles(kind, n, rng):
+    if kind in ("kfold", "predefined"):  # disjoint held-out sets; "predefined" never holds out a quarter of the rows
+        fold = np.arange(n) % (3 if kind == "kfold" else 4)
+        return np.where(fold[None, :] == np.arange(3)[:, None], CV.TEST, CV.TRAIN).astype(np.int8)
+    roles = np.zeros((3, n), dtype=np.int8)
+    for k in range(3):
+        perm = rng.permutation(n)
+        roles[k, perm[: n // 4]] = CV.TEST
+        roles[k, perm[n // 4 : (n // 4) * 3 if kind == "leave_out" else n]] = CV.TRAIN
+    return roles
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [False, True], ids=["nosw", "sw"])
+@pytest.mark.parametrize("kind", ["kfold", "predefined", "shuffle", "leave_out"])
+def test_gram_sums_on_shards_equal_the_whole_data(kind, weighted, dtype, monkeypatch):
+    monkeypatch.setattr(CV, "_GRAM_BLOCK", 17)  # several blocks per shard
+    rng = np.random.default_rng(0)
+    n, d = 90, 4
+    X = (rng.normal(size=(n, d)) * [1, 10, 0.1, 1] + [0, 1e3, 0, -5]).astype(dtype)
+    y = rng.normal(size=n) + 50
+    s = rng.uniform(0.5, 2.0, n) if weighted else None
+    roles = _roles(kind, n, rng)
+    direct = [0, 2] if kind == "leave_out" else []
+    shift = np.append(X.astype(np.float64).mean(0), y.mean())
+    cut = 37
+    total = 0
+    for rows in (slice(0, cut), slice(cut, n)):
+        arrays = {"X": X[rows], "y": y[rows]}
+        if weighted:
+            arrays["sample_weight"] = s[rows]
+        shard = Shard(arrays, device="cpu")
+        CV.set_roles(shard, roles[:, rows])
+        CV.prepare(shard, "squared", 1)
+        total = total + to_host(CV.gram_sums(shard, shift, direct))
+    Z = np.column_stack([X.astype(np.float64) - shift[:d], y - shift[d], np.ones(n)])
+    sw = np.ones(n) if s is None else s
+
+    def moments(mask):
+        return Z[mask].T @ (Z[mask] * sw[mask, None])
+
+    assert total.shape == (1 + 3 + len(direct), d + 2, d + 2) and total.dtype == np.float64
+    np.testing.assert_allclose(total[0], moments(np.ones(n, bool)), rtol=1e-12, atol=1e-9)
+    for k in range(3):
+        np.testing.assert_allclose(total[1 + k], moments(roles[k] == CV.TEST), rtol=1e-12, atol=1e-9)
+    for i, k in enumerate(direct):
+        np.testing.assert_allclose(total[4 + i], moments(roles[k] == CV.TRAIN), rtol=1e-12, atol=1e-9)
