@@ -175,7 +175,7 @@ def _binomial_block(z, y, m, bits, loss, dz, curv):
 
 
 @_jit
-def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv):
+def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv, Lk):
     n = X.shape[0]
     K = W.shape[0]
     ws = S.shape[1]
@@ -205,7 +205,9 @@ def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv):
                 a, a2 = t * K + k, (m + t) * K + k
                 s = S[i, k if ws > 1 else 0] if ws > 0 else 1.0
                 s2 = 0.0 if i2 == i else (S[i2, k if ws > 1 else 0] if ws > 0 else 1.0)
-                total += s * L[a] + s2 * L[a2]
+                lk = s * L[a] + s2 * L[a2]
+                total += lk
+                Lk[k] += lk
                 curv[i, k] = C[a]
                 curv[i2, k] = C[a2]  # the same value when i2 == i
                 g, g2 = s * G[a], s2 * G[a2]
@@ -215,12 +217,13 @@ def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv):
 
 
 @_jit
-def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv):
+def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv, Lk):
+    """The loss sum; ``Lk`` (K,) gets each output's own sum (a multinomial's all in ``Lk[0]``)."""
     n = X.shape[0]
     K = W.shape[0]
     ws = S.shape[1]  # 0: no weights, 1: one per sample, K: one per sample and output
     if code == 1:  # binomial: blocks with vectorised exp and log1p
-        return _value_grad_binomial(X, Y, S, W, b, gW, gb, curv)
+        return _value_grad_binomial(X, Y, S, W, b, gW, gb, curv, Lk)
     h = (n + 1) // 2
     z = np.empty(2 * K)
     g = np.empty(2 * K)
@@ -241,7 +244,9 @@ def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv):
                     se += g[at + k]
                 c = codes[row]
                 s = S[row, 0] if ws > 0 else 1.0
-                total += s * (m + math.log(se) - z[at + c])
+                lk = s * (m + math.log(se) - z[at + c])
+                total += lk
+                Lk[0] += lk
                 for k in range(K):
                     p = g[at + k] / se
                     curv[row, k] = p
@@ -251,6 +256,7 @@ def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv):
                     loss, gk, ck = _pointwise(code, z[at + k], Y[row, k], eps)
                     s = S[row, k if ws > 1 else 0] if ws > 0 else 1.0
                     total += s * loss
+                    Lk[k] += s * loss
                     g[at + k] = s * gk
                     curv[row, k] = ck
         if i2 == i:
@@ -313,8 +319,12 @@ def _weights2d(s, n):
     return np.ascontiguousarray(s.reshape(n, -1))
 
 
-def value_grad(X, y, s, W, b, loss: str, eps: float, curv):
+def value_grad(X, y, s, W, b, loss: str, eps: float, curv, per_output: bool = False):
     """Raw sums over the rows of ``X``: ``(loss, gW (K, d), gb (K,))``; fills ``curv`` (n, K) in place.
+
+    With ``per_output`` the loss is each output's own sum, (K,) (separable
+    losses): K models of one output each, evaluated in one pass over X, as
+    the cross-validation's folds are with per-output weights ``s`` (n, K).
 
     ``y`` is float (n, K) for separable losses and int64 codes (n,) for
     ``multinomial``; ``s`` is None, (n,), (n, 1) or (n, K); ``b`` may be None
@@ -338,8 +348,10 @@ def value_grad(X, y, s, W, b, loss: str, eps: float, curv):
         Y, codes = _NO_Y, np.ascontiguousarray(y.reshape(-1), dtype=np.int64)
     else:
         Y, codes = np.ascontiguousarray(y.reshape(n, K)), _NO_CODES
-    total = _value_grad(X, Y, codes, _weights2d(s, n), np.ascontiguousarray(W), bias, code, float(eps), gW, gb, curv)
-    return total, gW, gb
+    Lk = np.zeros(K)
+    total = _value_grad(X, Y, codes, _weights2d(s, n), np.ascontiguousarray(W), bias, code, float(eps), gW, gb, curv,
+                        Lk)
+    return (Lk if per_output else total), gW, gb
 
 
 def hessp(X, s, curv, P, pb, loss: str):

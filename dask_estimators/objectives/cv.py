@@ -271,22 +271,20 @@ def fold_value_grad_many(shard, folds, ws, spec):
     """
     X, y = shard.get("X"), shard.get("y")
     m, K, d = len(folds), spec.n_outputs, spec.n_features
-    Ws = ws[:, : K * d].reshape(m * K, d)
     sparse = is_sparse(X)
+    loss_fn = spec.get_loss()
+    weights = [_base_weight(shard) if k is None else _train_weight(shard, k) for k in folds]
+    one_output = K == 1 and not loss_fn.coupled and all(s.ndim == 1 for s in weights)
+    if one_output and not sparse and _linear._use_fused(X, spec):
+        return _fused_many(shard, folds, weights, ws, spec)
+    Ws = ws[:, : K * d].reshape(m * K, d)
     # (W @ X.T): BLAS streams X once; X @ W.T with a few columns took a much slower path (dense X)
     Zt = (X @ Ws.T).T if sparse else Ws @ X.T  # (m*K, n)
     if spec.fit_intercept:
         Zt = Zt + ws[:, K * d :].reshape(m * K, 1)
-    loss_fn = spec.get_loss()
-    weights = [_base_weight(shard) if k is None else _train_weight(shard, k) for k in folds]
-    if K == 1 and not loss_fn.coupled and all(s.ndim == 1 for s in weights):
+    if one_output:
         # one output per model: the pointwise loss of every split's row at once (y broadcasts over them)
-        key = ("cv_weight_rows", tuple(folds))
-        St = shard.cache.get(key)
-        if St is None:  # kept while the same splits run: along a path, until one of them converges
-            for old in [c for c in shard.cache if isinstance(c, tuple) and c and c[0] == "cv_weight_rows"]:
-                del shard.cache[old]
-            St = shard.cache[key] = torch.stack(weights)  # (m, n)
+        St = _stacked_weights(shard, folds, weights)  # (m, n)
         loss, Gt, _ = loss_fn.value_grad(Zt, y.reshape(1, -1))
         Gt = Gt * St
         losses = (loss * St).sum(1)
@@ -304,6 +302,49 @@ def fold_value_grad_many(shard, folds, ws, spec):
     gW = gW.reshape(m, K * d)
     grads = torch.cat([gW, gb.reshape(m, K)], dim=1) if spec.fit_intercept else gW
     return losses, grads
+
+
+def _stacked_weights(shard, folds, weights, layout="rows"):
+    """The splits' training weights side by side: (m, n) ``"rows"`` (torch) or (n, m) ``"columns"`` (C order).
+
+    Kept while the same splits run (along a path, until one of them converges).
+    """
+    key = ("cv_weight_" + layout, tuple(folds))
+    out = shard.cache.get(key)
+    if out is None:
+        prefix = "cv_weight_" + layout
+        for old in [c for c in shard.cache if isinstance(c, tuple) and c and c[0] == prefix]:
+            del shard.cache[old]
+        St = torch.stack(weights)
+        out = shard.cache[key] = St if layout == "rows" else St.T.contiguous()
+    return out
+
+
+def _fused_many(shard, folds, weights, ws, spec):
+    """:func:`fold_value_grad_many` with the one-pass numba kernel: every split's model is one output of it.
+
+    The splits' models are the K rows of the kernel's W, each with its own
+    weight column (its training weights); each row of X is read once for
+    all of them, while it is in cache.
+    """
+    from . import _fused
+
+    X = shard.get("X")
+    n, m, d = X.shape[0], len(folds), spec.n_features
+    S = _stacked_weights(shard, folds, weights, layout="columns")  # (n, m)
+    Y = shard.cache.get("cv_y_columns")
+    if Y is None or Y.shape[1] != m:  # y repeated in each split's column
+        Y = shard.cache["cv_y_columns"] = np.ascontiguousarray(np.broadcast_to(shard.get("y").numpy().reshape(n, 1),
+                                                                               (n, m)))
+    curv = shard.cache.get("cv_curv_columns")
+    if curv is None or curv.shape[1] != m:  # scratch: the fused kernel writes each row's curvature
+        curv = shard.cache["cv_curv_columns"] = np.empty((n, m))
+    ws = torch.as_tensor(ws, dtype=X.dtype)
+    W = ws[:, :d].numpy()
+    b = ws[:, d].numpy() if spec.fit_intercept else None
+    losses, gW, gb = _fused.value_grad(X.numpy(), Y, S.numpy(), W, b, spec.loss, spec.epsilon, curv, per_output=True)
+    grads = np.concatenate([gW, gb[:, None]], axis=1) if spec.fit_intercept else gW
+    return torch.from_numpy(losses), torch.from_numpy(grads)
 
 
 def _xt_times(G, X):

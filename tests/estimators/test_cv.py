@@ -309,6 +309,18 @@ def test_batched_paths_equal_sequential(cancer):
     # the splits of a point of the path share each round (tests/optim/test_batched.py: the iterates of each
     # run are a lone run's; here the kernels differ, a GEMM against the fused one-model kernel, in rounding)
     assert bat.fit_stats_["rounds"] < seq.fit_stats_["rounds"] / 2
+    # "auto" (the default): lockstep for a binary model's splits, one split after the other for a multinomial's
+    auto = de.LogisticRegressionCV(**kw).fit(X, y)
+    assert "fold_value_grad_many" in auto.fit_stats_["by_kernel"]
+    np.testing.assert_array_equal(auto.scores_[1], bat.scores_[1])
+
+
+def test_auto_path_method_runs_multinomial_splits_one_after_the_other(digits):
+    X, y = digits
+    auto = de.LogisticRegressionCV(Cs=[0.1], cv=2, max_iter=50).fit(X[:400], y[:400])
+    assert "fold_value_grad_many" not in auto.fit_stats_["by_kernel"]
+    assert "fold_value_grad_many" in de.LogisticRegressionCV(Cs=[0.1], cv=2, max_iter=50, path_method="batched").fit(
+        X[:400], y[:400]).fit_stats_["by_kernel"]
 
 
 def test_pickles_and_predicts_without_a_cluster(cancer):

@@ -62,3 +62,52 @@ def test_gram_sums_on_shards_equal_the_whole_data(kind, weighted, dtype, monkeyp
         np.testing.assert_allclose(total[1 + k], moments(roles[k] == CV.TEST), rtol=1e-12, atol=1e-9)
     for i, k in enumerate(direct):
         np.testing.assert_allclose(total[4 + i], moments(roles[k] == CV.TRAIN), rtol=1e-12, atol=1e-9)
+
+
+# ------------------------------------------------------------- several splits' models in one fused pass
+@pytest.mark.parametrize("loss", ["binomial", "squared", "squared_hinge", "poisson"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["nosw", "sw"])
+@pytest.mark.parametrize("intercept", [True, False], ids=["b", "nob"])
+def test_fused_many_equals_each_split_alone_and_the_torch_kernel(loss, weighted, intercept):
+    """fold_value_grad_many on the numba path: each split's loss and gradient are its lone fused evaluation's,
+    and the torch path's (every split's model one output of the kernel, with its own weight column)."""
+    import torch
+
+    from dask_estimators.objectives import LinearSpec
+    from dask_estimators.objectives import _fused
+    from dask_estimators.objectives import linear as lin
+
+    if not _fused.AVAILABLE:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(1)
+    n, d = 301, 7  # odd: the kernels' two streams meet at a middle row
+    X = rng.normal(size=(n, d))
+    y = {"binomial": rng.integers(0, 2, n), "squared_hinge": rng.integers(0, 2, n),
+         "squared": rng.normal(size=n), "poisson": rng.poisson(1.5, n)}[loss].astype(float)
+    arrays = {"X": X, "y": y}
+    if weighted:
+        arrays["sample_weight"] = rng.uniform(0.5, 2.0, n)
+    shard = Shard(arrays, device="cpu")
+    CV.assign_kfold(shard, [(0, n)], n, 4)
+    CV.prepare(shard, loss, 1)
+    folds = [0, 2, None, 3]  # None: all rows
+    spec = LinearSpec(loss, d, 1, intercept)
+    ws = torch.as_tensor(0.1 * rng.normal(size=(len(folds), spec.n_params)))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # "auto" takes the fused kernel on a one-thread worker
+    try:
+        assert lin._use_fused(shard.get("X"), spec)
+        losses, grads = to_host(CV.fold_value_grad_many(shard, folds, ws, spec))
+        for i, k in enumerate(folds):
+            lone_loss, lone_grad = to_host(CV.on_fold(shard, k, lin.value_grad, ws[i], spec))
+            np.testing.assert_allclose(losses[i], lone_loss, rtol=1e-12)
+            np.testing.assert_allclose(grads[i], lone_grad, rtol=1e-11, atol=1e-12)
+        t_losses, t_grads = to_host(CV.fold_value_grad_many(shard, folds, ws, LinearSpec(loss, d, 1, intercept,
+                                                                                           backend="torch")))
+        np.testing.assert_allclose(losses, t_losses, rtol=1e-12)
+        np.testing.assert_allclose(grads, t_grads, rtol=1e-11, atol=1e-12)
+        # a split converges and drops out: the next round's fewer columns
+        losses2, _ = to_host(CV.fold_value_grad_many(shard, folds[1:], ws[1:], spec))
+        np.testing.assert_allclose(losses2, losses[1:], rtol=1e-12)
+    finally:
+        torch.set_num_threads(threads)
