@@ -356,6 +356,15 @@ def _xt_times(G, X):
     return out
 
 
+def _as_slice(idx):
+    """``slice(a, b)`` when the sorted row indices ``idx`` are the range a..b-1, else None."""
+    n = int(idx.shape[0])
+    if n == 0:
+        return slice(0, 0)
+    a, b = int(idx[0]), int(idx[-1]) + 1
+    return slice(a, b) if b - a == n else None
+
+
 def heldout_sums(shard, k, ws, spec, metric: str):
     """Kernel: raw sums of ``metric`` over split ``k``'s held-out rows, for each parameter vector in ``ws``.
 
@@ -374,14 +383,24 @@ def heldout_sums(shard, k, ws, spec, metric: str):
     if idx is None:
         idx = torch.from_numpy(np.flatnonzero(roles == TEST)).to(X.device)
         shard.cache[key] = idx
-    Xt, yt = (take_rows(X, idx) if is_sparse(X) else X[idx]), shard.get("y")[idx]
+    rows = _as_slice(idx)  # unshuffled k-fold: a shard's held-out rows are one range, read in place
+    if is_sparse(X):
+        Xt = take_rows(X, idx)
+    else:
+        Xt = X[rows] if rows is not None else X[idx]
+    yt = shard.get("y")[idx]
     raw = shard.cache.get("cv_raw_weight")
     st = torch.ones(len(idx), dtype=X.dtype, device=X.device) if raw is None else raw[idx].to(X.dtype)
     ws = torch.as_tensor(ws, dtype=X.dtype, device=X.device).reshape(-1, spec.n_params)
+    K, d = spec.n_outputs, spec.n_features
+    # every parameter vector's predictions in one product (X read once for all of them)
+    Ws = ws[:, : K * d].reshape(-1, d)
+    Z_all = Xt @ Ws.T.contiguous()
+    if spec.fit_intercept:
+        Z_all = Z_all + ws[:, K * d :].reshape(1, -1)
     out = []
-    for w in ws:
-        W, b = spec.unpack(w)
-        z = _linear._z(Xt, W, b)
+    for i in range(ws.shape[0]):
+        z = Z_all[:, i * K : (i + 1) * K]
         if metric == "accuracy":
             if spec.loss == "binomial":
                 right = (z[:, 0] > 0).to(X.dtype) == yt[:, 0]
