@@ -40,6 +40,9 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _bits_per_s(rate: str) -> float:
+    """A tc rate in bits/s; "none" (an unlimited link) is infinite."""
+    if rate == "none":
+        return float("inf")
     units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
     for u, f in units.items():
         if rate.lower().endswith(u):
@@ -72,7 +75,7 @@ def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden):
     from dask_estimators.engine.reduce import tree_sum
 
     out = {"hosts": n_hosts, "rate": rate}
-    with SimulatedHosts(n_hosts, rate) as h, h.client.as_current():
+    with SimulatedHosts(n_hosts, None if rate == "none" else rate) as h, h.client.as_current():
         c = h.client
         ws = h.workers()
 
@@ -120,11 +123,56 @@ def _table(rows, params):
             *(f"tree-sum {int(p):.0e} s" for p in params), "MLP ddp step ms (params, allreduce)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["hosts"], r["rate"], f"{r['place_s']:.2f}", f"{r['link_rate_achieved']:.2f}",
+        achieved = "-" if r["rate"] == "none" else f"{r['link_rate_achieved']:.2f}"
+        cells = [r["hosts"], r["rate"], f"{r['place_s']:.2f}", achieved,
                  f"{r['numpy_fit_s']:.2f} ({r['numpy_rounds']} rounds)",
                  f"{r['dask_fit_s']:.2f} ({r['dask_rounds']} rounds)",
                  *(f"{r[f'tree_sum_{int(p):.0e}_s']:.3f}" for p in params),
                  f"{r['mlp_ddp_step_ms']:.2f} ({r['mlp_params']}, {r['mlp_allreduce']})"]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)
+
+
+def model(rows, params, nbytes):
+    """The cost model's predictions for the rate-limited runs, against the measurements.
+
+    Each transfer goes at the slower of its link and the CPU's own rate for
+    it, measured on the same hosts with unlimited links (the ``"none"`` rows):
+
+    * placement: ``bytes / min(W * R, S_place)``, the W links at once;
+    * tree-sum of P doubles: ``(ceil(log2 W) + 1) * 8P / min(R, S_hop)``, one
+      hop per tree level and one to the client, each at the hop rate.
+    """
+    import math
+
+    out = []
+    cpu = {r["hosts"]: r for r in rows if r["rate"] == "none"}
+    for r in rows:
+        base = cpu.get(r["hosts"])
+        if r["rate"] == "none" or base is None:
+            continue
+        W, R = r["hosts"], _bits_per_s(r["rate"]) / 8
+        hops = math.ceil(math.log2(W)) + 1
+        s_place = nbytes / base["place_s"]
+        pred = {"place_s": nbytes / min(W * R, s_place)}
+        for p in params:
+            key = f"tree_sum_{int(p):.0e}_s"
+            s_hop = hops * 8 * p / base[key]
+            pred[key] = hops * 8 * p / min(R, s_hop)
+        out.append({"hosts": W, "rate": r["rate"],
+                    **{k: {"model": v, "measured": r[k], "error": r[k] / v - 1} for k, v in pred.items()}})
+    return out
+
+
+def _model_table(mrows):
+    if not mrows:
+        return ""
+    keys = [k for k in mrows[0] if k not in ("hosts", "rate")]
+    head = ["hosts", "rate", *(f"{k[:-2]}: measured / model s (error)" for k in keys)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in mrows:
+        cells = [m["hosts"], m["rate"], *(f"{m[k]['measured']:.3g} / {m[k]['model']:.3g} ({m[k]['error']:+.0%})"
+                                          for k in keys)]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
 
@@ -134,7 +182,8 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--features", type=int, default=100)
     ap.add_argument("--hosts", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--rates", nargs="+", default=["1gbit", "10gbit"])
+    ap.add_argument("--rates", nargs="+", default=["none", "1gbit", "10gbit"],
+                    help='tc rates; "none": links without a limit, which measures the CPU\'s own rates (the model\'s)')
     ap.add_argument("--params", type=float, nargs="+", default=[1e6, 1e7])
     ap.add_argument("--max-iter", type=int, default=20, help="L-BFGS iterations per fit (tol=0: exactly these)")
     ap.add_argument("--mlp-hidden", type=int, default=256, help="hidden units of the MLP whose ddp step is timed")
@@ -154,8 +203,10 @@ def main(argv=None):
             print(json.dumps(rows[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"rows": args.rows, "features": args.features, "max_iter": args.max_iter, "repeat": args.repeat}
-    (args.out / "hosts.json").write_text(json.dumps({"args": meta, "rows": rows}, indent=1))
-    md = _table(rows, args.params)
+    mrows = model(rows, args.params, X.nbytes + y.nbytes)
+    (args.out / "hosts.json").write_text(json.dumps({"args": meta, "rows": rows, "model": mrows}, indent=1))
+    md = _table(rows, args.params) + "\n\nThe cost model (transfers at the slower of the link and the CPU's rate):\n\n" + \
+        _model_table(mrows)
     (args.out / "hosts.md").write_text(md + "\n")
     print(md)
 

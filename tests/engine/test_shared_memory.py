@@ -117,3 +117,33 @@ def test_a_handle_from_another_host_is_not_mapped():
                 _shm.read(dataclasses.replace(h, token=token))
     finally:
         _shm.release(h)
+
+
+def test_scattered_parts_are_sent_at_once(client, rng, monkeypatch):
+    """Without shared memory (other hosts) the parts go to their workers concurrently, not one after the other.
+
+    Each send waits at a barrier for the other: sent in turn, the first would wait alone and break it.
+    """
+    import threading
+
+    from dask_estimators.engine import placement
+
+    n_workers = len(client.scheduler_info()["workers"])
+    assert n_workers >= 2
+    barrier = threading.Barrier(n_workers, timeout=30)
+    real = placement._scatter_part
+    calls = []
+
+    def meeting(*args):
+        calls.append(threading.current_thread().name)
+        barrier.wait()  # raises BrokenBarrierError after 30 s if the sends run in turn
+        return real(*args)
+
+    monkeypatch.setattr(placement, "_scatter_part", meeting)
+    X = rng.normal(size=(1000, 4))
+    y = X @ np.arange(4.0)
+    with dask.config.set({"dask-estimators.shared-memory": False}):
+        with place(client, {"X": X, "y": y}) as p:
+            assert len(calls) == n_workers == len(p.shards)
+            got = DistributedEvaluator(p)(_sums, np.array([1.0]))
+    np.testing.assert_allclose(got[0], X.T @ y, rtol=1e-12)
