@@ -265,6 +265,7 @@ def _floor_proc(rank, port, X, y, local, epochs, queue):
 
     from dask_estimators.engine._worker import Shard
     from dask_estimators.engine.collective import Comm
+    from dask_estimators.engine.ddp import ddp_rank
     from dask_estimators.objectives import module as M
     from dask_estimators.optim import torch_driver as T
 
@@ -276,14 +277,14 @@ def _floor_proc(rank, port, X, y, local, epochs, queue):
     cfg = T.TrainConfig(learning_rate_init=LR, max_iter=epochs, tol=0.0, n_iter_no_change=10**9,
                         n_steps=steps, n_train=len(X))
     w0 = M.glorot_init(spec, np.random.RandomState(0))
-    out = T.ddp_rank(shard, Comm(0, 1, "127.0.0.1", port), spec, w0, cfg, T.Monitor(0.0, 10**9, False))
-    queue.put((min(h["seconds"] for h in out["history"]) / steps, out["gradient"]))
+    out = ddp_rank(shard, Comm(0, 1, "127.0.0.1", port), spec, w0, cfg, T.Monitor(0.0, 10**9, False))
+    queue.put((min(h["seconds"] for h in out.history) / steps, out.info["gradient"]))
 
 
 def step_floor(X, y, batch, world, epochs=3):
     """The least time one ddp step of ours can take here: one rank's step with no other rank to wait for.
 
-    One process runs ours' ddp rank (:func:`~dask_estimators.optim.torch_driver.ddp_rank`,
+    One process runs ours' ddp rank (:func:`~dask_estimators.engine.ddp.ddp_rank`,
     the very code of the fit) in a group of one: ``batch // world`` rows a
     step, the gradient, the allreduce (a copy, with no other rank), the L2
     term and the optimizer, on one thread, with the allocator setting of a

@@ -6,8 +6,9 @@ import sys
 
 from ..engine import DistributedEvaluator
 from ..engine.collective import run_collective
+from ..engine.ddp import ddp_rank
 from ..optim.progress import progress_bar
-from ..optim.torch_driver import ddp_rank, train_tree
+from ..optim.torch_driver import train_tree
 
 __all__ = ["STRATEGIES", "Progress", "resolve_strategy", "train_on_placement"]
 
@@ -28,10 +29,10 @@ def _one_process_per_worker(client, workers) -> bool:
 
 
 def train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state=None, progress=None):
-    """Train ``spec`` on the placed shards with the given strategy; returns (result, round statistics)."""
+    """Train ``spec`` on the placed shards with the given strategy; returns (TrainResult, round statistics)."""
     if strategy == "ddp":
         outs = run_collective(placement, ddp_rank, spec, w0, cfg, monitor, opt_state, on_event=progress)
-        return outs[0], {k: outs[0][k] for k in ("allreduce", "gradient", "kernel") if k in outs[0]}
+        return outs[0], dict(outs[0].info)
     evaluator = DistributedEvaluator(placement)
     res = train_tree(evaluator, spec, w0, cfg, monitor, opt_state, report=progress)
     return res, evaluator.stats.as_dict()

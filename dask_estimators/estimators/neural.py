@@ -292,7 +292,7 @@ class _BaseMLP(DistributedEstimator):
         finally:
             progress.close()
         self._set_result(spec, res, early_stopping, incremental)
-        stats.update(batch_size=batch, steps_per_epoch=cfg.n_steps, seconds=sum(r["seconds"] for r in res["history"]))
+        stats.update(batch_size=batch, steps_per_epoch=cfg.n_steps, seconds=sum(r["seconds"] for r in res.history))
         return stats
 
     def _batch_size(self, n_train):
@@ -311,14 +311,14 @@ class _BaseMLP(DistributedEstimator):
         return m
 
     def _set_result(self, spec, res, early_stopping, incremental):
-        monitor, history = res["monitor"], res["history"]
-        w = monitor.best_params if early_stopping and monitor.best_params is not None else res["w"]
+        monitor, history = res.monitor, res.history
+        w = monitor.best_params if early_stopping and monitor.best_params is not None else res.w
         self._set_weights(spec, w)
         # as scikit-learn: the epochs of this call (a warm start counts afresh, partial_fit gives 1); the batch
         # seeds go on from all the epochs run so far
-        self.n_iter_ = res["n_epochs"]
-        self._epochs_run = getattr(self, "_epochs_run", 0) + res["n_epochs"]
-        self.t_ = res["t"]
+        self.n_iter_ = res.n_epochs
+        self._epochs_run = getattr(self, "_epochs_run", 0) + res.n_epochs
+        self.t_ = res.t
         self.history_ = list(self.history_) + history
         self.loss_curve_ = list(self.loss_curve_) + [r["loss"] for r in history]
         self.loss_ = self.loss_curve_[-1]
@@ -338,8 +338,8 @@ class _BaseMLP(DistributedEstimator):
             "best_validation_score": monitor.best_validation_score,
             "no_improvement_count": monitor.no_improvement_count,
         }
-        self._optimizer_state = res["opt_state"]
-        if not incremental and not res["stopped"] and res["n_epochs"] == self.max_iter:
+        self._optimizer_state = res.opt_state
+        if not incremental and not res.stopped and res.n_epochs == self.max_iter:
             warnings.warn(
                 f"Stochastic Optimizer: Maximum iterations ({self.max_iter}) reached and the optimization "
                 "hasn't converged yet.",

@@ -275,9 +275,9 @@ class CharLSTM(DistributedEstimator):
             res, stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, None, progress)
         finally:
             progress.close()
-        history = res["history"]
-        self.params_ = res["w"].astype(np.float32)
-        self.n_iter_ = epochs_done + res["n_epochs"]
+        history = res.history
+        self.params_ = res.w.astype(np.float32)
+        self.n_iter_ = epochs_done + res.n_epochs
         prev = list(getattr(self, "history_", [])) if resume else []
         self.history_ = prev + history
         self.loss_curve_ = [r["loss"] for r in self.history_]

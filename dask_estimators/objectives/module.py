@@ -33,6 +33,7 @@ arrays (:func:`csr_rows`): nothing of size rows x features is made.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -42,6 +43,7 @@ from . import _fused_mlp
 from ._sparse import csr_parts, is_sparse
 
 __all__ = [
+    "NetworkProblem",
     "ACTIVATIONS",
     "MLPSpec",
     "build_module",
@@ -64,6 +66,37 @@ __all__ = [
     "SparseInputLinear",
 ]
 
+@runtime_checkable
+class NetworkProblem(Protocol):
+    """What the training loops (both strategies) need of a network: :class:`MLPSpec`, the character LSTM's spec.
+
+    ``hand_gradient`` declares whether the problem offers ``loss_grad_(w, X,
+    y, sw, g, scale, work)``, a backward by hand into one flat gradient
+    buffer without autograd (the MLPs); without it the loops use autograd on
+    :meth:`build`'s module (and, with ddp, ``DistributedDataParallel``).
+    """
+
+    hand_gradient: ClassVar[bool]
+
+    @property
+    def torch_dtype(self) -> torch.dtype: ...
+
+    @property
+    def n_params(self) -> int: ...
+
+    def build(self, device="cpu", dtype=None) -> torch.nn.Module:
+        """The module, on ``device``, in ``dtype`` (default: the problem's)."""
+
+    def loss(self, z, y, sw):
+        """Sum of the (weighted) per-row losses of the module's output ``z``."""
+
+    def penalty_mask(self) -> np.ndarray:
+        """Flat entries covered by the L2 penalty."""
+
+    def weight_flags(self) -> list:
+        """For each tensor of ``module.parameters()``: penalised or not."""
+
+
 ACTIVATIONS = ("identity", "logistic", "tanh", "relu")
 OUTPUTS = ("softmax", "logistic", "identity", "exp")
 
@@ -78,6 +111,9 @@ class MLPSpec:
     activation: str = "relu"
     out: str = "identity"  # "softmax" (several classes), "logistic" (two classes, multilabel), "identity", "exp"
     dtype: str = "float64"
+
+    #: Offers :meth:`loss_grad_` (see :class:`NetworkProblem`).
+    hand_gradient: ClassVar[bool] = True
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -103,7 +139,7 @@ class MLPSpec:
     def torch_dtype(self):
         return getattr(torch, self.dtype)
 
-    # The interface the torch driver uses (any network spec offers the same four).
+    # The NetworkProblem interface the training loops use.
     def build(self, device="cpu", dtype=None) -> torch.nn.Module:
         """The module, on ``device``, in ``dtype`` (default: the spec's)."""
         spec = self if dtype is None else MLPSpec(**{**self.__dict__, "dtype": str(dtype).replace("torch.", "")})
@@ -125,8 +161,8 @@ class MLPSpec:
         """The loss sum of :meth:`loss` at the flat parameters ``w``, its gradient times ``scale`` written
         into the flat ``g``; no autograd.
 
-        Optional in the interface: a spec that offers it is trained on one
-        flat parameter buffer (see :func:`loss_grad_`).
+        Offered where ``hand_gradient`` is true: the problem is then trained
+        on one flat parameter buffer (see :func:`loss_grad_`).
         """
         return loss_grad_(self, w, X, y, sw, g, scale, work)
 
@@ -720,7 +756,7 @@ def value_grad(shard, w, spec: MLPSpec, batch=None):
     The gradient is the spec's own backward (``loss_grad_``) where it has
     one, else autograd on its module.
     """
-    fused = hasattr(spec, "loss_grad_")
+    fused = spec.hand_gradient
     work = shard.cache["mlp"]["work"] if fused else None
     X, y, sw = take(shard, batch_rows(shard, batch), work)
     n = int(X.shape[0])

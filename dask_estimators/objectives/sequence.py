@@ -16,6 +16,7 @@ The objective is the mean cross-entropy of the next symbol; the kernels of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -66,6 +67,9 @@ class CharLSTMSpec:
     dropout: float = 0.0
     dtype: str = "float32"
     out: str = "softmax"  # the validation score of :mod:`.module` reads it: next-symbol accuracy
+
+    #: No hand-written backward: autograd (see :class:`~.module.NetworkProblem`).
+    hand_gradient: ClassVar[bool] = False
 
     @property
     def torch_dtype(self):

@@ -6,9 +6,10 @@ One epoch loop, :func:`run_epochs`, serves both strategies:
   is one engine round: every worker returns the raw gradient sum of its share
   of the global batch, the workers tree-sum them, the client divides, adds the
   L2 term and steps.
-- **ddp** (:func:`ddp_rank`): the loop runs on every worker at once inside a
-  ``torch.distributed`` group; ``DistributedDataParallel`` allreduces the
-  gradients and every rank steps the same optimizer on the same numbers.
+- **ddp** (:func:`dask_estimators.engine.ddp.ddp_rank`, in the engine: it is
+  a task body inside a ``torch.distributed`` group): the loop runs on every
+  worker at once, the gradients are summed over the ranks and every rank
+  steps the same optimizer on the same numbers.
 
 Both take the same seeded batches (each worker its share of each global batch,
 see :func:`~dask_estimators.objectives.module.batch_cuts` and ``batch_slice``) and apply
@@ -16,7 +17,8 @@ scikit-learn's rules: the epoch loss, ``tol``/``n_iter_no_change``, the
 validation score of ``early_stopping`` (best parameters restored), and the
 ``"invscaling"``/``"adaptive"`` learning rates of SGD.  Optimizer state is
 kept in one layout (per layer, as ``module.parameters()``), so a
-``partial_fit`` or a warm start can change strategy.
+``partial_fit`` or a warm start can change strategy.  Both return a
+:class:`TrainResult`.  Nothing here sees Dask.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..engine import _shm_allreduce
 from ..objectives import module as M
 
 NON_FINITE_WEIGHTS = (
@@ -36,8 +37,8 @@ NON_FINITE_WEIGHTS = (
     "preprocessed."
 )
 
-__all__ = ["TrainConfig", "Monitor", "make_optimizer", "fast_step", "run_epochs", "train_tree", "ddp_rank",
-           "minimize_lbfgs"]
+__all__ = ["TrainConfig", "Monitor", "TrainResult", "make_optimizer", "fast_step", "run_epochs", "train_tree",
+           "torch_state", "minimize_lbfgs"]
 
 
 @dataclass
@@ -183,8 +184,22 @@ class Monitor:
                 self.best_loss = float(loss)
 
 
+@dataclass
+class TrainResult:
+    """What a training run returns, with either strategy (as ``scipy.optimize.OptimizeResult`` for the solvers)."""
+
+    history: list  # one record per epoch: epoch, loss, validation_score, seconds, samples_per_s
+    stopped: bool  # the stopping rule ended the run before its last epoch
+    t: int  # samples seen, warm starts included (SGD's "invscaling" rate)
+    n_epochs: int  # epochs run
+    monitor: Monitor  # the stopping rule's state and the curves
+    w: np.ndarray | None = None  # the flat parameters at the end
+    opt_state: dict | None = None  # the optimizer's state dict (NumPy-free, torch tensors on the CPU)
+    info: dict = field(default_factory=dict)  # how it ran: "allreduce", "gradient", "kernel" (ddp)
+
+
 def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=None, validate=None,
-               params=None, report=None) -> dict:
+               params=None, report=None) -> TrainResult:
     """The epoch loop shared by both strategies.
 
     Parameters
@@ -240,15 +255,15 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
             else:
                 stopped = True
                 break
-    return {"history": history, "stopped": stopped, "t": t_seen, "n_epochs": len(history)}
+    return TrainResult(history=history, stopped=stopped, t=t_seen, n_epochs=len(history), monitor=monitor)
 
 
-def _torch_state(state):
+def torch_state(state):
     """An optimizer state dict whose tensors came back as NumPy arrays (from a worker) as torch tensors again."""
     if isinstance(state, dict):
-        return {k: _torch_state(v) for k, v in state.items()}
+        return {k: torch_state(v) for k, v in state.items()}
     if isinstance(state, list):
-        return [_torch_state(v) for v in state]
+        return [torch_state(v) for v in state]
     if isinstance(state, np.ndarray):
         return torch.from_numpy(state.copy())
     return state
@@ -263,7 +278,7 @@ def _grads_into(params, g):
 
 
 def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor, opt_state=None,
-               report=None) -> dict:
+               report=None) -> TrainResult:
     """The tree strategy: the optimizer on the client, one engine round per global batch.
 
     ``evaluator(kernel, *args)`` sums a kernel over the shards (see
@@ -274,7 +289,7 @@ def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
     torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=torch.float64), params)
     opt = make_optimizer(params, cfg)
     if opt_state is not None:
-        opt.load_state_dict(_torch_state(opt_state))
+        opt.load_state_dict(torch_state(opt_state))
     mask = torch.as_tensor(spec.penalty_mask())
 
     def flat():
@@ -297,212 +312,7 @@ def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
 
     out = run_epochs(step, cfg, opt, monitor, validate=validate, params=lambda: flat().numpy().copy(),
                      report=report)
-    out.update(w=flat().numpy().copy(), monitor=monitor, opt_state=opt.state_dict())
-    return out
-
-
-def ddp_rank(shard, comm, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor, opt_state=None):
-    """One rank of the ddp strategy: the whole training loop on this worker, inside a process group.
-
-    Returns, on rank 0, the result dict of :func:`train_tree` (other ranks return None).
-
-    The ``DistributedDataParallel`` wrapper lives in :func:`_ddp_loop`'s frame
-    and is freed before the group is destroyed, also on failure: freed after
-    it, its reducer drops the last reference to the gloo group while holding
-    the GIL, and the group's destructor waits for a gloo thread that needs
-    the GIL (a deadlock seen here about once in ten fits; cf. pytorch#56297).
-    Only that wrapper needs the full collection (0.22 s in a worker process
-    here): the hand-written path holds nothing of the group.
-    """
-    import gc
-    import traceback
-
-    import torch.distributed as dist
-
-    from ..engine._worker import setup_threads
-    from ..engine.collective import process_group
-
-    setup_threads()
-    with process_group(comm, shard.device):
-        try:
-            out = _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state)
-            dist.barrier()  # no collective of this fit is still in flight
-            return out
-        except BaseException as e:
-            traceback.clear_frames(e.__traceback__)  # the loop's frame (and the wrapper) must not outlive the group
-            raise
-        finally:
-            if not hasattr(spec, "loss_grad_"):
-                gc.collect()
-
-
-def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
-    """The epoch loop of one ddp rank (see :func:`ddp_rank`).
-
-    A spec with a hand-written gradient (``loss_grad_``, the MLPs) trains on
-    one flat parameter buffer: the optimizer's per-layer parameters are views
-    of it, the gradient is written into a twin buffer by the spec, and one
-    allreduce of that buffer per step does what ``DistributedDataParallel``
-    does with its one bucket, without the autograd graph and reducer hooks
-    around it (a 128-row step of a 100-100-1 network, one thread: 0.26 ms
-    against 0.60 ms with autograd, before DDP's own cost; docs/performance.md).
-    Other specs (the character LSTM) train through ``DistributedDataParallel``.
-    """
-    from torch.nn.parallel import DistributedDataParallel
-
-    dev = shard.device
-    module = spec.build(dev)
-    params = list(module.parameters())
-    torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=spec.torch_dtype, device=dev), params)
-    shm = None
-    if not dev.startswith("cuda"):  # ranks on one host sum the gradients through shared memory, not gloo's TCP
-        shm = _shm_allreduce.create(comm.rank, comm.world_size, sum(p.numel() * p.element_size() for p in params),
-                                    comm.timeout)
-    by_hand = hasattr(spec, "loss_grad_")
-    try:
-        if by_hand:
-            out = _ddp_epochs(shard, _FlatGradient(spec, params, shm), comm, spec, cfg, monitor, opt_state)
-        else:
-            ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
-            if shm is not None:
-                ddp.register_comm_hook(shm, _shm_mean_hook)
-            out = _ddp_epochs(shard, _DDPGradient(spec, ddp, params, comm), comm, spec, cfg, monitor, opt_state)
-        if out is not None:  # rank 0
-            out["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
-            out["gradient"] = "hand-written" if by_hand else "DistributedDataParallel"
-            if by_hand:
-                out["kernel"] = M.loss_grad_kernel(shard.get("X"))
-        return out
-    finally:
-        if shm is not None:
-            shm.close()
-
-
-def _shm_mean_hook(shm, bucket):
-    """DDP communication hook: the mean of the bucket's gradients over the ranks, through shared memory."""
-    buf = shm.allreduce_(bucket.buffer())
-    buf.div_(shm.world)
-    fut = torch.futures.Future()
-    fut.set_result(buf)
-    return fut
-
-
-class _DDPGradient:
-    """The step's gradient through ``DistributedDataParallel``: autograd, the mean over the ranks in its hooks."""
-
-    work = None  # no kept buffers: autograd allocates its own
-
-    def __init__(self, spec, ddp, params, comm):
-        self.spec, self.ddp, self.params, self.world = spec, ddp, params, comm.world_size
-
-    def __call__(self, X, y, sw, w_b):
-        """Leave the gradient of the batch's total loss / ``w_b`` in ``.grad``; return this rank's loss sum."""
-        for p in self.params:
-            p.grad = None
-        local = self.spec.loss(self.ddp(X), y, sw) if X.shape[0] else self.ddp(X).sum() * 0.0
-        # DDP averages the ranks' gradients: scale the local sum by the world size
-        (local * (self.world / w_b)).backward()
-        return float(local.detach())
-
-    def flat(self):
-        return torch.nn.utils.parameters_to_vector(self.params).detach()
-
-
-class _FlatGradient:
-    """The step's gradient by the spec's own backward into one flat buffer, summed over the ranks in one allreduce.
-
-    The optimizer gets leaf views of the flat parameters ``w`` shaped as the
-    module's ``params`` (its per-layer layout, so its state is the same as
-    with the other strategies), their ``.grad`` views of the gradient
-    buffer, which every step overwrites.
-    """
-
-    def __init__(self, spec, params, shm):
-        self.spec, self.shm, self.work = spec, shm, {}  # work: the activations kept between steps
-        self.w = torch.nn.utils.parameters_to_vector(params).detach()
-        self.g = torch.zeros_like(self.w)
-        sizes, shapes = [p.numel() for p in params], [p.shape for p in params]
-        self.params = [v.view(s).detach().requires_grad_() for v, s in zip(self.w.split(sizes), shapes)]
-        for p, gv in zip(self.params, self.g.split(sizes)):
-            p.grad = gv.view(p.shape)
-
-    def __call__(self, X, y, sw, w_b):
-        loss = self.spec.loss_grad_(self.w, X, y, sw, self.g, 1.0 / w_b, self.work)
-        if self.shm is not None:
-            self.shm.allreduce_(self.g)
-        else:
-            import torch.distributed as dist
-
-            dist.all_reduce(self.g)
-        return float(loss)
-
-    def flat(self):
-        return self.w
-
-
-def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state):
-    """The epochs of one ddp rank; ``gradient`` computes each step's gradient (see :func:`_ddp_loop`)."""
-    import torch.distributed as dist
-
-    dev = shard.device
-    params = gradient.params
-    opt = make_optimizer(params, cfg)
-    if opt_state is not None:
-        opt.load_state_dict(_torch_state(opt_state))
-    weights = [p for p, keep in zip(params, spec.weight_flags()) if keep]
-    w_det = [p.detach() for p in weights]  # views of the parameters, outside autograd
-    w_flat = [v.view(-1) for v in w_det]
-    # the flat path's gradients stay the same tensors between steps; DDP's are made anew by each backward
-    step_opt = fast_step(opt) if isinstance(gradient, _FlatGradient) else opt.step
-    f64 = torch.float64
-    per_step = {}
-
-    def allreduce(t):
-        dist.all_reduce(t)
-        return t
-
-    def step(epoch, k):
-        if k == 0:  # the global batch sizes of this epoch: one allreduce per epoch
-            rows = torch.zeros(2, cfg.n_steps, dtype=f64, device=dev)
-            for j in range(cfg.n_steps):
-                idx = M.batch_rows(shard, (cfg.seed, epoch, j, cfg.n_steps, cfg.shuffle))
-                rows[0, j] = idx.numel()
-                sw = shard.get("sample_weight")
-                rows[1, j] = idx.numel() if sw is None else sw[idx].sum()
-            per_step["rows"] = allreduce(rows).cpu().numpy()
-        n_b, w_b = per_step["rows"][:, k]
-        X, y, sw = M.take(shard, M.batch_rows(shard, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)), gradient.work)
-        part = gradient(X, y, sw, w_b) / w_b
-        # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
-        if weights:
-            torch._foreach_add_([p.grad for p in weights], w_det, alpha=cfg.alpha / w_b)
-        if k % comm.world_size == comm.rank and cfg.alpha:
-            part += 0.5 * cfg.alpha * sum(float(torch.dot(v, v)) for v in w_flat) / w_b
-        step_opt()
-        return part * n_b
-
-    def reduce_epoch(v):
-        return float(allreduce(torch.tensor([v], dtype=f64, device=dev))[0])
-
-    def flat():
-        return gradient.flat().to("cpu", f64)
-
-    def validate():
-        stats = M.validation_stats(shard, gradient.flat(), spec).to(dev)
-        return M.validation_score(spec, allreduce(stats).cpu().numpy())
-
-    def report(rec):
-        if comm.rank == 0:
-            comm.report(rec)
-
-    out = run_epochs(step, cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate,
-                     params=lambda: flat().numpy().copy(), report=report)
-    if comm.rank != 0:
-        return None
-    state = opt.state_dict()
-    state["state"] = {k: {n: (v.cpu() if torch.is_tensor(v) else v) for n, v in s.items()}
-                      for k, s in state["state"].items()}
-    out.update(w=flat().numpy().copy(), monitor=monitor, opt_state=state)
+    out.w, out.opt_state = flat().numpy().copy(), opt.state_dict()
     return out
 
 

@@ -32,9 +32,10 @@ from sklearn.utils import get_tags
 from dask_estimators.engine import LocalEvaluator
 from dask_estimators.engine._worker import Shard
 from dask_estimators.engine.collective import Comm, free_port
+from dask_estimators.engine.ddp import ddp_rank
 from dask_estimators.objectives import _fused_mlp
 from dask_estimators.objectives import module as M
-from dask_estimators.optim.torch_driver import Monitor, TrainConfig, ddp_rank, minimize_lbfgs, train_tree
+from dask_estimators.optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs, train_tree
 from sparse_guard import forbid_densify  # tests/sparse_guard.py
 
 pytestmark = pytest.mark.filterwarnings(
@@ -275,11 +276,11 @@ def test_tree_minibatch_fit_equals_dense_fit(kernel, solver):
         return train_tree(LocalEvaluator(shards), spec, w0, cfg, Monitor(0.0, 100, False))
 
     sparse, dense = _fit_both(fit, A, y, spec, batch=16)
-    assert sparse["n_epochs"] == 4
-    np.testing.assert_allclose([r["loss"] for r in sparse["history"]], [r["loss"] for r in dense["history"]],
+    assert sparse.n_epochs == 4
+    np.testing.assert_allclose([r["loss"] for r in sparse.history], [r["loss"] for r in dense.history],
                                rtol=1e-10)
-    np.testing.assert_allclose(sparse["w"], dense["w"], rtol=1e-9, atol=1e-12)
-    assert not np.allclose(sparse["w"], w0)
+    np.testing.assert_allclose(sparse.w, dense.w, rtol=1e-9, atol=1e-12)
+    assert not np.allclose(sparse.w, w0)
 
 
 def test_ddp_rank_sparse_fit_equals_dense_fit(kernel):
@@ -297,10 +298,10 @@ def test_ddp_rank_sparse_fit_equals_dense_fit(kernel):
         comm = Comm(0, 1, "127.0.0.1", free_port("127.0.0.1"), timeout=60)
         outs.append(ddp_rank(shard, comm, spec, w0, cfg, Monitor(0.0, 100, False)))
     sparse, dense = outs
-    assert sparse["kernel"] == "csr-" + kernel and dense["kernel"] == kernel
-    np.testing.assert_allclose([r["loss"] for r in sparse["history"]], [r["loss"] for r in dense["history"]],
+    assert sparse.info["kernel"] == "csr-" + kernel and dense.info["kernel"] == kernel
+    np.testing.assert_allclose([r["loss"] for r in sparse.history], [r["loss"] for r in dense.history],
                                rtol=1e-10)
-    np.testing.assert_allclose(sparse["w"], dense["w"], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(sparse.w, dense.w, rtol=1e-9, atol=1e-12)
 
 
 # -------------------------------------------------------------------- 4. memory
@@ -392,7 +393,7 @@ def test_no_dense_n_by_p_array_is_made(kernel, no_densify):
     base = _rss_kib("VmRSS")
     res = fit()
     grown = (_rss_kib("VmHWM") - base) * 1024
-    assert len(res["history"]) == 2 and res["history"][-1]["validation_score"] is not None
+    assert len(res.history) == 2 and res.history[-1]["validation_score"] is not None
     assert grown < 200 * p * 8 / 4, f"the peak memory grew by {grown / 1e6:.0f} MB"
 
 

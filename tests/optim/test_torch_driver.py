@@ -143,23 +143,23 @@ def test_monitor_early_stopping_matches_sklearn_and_keeps_best_params(tol):
 def test_train_tree_runs_max_iter_epochs_and_decreases_the_loss():
     records = []
     out, cfg, _ = fit(max_iter=25, report=records.append)
-    mon = out["monitor"]
-    assert out["n_epochs"] == 25 and not out["stopped"]
-    assert len(out["history"]) == len(mon.loss_curve) == 25
-    assert records == out["history"]
-    assert [r["epoch"] for r in out["history"]] == list(range(1, 26))
-    for r in out["history"]:
+    mon = out.monitor
+    assert out.n_epochs == 25 and not out.stopped
+    assert len(out.history) == len(mon.loss_curve) == 25
+    assert records == out.history
+    assert [r["epoch"] for r in out.history] == list(range(1, 26))
+    for r in out.history:
         assert set(r) == HISTORY_KEYS
         assert r["validation_score"] is None
         assert r["seconds"] >= 0 and r["samples_per_s"] > 0
         assert math.isfinite(r["loss"])
-    assert [r["loss"] for r in out["history"]] == mon.loss_curve
+    assert [r["loss"] for r in out.history] == mon.loss_curve
     curve = np.array(mon.loss_curve)
     assert curve[-1] < 0.5 * curve[0]
     assert np.mean(np.diff(curve) < 0) > 0.8  # decreases from epoch to epoch (almost always)
-    assert out["t"] == 25 * cfg.n_train
-    assert out["w"].shape == (SPEC.n_params,)
-    assert not np.array_equal(out["w"], M.glorot_init(SPEC, np.random.RandomState(0)))
+    assert out.t == 25 * cfg.n_train
+    assert out.w.shape == (SPEC.n_params,)
+    assert not np.array_equal(out.w, M.glorot_init(SPEC, np.random.RandomState(0)))
 
 
 def test_epoch_loss_is_the_row_weighted_mean_of_batch_objectives():
@@ -171,68 +171,68 @@ def test_epoch_loss_is_the_row_weighted_mean_of_batch_objectives():
     coefs, intercepts = M.unflatten(SPEC, w0)
     z = M.forward_numpy(SPEC, coefs, intercepts, X)[:, 0]
     expected = (np.sum(s * 0.5 * (z - y) ** 2) + 0.5 * 0.3 * sum(np.sum(W * W) for W in coefs)) / s.sum()
-    assert out["history"][0]["loss"] == pytest.approx(expected, rel=1e-12)
+    assert out.history[0]["loss"] == pytest.approx(expected, rel=1e-12)
 
 
 def test_train_tree_stops_early_when_tol_is_large():
     out, _, _ = fit(max_iter=50, tol=1e9, n_iter_no_change=2)
     # epoch 1 sets the best loss; every later epoch counts as no improvement; stop once count > 2
-    assert out["stopped"]
-    assert out["n_epochs"] == 2 + 2 == len(out["monitor"].loss_curve)
-    assert out["monitor"].no_improvement_count == 3
+    assert out.stopped
+    assert out.n_epochs == 2 + 2 == len(out.monitor.loss_curve)
+    assert out.monitor.no_improvement_count == 3
 
 
 def test_train_tree_adaptive_sgd_divides_the_learning_rate_by_5():
     out, _, _ = fit(solver="sgd", learning_rate="adaptive", learning_rate_init=0.01, max_iter=6, tol=1e9,
                     n_iter_no_change=1)
     # counts: 0, 1, 2 -> lr/5 and reset, 1, 2 -> lr/5 and reset, 1: never stops, 2 divisions
-    assert not out["stopped"] and out["n_epochs"] == 6
-    assert out["opt_state"]["param_groups"][0]["lr"] == pytest.approx(0.01 / 25, rel=1e-12)
-    assert out["monitor"].no_improvement_count == 1
+    assert not out.stopped and out.n_epochs == 6
+    assert out.opt_state["param_groups"][0]["lr"] == pytest.approx(0.01 / 25, rel=1e-12)
+    assert out.monitor.no_improvement_count == 1
 
 
 def test_train_tree_adaptive_sgd_stops_below_1e_6():
     out, _, _ = fit(solver="sgd", learning_rate="adaptive", learning_rate_init=4e-6, max_iter=50, tol=1e9,
                     n_iter_no_change=1)
     # epoch 3: lr 4e-6 > 1e-6 -> 8e-7; epoch 5: 8e-7 is not > 1e-6 -> stop
-    assert out["stopped"] and out["n_epochs"] == 5
-    assert out["opt_state"]["param_groups"][0]["lr"] == pytest.approx(8e-7, rel=1e-12)
+    assert out.stopped and out.n_epochs == 5
+    assert out.opt_state["param_groups"][0]["lr"] == pytest.approx(8e-7, rel=1e-12)
 
 
 def test_train_tree_constant_and_adam_keep_their_learning_rate():
     for solver in ("sgd", "adam"):
         out, _, _ = fit(solver=solver, learning_rate="constant", learning_rate_init=0.01, max_iter=8, tol=1e9,
                         n_iter_no_change=1)
-        assert out["stopped"] and out["n_epochs"] == 3
-        assert out["opt_state"]["param_groups"][0]["lr"] == 0.01
+        assert out.stopped and out.n_epochs == 3
+        assert out.opt_state["param_groups"][0]["lr"] == 0.01
 
 
 def test_train_tree_invscaling_learning_rate():
     out, cfg, _ = fit(solver="sgd", learning_rate="invscaling", learning_rate_init=0.05, power_t=0.5, max_iter=4,
                       t0=7)
-    assert out["t"] == 7 + 4 * cfg.n_train
-    assert out["opt_state"]["param_groups"][0]["lr"] == pytest.approx(0.05 / (7 + 4 * cfg.n_train + 1) ** 0.5)
+    assert out.t == 7 + 4 * cfg.n_train
+    assert out.opt_state["param_groups"][0]["lr"] == pytest.approx(0.05 / (7 + 4 * cfg.n_train + 1) ** 0.5)
 
 
 def test_train_tree_incremental_runs_one_epoch():
     out, cfg, _ = fit(max_iter=50, incremental=True, epoch0=3)
-    assert out["n_epochs"] == 1 and not out["stopped"]
-    assert out["history"][0]["epoch"] == 4
-    assert out["t"] == cfg.n_train
+    assert out.n_epochs == 1 and not out.stopped
+    assert out.history[0]["epoch"] == 4
+    assert out.t == cfg.n_train
 
 
 def test_train_tree_early_stopping_keeps_the_best_parameters():
     out, cfg, ev = fit(max_iter=15, early_stopping=True, validation_fraction=0.25, learning_rate_init=0.05,
                        n_iter_no_change=100)
-    mon = out["monitor"]
-    scores = [r["validation_score"] for r in out["history"]]
+    mon = out.monitor
+    scores = [r["validation_score"] for r in out.history]
     assert scores == mon.validation_scores and len(scores) == 15
     assert all(math.isfinite(v) for v in scores)
     assert mon.best_validation_score == max(scores)
     # best_params is the vector whose validation score is the best one
     best = M.validation_score(SPEC, ev(M.validation_stats, mon.best_params, SPEC))
     assert best == pytest.approx(mon.best_validation_score, rel=1e-12)
-    last = M.validation_score(SPEC, ev(M.validation_stats, out["w"], SPEC))
+    last = M.validation_score(SPEC, ev(M.validation_stats, out.w, SPEC))
     assert last == pytest.approx(scores[-1], rel=1e-12)
     assert cfg.n_train == 60 - (6 + 9)
 
@@ -241,9 +241,9 @@ def test_train_tree_seeded_determinism():
     a, _, _ = fit(seed=3, max_iter=6)
     b, _, _ = fit(seed=3, max_iter=6)
     c, _, _ = fit(seed=4, max_iter=6)
-    np.testing.assert_array_equal(a["w"], b["w"])
-    assert a["monitor"].loss_curve == b["monitor"].loss_curve
-    assert not np.allclose(a["w"], c["w"], rtol=1e-6, atol=0)
+    np.testing.assert_array_equal(a.w, b.w)
+    assert a.monitor.loss_curve == b.monitor.loss_curve
+    assert not np.allclose(a.w, c.w, rtol=1e-6, atol=0)
 
 
 def test_train_tree_does_not_modify_w0():
@@ -253,7 +253,7 @@ def test_train_tree_does_not_modify_w0():
     w0 = M.glorot_init(SPEC, np.random.RandomState(0))
     keep = w0.copy()
     out = train_tree(ev, SPEC, w0, cfg, Monitor(cfg.tol, cfg.n_iter_no_change, False))
-    assert not np.array_equal(out["w"], keep)  # it trained
+    assert not np.array_equal(out.w, keep)  # it trained
     np.testing.assert_array_equal(w0, keep)  # the caller's starting point is left alone
 
 
@@ -264,10 +264,10 @@ def test_full_batch_one_shard_equals_two_shards(solver):
     one, _, _ = fit((60,), data=data, solver=solver, shuffle=False, n_steps=1, max_iter=15, alpha=0.01)
     two, _, _ = fit((25, 35), data=data, solver=solver, shuffle=False, n_steps=1, max_iter=15, alpha=0.01)
     three, _, _ = fit((10, 30, 20), data=data, solver=solver, shuffle=True, n_steps=1, max_iter=15, alpha=0.01)
-    np.testing.assert_allclose(two["w"], one["w"], rtol=1e-10, atol=1e-13)
-    np.testing.assert_allclose(three["w"], one["w"], rtol=1e-10, atol=1e-13)
-    np.testing.assert_allclose(two["monitor"].loss_curve, one["monitor"].loss_curve, rtol=1e-10)
-    assert not np.allclose(one["w"], M.glorot_init(SPEC, np.random.RandomState(0)))
+    np.testing.assert_allclose(two.w, one.w, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(three.w, one.w, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(two.monitor.loss_curve, one.monitor.loss_curve, rtol=1e-10)
+    assert not np.allclose(one.w, M.glorot_init(SPEC, np.random.RandomState(0)))
 
 
 def test_minibatches_depend_on_the_sharding_but_stay_valid():
@@ -275,9 +275,9 @@ def test_minibatches_depend_on_the_sharding_but_stay_valid():
     data = regression_data()
     one, _, _ = fit((60,), data=data, shuffle=False, n_steps=2, max_iter=5)
     two, _, _ = fit((30, 30), data=data, shuffle=False, n_steps=2, max_iter=5)
-    assert not np.allclose(one["w"], two["w"], rtol=1e-6, atol=0)
-    assert one["monitor"].loss_curve[-1] < one["monitor"].loss_curve[0]
-    assert two["monitor"].loss_curve[-1] < two["monitor"].loss_curve[0]
+    assert not np.allclose(one.w, two.w, rtol=1e-6, atol=0)
+    assert one.monitor.loss_curve[-1] < one.monitor.loss_curve[0]
+    assert two.monitor.loss_curve[-1] < two.monitor.loss_curve[0]
 
 
 @pytest.mark.parametrize("solver", ["adam", "sgd"])
@@ -287,11 +287,11 @@ def test_train_tree_resumes_from_opt_state(solver):
     full, _, _ = fit(solver=solver, max_iter=6, seed=5)
     mon = Monitor(0.0, 10, False)
     first, _, _ = fit(solver=solver, max_iter=3, seed=5, monitor=mon)
-    second, _, _ = fit(solver=solver, max_iter=3, seed=5, monitor=mon, w0=first["w"], opt_state=first["opt_state"],
+    second, _, _ = fit(solver=solver, max_iter=3, seed=5, monitor=mon, w0=first.w, opt_state=first.opt_state,
                        epoch0=3)
-    np.testing.assert_array_equal(second["w"], full["w"])
-    assert mon.loss_curve == full["monitor"].loss_curve
-    assert [r["epoch"] for r in second["history"]] == [4, 5, 6]
+    np.testing.assert_array_equal(second.w, full.w)
+    assert mon.loss_curve == full.monitor.loss_curve
+    assert [r["epoch"] for r in second.history] == [4, 5, 6]
 
 
 def test_make_optimizer_settings():
@@ -378,9 +378,9 @@ def test_full_batch_steps_match_sklearn_optimizers(solver):
         coefs, intercepts = M.unflatten(SPEC, w)
         losses.append(loss / sw + 0.5 * alpha * sum(np.sum(W * W) for W in coefs) / sw)
         opt.update_params([w], [g / sw + M.flatten([alpha * W for W in coefs], [0 * b for b in intercepts]) / sw])
-    np.testing.assert_allclose(out["w"], w, rtol=1e-10, atol=1e-13)
-    np.testing.assert_allclose(out["monitor"].loss_curve, losses, rtol=1e-10)
-    assert np.abs(out["w"] - w0).max() > 1e-2  # it moved
+    np.testing.assert_allclose(out.w, w, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(out.monitor.loss_curve, losses, rtol=1e-10)
+    assert np.abs(out.w - w0).max() > 1e-2  # it moved
 
 
 def test_train_tree_raises_sklearns_error_on_non_finite_weights():
@@ -477,3 +477,24 @@ def test_fast_step_without_private_fused_adam_is_opt_step(monkeypatch):
     p[0].grad = torch.ones(3, dtype=torch.float64)
     step()
     np.testing.assert_allclose(p[0].detach().numpy(), -0.1 / (1 + 1e-8), rtol=1e-12)  # -lr g / (|g| + eps)
+
+
+# ------------------------------------------------------------------ the layer's boundaries
+def test_the_driver_sees_no_dask_and_the_networks_declare_their_protocol():
+    """``optim`` imports neither Dask nor the engine (the ddp rank loop lives in ``engine/ddp.py``), and both
+    network problems offer what the loops need, with ``hand_gradient`` declared rather than probed."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dask_estimators.optim.torch_driver; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed') "
+            "or m.startswith('dask_estimators.engine')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout
+
+    from dask_estimators.objectives.sequence import CharLSTMSpec
+
+    mlp, lstm = M.MLPSpec(D, (4,), 1), CharLSTMSpec(vocab_size=6)
+    assert isinstance(mlp, M.NetworkProblem) and isinstance(lstm, M.NetworkProblem)
+    assert mlp.hand_gradient and callable(mlp.loss_grad_)
+    assert not lstm.hand_gradient and not hasattr(lstm, "loss_grad_")
