@@ -156,6 +156,38 @@ def test_worker_killed_mid_fit_gives_the_undisturbed_model(fc, monkeypatch, name
           f"max |coef diff| = {np.max(np.abs(est.coef_ - ref.coef_)):.3g}")
 
 
+CV_CASES = {
+    # a search, its data kind, and the kernel whose first round meets the killed worker: the rebuilt shard
+    # needs the splits' roles and the prepared targets, replayed from the placement's record
+    "linreg-cv-gram": (lambda c: de.LinearRegressionCV(alphas=4, cv=3, tol=1e-10, client=c), "regression",
+                       "gram_sums"),
+    "logistic-cv-lockstep": (lambda c: de.LogisticRegressionCV(Cs=3, cv=3, tol=1e-8, client=c), "binary",
+                             "fold_value_grad_many"),
+}
+
+
+@pytest.mark.parametrize("name", list(CV_CASES))
+def test_worker_killed_mid_search_gives_the_undisturbed_search(fc, monkeypatch, name):
+    make, kind, kernel = CV_CASES[name]
+    X, y = _data(kind)
+    ref = make(fc).fit(X, y)
+    assert ref.fit_stats_["recoveries"] == 0
+    kill = KillBefore(monkeypatch, kernel)
+    est = make(fc).fit(X, y)
+    assert kill.killed is not None, "the worker was not killed: the kernel never ran"
+    assert est.fit_stats_["recoveries"] == 1 and sum(est.fit_stats_["rows_per_shard"]) == len(y)
+    if name.startswith("linreg"):
+        assert est.alpha_ == ref.alpha_
+        np.testing.assert_allclose(est.mse_path_, ref.mse_path_, rtol=1e-9)
+    else:
+        np.testing.assert_array_equal(est.C_, ref.C_)
+        np.testing.assert_allclose(est.scores_[1], ref.scores_[1], rtol=1e-9)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-6, atol=1e-10)
+    gc.collect()
+    assert _nothing_held(fc, timeout=10) is True
+
+
 def test_worker_killed_during_placement_places_on_the_others(fc, monkeypatch):
     """A worker that dies while the data is placed: the placement starts again on the surviving workers."""
     from dask_estimators.engine import placement as pl
