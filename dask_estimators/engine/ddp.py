@@ -23,10 +23,12 @@ from . import _shm_allreduce
 __all__ = ["ddp_rank"]
 
 
-def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor, opt_state=None):
+def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor,
+             opt_state=None, callbacks=()):
     """One rank of the ddp strategy: the whole training loop on this worker, inside a process group.
 
     Returns, on rank 0, the :class:`~dask_estimators.optim.torch_driver.TrainResult` (other ranks return None).
+    ``callbacks`` are the loop callbacks (each rank runs its own copy, and all take the same decisions).
 
     The ``DistributedDataParallel`` wrapper lives in :func:`_ddp_loop`'s frame
     and is freed before the group is destroyed, also on failure: freed after
@@ -47,7 +49,7 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
     setup_threads()
     with process_group(comm, shard.device):
         try:
-            out = _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state)
+            out = _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state, callbacks)
             dist.barrier()  # no collective of this fit is still in flight
             return out
         except BaseException as e:
@@ -58,7 +60,7 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
                 gc.collect()
 
 
-def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
+def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state, callbacks):
     """The epoch loop of one ddp rank (see :func:`ddp_rank`).
 
     A problem with a hand-written gradient (``hand_gradient``, the MLPs) trains on
@@ -83,12 +85,13 @@ def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state):
     by_hand = spec.hand_gradient
     try:
         if by_hand:
-            out = _ddp_epochs(shard, _FlatGradient(spec, params, shm), comm, spec, cfg, monitor, opt_state)
+            out = _ddp_epochs(shard, _FlatGradient(spec, params, shm), comm, spec, cfg, monitor, opt_state, callbacks)
         else:
             ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
             if shm is not None:
                 ddp.register_comm_hook(shm, _shm_mean_hook)
-            out = _ddp_epochs(shard, _DDPGradient(spec, ddp, params, comm), comm, spec, cfg, monitor, opt_state)
+            out = _ddp_epochs(shard, _DDPGradient(spec, ddp, params, comm), comm, spec, cfg, monitor, opt_state,
+                                  callbacks)
         if out is not None:  # rank 0
             out.info["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
             out.info["gradient"] = "hand-written" if by_hand else "DistributedDataParallel"
@@ -162,7 +165,7 @@ class _FlatGradient:
         return self.w
 
 
-def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state):
+def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state, callbacks=()):
     """The epochs of one ddp rank; ``gradient`` computes each step's gradient (see :func:`_ddp_loop`)."""
     import torch.distributed as dist
 
@@ -218,7 +221,7 @@ def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state):
             comm.report(rec)
 
     out = run_epochs(step, cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate,
-                     params=lambda: flat().numpy().copy(), report=report)
+                     params=lambda: flat().numpy().copy(), report=report, callbacks=callbacks)
     if comm.rank != 0:
         return None
     state = opt.state_dict()

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-
 from ..engine import DistributedEvaluator
 from ..engine.collective import run_collective
 from ..engine.ddp import ddp_rank
-from ..optim.progress import progress_bar
 from ..optim.torch_driver import train_tree
 
-__all__ = ["STRATEGIES", "Progress", "resolve_strategy", "train_on_placement"]
+__all__ = ["STRATEGIES", "Progress", "resolve_strategy", "split_callbacks", "train_on_placement"]
 
 STRATEGIES = ("auto", "tree", "ddp")
 
@@ -28,44 +25,60 @@ def _one_process_per_worker(client, workers) -> bool:
     return one_process_per_worker(client, workers)
 
 
-def train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state=None, progress=None):
-    """Train ``spec`` on the placed shards with the given strategy; returns (TrainResult, round statistics)."""
+def train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state=None, progress=None, callbacks=()):
+    """Train ``spec`` on the placed shards with the given strategy; returns (TrainResult, round statistics).
+
+    ``callbacks`` are the loop callbacks (the client's run in ``progress``).
+    """
+    callbacks = list(callbacks)
     if strategy == "ddp":
-        outs = run_collective(placement, ddp_rank, spec, w0, cfg, monitor, opt_state, on_event=progress)
+        outs = run_collective(placement, ddp_rank, spec, w0, cfg, monitor, opt_state, callbacks, on_event=progress)
         return outs[0], dict(outs[0].info)
     evaluator = DistributedEvaluator(placement)
-    res = train_tree(evaluator, spec, w0, cfg, monitor, opt_state, report=progress)
+    res = train_tree(evaluator, spec, w0, cfg, monitor, opt_state, report=progress, callbacks=callbacks)
     return res, evaluator.stats.as_dict()
 
 
-class Progress:
-    """Per-epoch records as they arrive: kept, printed when ``verbose``, counted on a tqdm bar when ``progress``."""
+def split_callbacks(callbacks):
+    """(loop callbacks, client callbacks) of an estimator's ``callbacks``, checked to be Callback instances."""
+    from ..callbacks import Callback
 
-    def __init__(self, verbose, total, desc, callback=None, progress=False):
+    loop, client = [], []
+    for cb in callbacks or ():
+        if not isinstance(cb, Callback):
+            raise TypeError(f"callbacks must be dask_estimators.callbacks.Callback instances, got {cb!r}.")
+        (client if cb.on_client else loop).append(cb)
+    return loop, client
+
+
+class Progress:
+    """The client's side of a run: the records as they arrive (``history_``), given to the client callbacks.
+
+    ``verbose`` adds a :class:`~dask_estimators.callbacks.PrintLog` and
+    ``progress`` a :class:`~dask_estimators.callbacks.ProgressBar` (counting
+    to ``total``); ``callback`` (a plain function) gets each record with its
+    parameters where the run sends them.
+    """
+
+    def __init__(self, verbose, total, desc, callback=None, progress=False, callbacks=(), spec=None):
+        from ..callbacks import PrintLog, ProgressBar
+
         self.records = []
         self.callback = callback
-        self.verbose = verbose
-        self.bar = progress_bar(total, desc, "epoch") if progress else None
+        bar = ProgressBar(total, desc) if progress else None
+        self.client = ([bar] if bar is not None else []) + ([PrintLog(bar)] if verbose else []) + list(callbacks)
+        for cb in self.client:
+            cb.on_train_begin(spec=spec, total=total, desc=desc)
 
     def __call__(self, rec):
         if self.callback is not None:
             self.callback(rec)
-        rec = {k: v for k, v in rec.items() if k != "params"}
-        self.records.append(rec)
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{rec['loss']:.5f}", refresh=False)
-        if not self.verbose:
-            return
-        line = f"Iteration {rec['epoch']}, loss = {rec['loss']:.8f}"
-        if rec.get("validation_score") is not None:
-            line += f", validation score = {rec['validation_score']:.6f}"
-        if self.bar is not None:
-            self.bar.write(line, file=sys.stdout)
-        else:
-            print(line, flush=True)
+        self.records.append({k: v for k, v in rec.items() if k != "params"})
+        view = self.records[:-1] + [rec]  # the last record as sent: with its parameters where asked for
+        for cb in self.client:
+            cb.on_epoch_end(view)
 
     def close(self):
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+        for cb in self.client:
+            cb.on_train_end(self.records)
+        self.client = []

@@ -17,6 +17,7 @@ never densified: the first layer is a sparse-dense product (see
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import warnings
@@ -39,7 +40,7 @@ from ..objectives import targets as T
 from ..optim.progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs
 from ._base import DistributedEstimator, _check_block
-from ._torch import STRATEGIES, Progress, resolve_strategy, train_on_placement
+from ._torch import STRATEGIES, Progress, resolve_strategy, split_callbacks, train_on_placement
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
 
@@ -66,6 +67,7 @@ class _BaseMLP(DistributedEstimator):
         "tol": [Interval(Real, 0, None, closed="left")],
         "verbose": ["verbose"],
         "progress": ["boolean"],
+        "callbacks": [list, tuple, None],
         "warm_start": ["boolean"],
         "momentum": [Interval(Real, 0, 1, closed="both")],
         "nesterovs_momentum": ["boolean"],
@@ -99,6 +101,7 @@ class _BaseMLP(DistributedEstimator):
         tol=1e-4,
         verbose=False,
         progress=False,
+        callbacks=None,
         warm_start=False,
         momentum=0.9,
         nesterovs_momentum=True,
@@ -128,6 +131,7 @@ class _BaseMLP(DistributedEstimator):
         self.tol = tol
         self.verbose = verbose
         self.progress = progress
+        self.callbacks = callbacks
         self.warm_start = warm_start
         self.momentum = momentum
         self.nesterovs_momentum = nesterovs_momentum
@@ -266,8 +270,16 @@ class _BaseMLP(DistributedEstimator):
         strategy = self._resolve_strategy(client, placement.workers, incremental)
         stats = {"strategy": strategy, "n_shards": len(placement.shards), "rows_per_shard": list(placement.n_rows)}
         if self.solver == "lbfgs":
+            if self.callbacks:
+                raise ValueError("callbacks hook into the epochs of the stochastic solvers ('adam', 'sgd'); "
+                                 "solver='lbfgs' has none. Remove them or choose a stochastic solver.")
             stats.update(self._fit_lbfgs(placement, spec, w0))
             return stats
+        loop_callbacks, client_callbacks = split_callbacks(copy.deepcopy(self.callbacks))
+        if not early_stopping and any(getattr(cb, "monitor", None) == "validation_score"
+                                      for cb in loop_callbacks + client_callbacks):
+            raise ValueError("A callback monitors 'validation_score', which needs a validation set: set "
+                             "early_stopping=True (validation_fraction of the training rows are held out).")
         batch = self._batch_size(n_train)
         # exact global batches of `batch` rows, also when smaller than the number of shards
         cuts = M.batch_cuts([c["n_train"] for c in counts], batch)
@@ -281,16 +293,19 @@ class _BaseMLP(DistributedEstimator):
             n_steps=math.ceil(n_train / batch), n_train=n_train, epoch0=getattr(self, "_epochs_run", self.n_iter_),
             t0=self.t_,
             incremental=incremental,
+            send_params=any(cb.needs_params for cb in client_callbacks),
         )
         monitor = self._monitor(early_stopping, reset)
         opt_state = self._optimizer_state if incremental else None
         progress = Progress(self.verbose, 1 if incremental else self.max_iter, type(self).__name__,
-                            progress=self.progress)
+                            progress=self.progress, callbacks=client_callbacks, spec=spec)
         try:
-            res, round_stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state, progress)
+            res, round_stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state, progress,
+                                                  callbacks=loop_callbacks)
             stats.update(round_stats)
         finally:
             progress.close()
+        self.callbacks_ = res.callbacks + client_callbacks
         self._set_result(spec, res, early_stopping, incremental)
         stats.update(batch_size=batch, steps_per_epoch=cfg.n_steps, seconds=sum(r["seconds"] for r in res.history))
         return stats
@@ -391,7 +406,7 @@ class _BaseMLP(DistributedEstimator):
 
     def _sklearn_params(self):
         """This model's parameters that scikit-learn's MLP has."""
-        skip = {"device", "strategy", "client", "timeout", "progress"}
+        skip = {"device", "strategy", "client", "timeout", "progress", "callbacks"}
         return {k: v for k, v in self.get_params(deep=False).items() if k not in skip}
 
     def _sklearn_fitted(self, est):
@@ -481,6 +496,15 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     progress : bool, default=False
         Show a tqdm progress bar of the epochs (up to ``max_iter``) on
         stderr.  Needs tqdm (``pip install tqdm``).
+    callbacks : list of dask_estimators.callbacks.Callback, default=None
+        Hooks into the stochastic solvers' epochs, skorch-style:
+        ``EarlyStopping``, ``LRScheduler``, ``Checkpoint``, ``ProgressBar``,
+        or your own (:mod:`dask_estimators.callbacks`).  They run after
+        scikit-learn's own rule (``tol``, ``n_iter_no_change``,
+        ``early_stopping``), which is itself such a callback; any of them may
+        stop the training.  Each fit works on copies of them, kept after
+        the fit in ``callbacks_``.  ``solver="lbfgs"`` has no epochs and
+        refuses them.
     warm_start : bool, default=False
         Start from the fitted weights.
     momentum : float, default=0.9
@@ -526,6 +550,9 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     validation_scores_, best_validation_score_ : list or None, float or None
     history_ : list of dict
         Per epoch: loss, validation score, seconds, samples per second.
+    callbacks_ : list of Callback
+        The last fit's copies of ``callbacks`` as the training left them
+        (loop callbacks first; with ``strategy="ddp"``, rank 0's copies).
     n_outputs_, n_layers_, out_activation_ : int, int, str
     n_features_in_, feature_names_in_
     fit_stats_ : dict
@@ -795,6 +822,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         tol=1e-4,
         verbose=False,
         progress=False,
+        callbacks=None,
         warm_start=False,
         momentum=0.9,
         nesterovs_momentum=True,
@@ -825,6 +853,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
             tol=tol,
             verbose=verbose,
             progress=progress,
+            callbacks=callbacks,
             warm_start=warm_start,
             momentum=momentum,
             nesterovs_momentum=nesterovs_momentum,

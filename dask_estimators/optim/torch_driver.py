@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..callbacks import EarlyStopping
 from ..objectives import module as M
 
 NON_FINITE_WEIGHTS = (
@@ -150,38 +151,31 @@ def _set_lr(opt, lr):
         g["lr"] = lr
 
 
-@dataclass
-class Monitor:
-    """scikit-learn's stopping rule (``_update_no_improvement_count``) and the fitted curves."""
+class Monitor(EarlyStopping):
+    """scikit-learn's stopping rule of the MLPs (``_update_no_improvement_count``), as a loop callback.
 
-    tol: float
-    n_iter_no_change: int
-    early_stopping: bool
-    loss_curve: list = field(default_factory=list)
-    validation_scores: list = field(default_factory=list)
-    best_loss: float = math.inf
-    best_validation_score: float = -math.inf
-    no_improvement_count: int = 0
-    best_params: np.ndarray | None = None
+    An :class:`~dask_estimators.callbacks.EarlyStopping` on the training loss,
+    or on the validation score with ``early_stopping`` (the best epoch's
+    parameters kept), whose patience is ``n_iter_no_change``; with SGD's
+    ``"adaptive"`` learning rate a plateau first divides the rate by 5 (down
+    to 1e-6) and starts counting again.  The estimators add it before the
+    user's callbacks.
+    """
 
-    def update(self, loss: float, score: float | None, params) -> None:
-        self.loss_curve.append(float(loss))
-        if self.early_stopping:
-            self.validation_scores.append(float(score))
-            if score < self.best_validation_score + self.tol:
-                self.no_improvement_count += 1
-            else:
-                self.no_improvement_count = 0
-            if score > self.best_validation_score:
-                self.best_validation_score = float(score)
-                self.best_params = params()
-        else:
-            if loss > self.best_loss - self.tol:
-                self.no_improvement_count += 1
-            else:
-                self.no_improvement_count = 0
-            if loss < self.best_loss:
-                self.best_loss = float(loss)
+    def __init__(self, tol, n_iter_no_change, early_stopping):
+        super().__init__("validation_score" if early_stopping else "loss", tol, n_iter_no_change)
+
+    def on_epoch_end(self, history, params=None, optimizer=None, config=None, **info):
+        rec = history[-1]
+        self.update(rec["loss"], rec.get("validation_score"), params)
+        if not self.plateau():
+            return False
+        lr = optimizer.param_groups[0]["lr"]
+        if config is not None and config.solver == "sgd" and config.learning_rate == "adaptive" and lr > 1e-6:
+            _set_lr(optimizer, lr / 5.0)
+            self.no_improvement_count = 0
+            return False
+        return True
 
 
 @dataclass
@@ -196,10 +190,11 @@ class TrainResult:
     w: np.ndarray | None = None  # the flat parameters at the end
     opt_state: dict | None = None  # the optimizer's state dict (NumPy-free, torch tensors on the CPU)
     info: dict = field(default_factory=dict)  # how it ran: "allreduce", "gradient", "kernel" (ddp)
+    callbacks: list = field(default_factory=list)  # the loop callbacks as the run left them (rank 0's with ddp)
 
 
 def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=None, validate=None,
-               params=None, report=None) -> TrainResult:
+               params=None, report=None, callbacks=()) -> TrainResult:
     """The epoch loop shared by both strategies.
 
     Parameters
@@ -216,9 +211,15 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
         The current parameters as a flat NumPy vector (kept when the score is best).
     report : callable, optional
         Called with each epoch's record.
+    callbacks : sequence of Callback, optional
+        Loop callbacks run after ``monitor`` (scikit-learn's rule) at every
+        epoch's end; any of them returning True stops the run.
     """
     reduce_epoch = reduce_epoch or (lambda v: v)
     history, stopped, t_seen = [], False, cfg.t0
+    loop = [monitor, *callbacks]
+    for cb in loop:
+        cb.on_train_begin(optimizer=opt)
     n_epochs = 1 if cfg.incremental else cfg.max_iter
     for it in range(n_epochs):
         epoch = cfg.epoch0 + it
@@ -232,7 +233,6 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
             # kept, so the fit ends in scikit-learn's error now rather than after max_iter epochs
             raise ValueError(NON_FINITE_WEIGHTS)
         score = validate() if cfg.early_stopping else None
-        monitor.update(loss, score, params)
         t_seen += cfg.n_train
         if cfg.solver == "sgd" and cfg.learning_rate == "invscaling":
             _set_lr(opt, cfg.learning_rate_init / (t_seen + 1) ** cfg.power_t)
@@ -247,15 +247,15 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
         history.append(rec)
         if report is not None:
             report(dict(rec, params=params().astype(np.float64).tobytes()) if cfg.send_params else rec)
-        if monitor.no_improvement_count > cfg.n_iter_no_change:
-            lr = opt.param_groups[0]["lr"]
-            if cfg.solver == "sgd" and cfg.learning_rate == "adaptive" and lr > 1e-6:
-                _set_lr(opt, lr / 5.0)
-                monitor.no_improvement_count = 0
-            else:
-                stopped = True
-                break
-    return TrainResult(history=history, stopped=stopped, t=t_seen, n_epochs=len(history), monitor=monitor)
+        # every callback sees every epoch (no short cut): scikit-learn's rule first, then the user's
+        stops = [cb.on_epoch_end(history, params=params, optimizer=opt, config=cfg) for cb in loop]
+        if any(stops):
+            stopped = True
+            break
+    for cb in loop:
+        cb.on_train_end(history)
+    return TrainResult(history=history, stopped=stopped, t=t_seen, n_epochs=len(history), monitor=monitor,
+                       callbacks=list(callbacks))
 
 
 def torch_state(state):
@@ -278,7 +278,7 @@ def _grads_into(params, g):
 
 
 def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor, opt_state=None,
-               report=None) -> TrainResult:
+               report=None, callbacks=()) -> TrainResult:
     """The tree strategy: the optimizer on the client, one engine round per global batch.
 
     ``evaluator(kernel, *args)`` sums a kernel over the shards (see
@@ -311,7 +311,7 @@ def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
         return M.validation_score(spec, evaluator(M.validation_stats, flat().numpy(), spec))
 
     out = run_epochs(step, cfg, opt, monitor, validate=validate, params=lambda: flat().numpy().copy(),
-                     report=report)
+                     report=report, callbacks=callbacks)
     out.w, out.opt_state = flat().numpy().copy(), opt.state_dict()
     return out
 

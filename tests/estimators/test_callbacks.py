@@ -1,0 +1,100 @@
+"""Callbacks as objects (dask_estimators.callbacks) on the MLPs, with both strategies on the process cluster.
+
+* a user's EarlyStopping and LRScheduler act the same in the client's loop (tree) and on every rank (ddp);
+* Checkpoint writes the best epoch's layers, which are the fitted ones when the last epoch is the best;
+* the estimator's own rule (tol, n_iter_no_change, early_stopping) is such a callback, run first;
+* the objects given are never changed by a fit (its copies are ``callbacks_``); bad callbacks are refused.
+"""
+
+import numpy as np
+import pytest
+
+import dask_estimators as de
+from dask_estimators.callbacks import Callback, Checkpoint, EarlyStopping, LRScheduler, PrintLog
+from dask_estimators.optim.torch_driver import Monitor
+
+
+def _data(n=1500, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5))
+    return X, (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int)
+
+
+def _mlp(client, strategy, callbacks, **kw):
+    kw = {"max_iter": 30, "random_state": 0, **kw}
+    return de.MLPClassifier((8,), strategy=strategy, client=client, callbacks=callbacks, **kw)
+
+
+@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+def test_early_stopping_and_lr_schedule_act_alike_on_both_strategies(client, strategy):
+    X, y = _data()
+    stop = EarlyStopping(tol=0.05, patience=1)
+    sched = LRScheduler("StepLR", step_size=1, gamma=0.5)
+    est = _mlp(client, strategy, [stop, sched]).fit(X, y)
+    losses = [r["loss"] for r in est.history_]
+    # the rule by hand: epoch 1 sets the best; later epochs count when they gain less than 0.05; stop at count 2
+    count, best, expected = 0, np.inf, None
+    for k, loss in enumerate(losses, 1):
+        count = count + 1 if loss > best - 0.05 else 0
+        best = min(best, loss)
+        if count > 1:
+            expected = k
+            break
+    assert expected is not None and est.n_iter_ == expected < 30
+    assert est._optimizer_state["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.5 ** est.n_iter_, rel=1e-12)
+    # the objects given are not touched; the fit's copies are kept
+    assert stop.no_improvement_count == 0 and stop.loss_curve == []
+    kept = est.callbacks_[0]
+    assert isinstance(kept, EarlyStopping) and kept is not stop
+    assert kept.loss_curve == losses and kept.no_improvement_count == 2
+
+
+def test_the_strategies_give_the_same_run(client):
+    X, y = _data(seed=1)
+    runs = {s: _mlp(client, s, [EarlyStopping(tol=0.02, patience=2),
+                                LRScheduler("ExponentialLR", gamma=0.8)]).fit(X, y) for s in ("tree", "ddp")}
+    tree, ddp = runs["tree"], runs["ddp"]
+    assert tree.n_iter_ == ddp.n_iter_
+    np.testing.assert_allclose([r["loss"] for r in ddp.history_], [r["loss"] for r in tree.history_], rtol=1e-9)
+    for a, b in zip(ddp.coefs_, tree.coefs_):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+def test_checkpoint_holds_the_best_epochs_layers(client, strategy, tmp_path):
+    X, y = _data(seed=2)
+    path = tmp_path / "best.npz"
+    est = _mlp(client, strategy, [Checkpoint(path)], max_iter=6, tol=0.0, n_iter_no_change=100).fit(X, y)
+    losses = [r["loss"] for r in est.history_]
+    saved = np.load(path)
+    best = int(np.argmin(losses)) + 1
+    assert int(saved["epoch"]) == best and float(saved["loss"]) == losses[best - 1]
+    assert est.callbacks_[-1].saved_epochs[-1] == best
+    if best == len(losses):  # the last epoch is the best: its layers are the fitted ones
+        for i, (c, b) in enumerate(zip(est.coefs_, est.intercepts_)):
+            np.testing.assert_array_equal(saved[f"coefs_{i}"], c)
+            np.testing.assert_array_equal(saved[f"intercepts_{i}"], b)
+
+
+def test_sklearn_stopping_rule_is_a_callback_run_first(client, capsys):
+    X, y = _data(seed=3)
+    assert issubclass(Monitor, EarlyStopping)
+    # tol so large that every epoch after the first counts: scikit-learn's rule stops when the count passes
+    # n_iter_no_change, on epoch 1 + 3; the user's PrintLog saw every epoch
+    est = _mlp(client, "tree", [PrintLog()], tol=1e9, n_iter_no_change=2).fit(X, y)
+    assert est.n_iter_ == 4 and est.callbacks_[0].__class__ is PrintLog
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0] for line in printed] == [f"Iteration {k}" for k in range(1, 5)]
+
+
+def test_refusals(client):
+    X, y = _data(n=300)
+    with pytest.raises(ValueError, match="needs a validation set: set early_stopping=True"):
+        _mlp(client, "tree", [EarlyStopping(monitor="validation_score")]).fit(X, y)
+    with pytest.raises(ValueError, match="solver='lbfgs' has none"):
+        _mlp(client, "tree", [EarlyStopping()], solver="lbfgs").fit(X, y)
+    with pytest.raises(TypeError, match="must be dask_estimators.callbacks.Callback instances"):
+        _mlp(client, "tree", [lambda history: None]).fit(X, y)
+    with pytest.raises(ValueError, match="monitor must be 'loss' or 'validation_score'"):
+        EarlyStopping(monitor="accuracy")
+    assert Callback().on_epoch_end([{"loss": 1.0}]) is None  # the base class's hooks do nothing
