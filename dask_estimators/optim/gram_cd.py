@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import njit
+from .. import _jit  # numba's njit cached on disk (dask_estimators._jit)
 
 __all__ = ["enet_gram", "duality_gap"]
 
 
-@njit(nogil=True)
+@_jit.njit(nogil=True)
 def _gap(G, c, yy, l1, l2, w, q):
     """The elastic net's duality gap at ``w`` (``q = G w``)."""
     d = w.shape[0]
@@ -54,7 +54,7 @@ def _gap(G, c, yy, l1, l2, w, q):
     return 0.5 * (1.0 + s * s) * r2 + l1 * w1 - s * (yy - wc)
 
 
-@njit(nogil=True)
+@_jit.njit(nogil=True)
 def _sweeps(G, c, yy, l1, l2, w, q, tol_gap, max_iter):
     d = w.shape[0]
     gap = np.inf
