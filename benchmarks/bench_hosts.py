@@ -66,6 +66,42 @@ def _data(n, d, seed=0):
     return X, y
 
 
+_RECEIVER = """
+import socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((sys.argv[1], int(sys.argv[2]))); srv.listen(1); print("ready", flush=True)
+conn, _ = srv.accept(); buf = bytearray(1 << 20); n = 0
+while True:
+    k = conn.recv_into(buf)
+    if not k:
+        break
+    n += k
+conn.sendall(b"1"); conn.close()
+"""
+
+
+def tcp_goodput(h, nbytes=256 << 20):
+    """Bytes/s of one plain TCP stream from the client's namespace to host 0 (the link's real rate under tbf)."""
+    import socket
+    import subprocess
+
+    port = 41000 + (hash(h.netns[0]) % 1000)
+    rx = subprocess.Popen(["ip", "netns", "exec", h.netns[0], sys.executable, "-c", _RECEIVER, h.host_ip(0),
+                           str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert rx.stdout.readline().strip() == "ready"
+        chunk = bytes(1 << 20)
+        with socket.create_connection((h.host_ip(0), port), timeout=120) as s:
+            t0 = time.perf_counter()
+            for _ in range(nbytes >> 20):
+                s.sendall(chunk)
+            s.shutdown(socket.SHUT_WR)
+            s.recv(1)
+            return nbytes / (time.perf_counter() - t0)
+    finally:
+        rx.wait(timeout=60)
+
+
 def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden):
     import dask.array as da
     from distributed import futures_of, wait
@@ -78,6 +114,7 @@ def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden):
     with SimulatedHosts(n_hosts, None if rate == "none" else rate) as h, h.client.as_current():
         c = h.client
         ws = h.workers()
+        out["tcp_goodput_Bps"] = statistics.median(tcp_goodput(h) for _ in range(repeat))
 
         # warm-up, untimed: the workers import the engine, torch and the kernels on their first task
         de.LogisticRegression(client=c, max_iter=1).fit(X[:1000], y[:1000])
@@ -122,12 +159,13 @@ def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden):
 
 
 def _table(rows, params):
-    head = ["hosts", "rate", "place s", "rate achieved / link", "NumPy fit s", "dask fit s",
+    head = ["hosts", "rate", "TCP goodput / link", "place s", "rate achieved / link", "NumPy fit s", "dask fit s",
             *(f"tree-sum {int(p):.0e} s" for p in params), "MLP ddp step ms (params, allreduce)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         achieved = "-" if r["rate"] == "none" else f"{r['link_rate_achieved']:.2f}"
-        cells = [r["hosts"], r["rate"], f"{r['place_s']:.2f}", achieved,
+        goodput = "-" if r["rate"] == "none" else f"{r['tcp_goodput_Bps'] * 8 / _bits_per_s(r['rate']):.2f}"
+        cells = [r["hosts"], r["rate"], goodput, f"{r['place_s']:.2f}", achieved,
                  f"{r['numpy_fit_s']:.2f} ({r['numpy_rounds']} rounds)",
                  f"{r['dask_fit_s']:.2f} ({r['dask_rounds']} rounds)",
                  *(f"{r[f'tree_sum_{int(p):.0e}_s']:.3f}" for p in params),
@@ -142,6 +180,8 @@ def model(rows, params, nbytes):
     Each transfer goes at the slower of its link and the CPU's own rate for
     it, measured on the same hosts with unlimited links (the ``"none"`` rows):
 
+    * ``R``: the link's rate as one TCP stream achieves it (measured with a
+      plain socket through the same link; under ``tbf`` below the nominal rate);
     * placement: ``bytes / min(W * R, S_place)``, the W links at once;
     * tree-sum of P doubles: ``(ceil(log2 W) + 1) * 8P / min(R, S_hop)``, one
       hop per tree level and one to the client, each at the hop rate.
@@ -154,7 +194,8 @@ def model(rows, params, nbytes):
         base = cpu.get(r["hosts"])
         if r["rate"] == "none" or base is None:
             continue
-        W, R = r["hosts"], _bits_per_s(r["rate"]) / 8
+        W = r["hosts"]
+        R = min(_bits_per_s(r["rate"]) / 8, r.get("tcp_goodput_Bps", math.inf))  # what TCP gets through the link
         hops = math.ceil(math.log2(W)) + 1
         s_place = nbytes / base["place_s"]
         pred = {"place_s": nbytes / min(W * R, s_place)}
@@ -208,7 +249,7 @@ def main(argv=None):
     meta = {"rows": args.rows, "features": args.features, "max_iter": args.max_iter, "repeat": args.repeat}
     mrows = model(rows, args.params, X.nbytes + y.nbytes)
     (args.out / "hosts.json").write_text(json.dumps({"args": meta, "rows": rows, "model": mrows}, indent=1))
-    md = _table(rows, args.params) + "\n\nThe cost model (transfers at the slower of the link and the CPU's rate):\n\n" + \
+    md = _table(rows, args.params) + "\n\nThe cost model (transfers at the slower of the link's TCP goodput and the CPU's rate):\n\n" + \
         _model_table(mrows)
     (args.out / "hosts.md").write_text(md + "\n")
     print(md)
