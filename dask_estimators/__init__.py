@@ -66,4 +66,14 @@ _LAZY = {
 }
 
 
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
+_getattr, __dir__ = lazy_attributes(__name__, _LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        # the process that forks the embedded cluster's workers starts importing the engine now, while this one
+        # imports scikit-learn; once per process, and not where a client or a worker is here (engine/_zygote.py)
+        from .engine import _zygote
+
+        _zygote.prewarm()
+    return _getattr(name)

@@ -267,3 +267,133 @@ def test_embedded_workers_start_lean(tmp_path, fork):
         assert not w["sklearn"], "a linear fit made a worker import scikit-learn"
         assert w["same_command_as_nanny"] is forked and w["spawned"] is not forked, w
     assert not left, _describe(left)
+
+
+# ----------------------------------------------------------------------------------------- the zygote (Linux)
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")
+
+ZYGOTE_FAMILY = textwrap.dedent(
+    """\
+    import json, os, signal, sys, time
+    import dask, numpy as np, psutil
+    import dask_estimators as de
+    from dask_estimators.engine import _zygote, cluster, get_embedded_client
+
+    cls = de.LogisticRegression  # user code reads a class: the zygote starts importing the engine
+    z = _zygote._current["zygote"]
+    # what the user changes after that still reaches the workers: configuration, environment, import path
+    dask.config.set({"dask-estimators-zygote-test": "set-after-import",  # read by the worker
+                     "distributed.nanny.environ": {"DASK_ESTIMATORS_ZYGOTE_NANNY_VAR": "nanny"}})  # by the nanny
+    os.environ["DASK_ESTIMATORS_ZYGOTE_TEST_VAR"] = "env-after-import"
+    sys.path.insert(0, sys.argv[1])
+    rng = np.random.default_rng(0); X = rng.normal(size=(2000, 5)); y = (X[:, 0] > 0).astype(int)
+    score = cls().fit(X, y).score(X, y)
+    client = get_embedded_client()
+    nannies = sorted(w.pid for w in cluster._embedded["cluster"].workers.values())
+
+    def report():
+        import dask, os, psutil, zygote_test_module
+        return {"config": dask.config.get("dask-estimators-zygote-test", None),
+                "env": os.environ.get("DASK_ESTIMATORS_ZYGOTE_TEST_VAR"), "module": zygote_test_module.ANSWER,
+                "nanny_env": os.environ.get("DASK_ESTIMATORS_ZYGOTE_NANNY_VAR"),
+                "parent": psutil.Process().ppid(), "pid": os.getpid()}
+
+    workers = list(client.run(report).values())
+    # a worker killed is restarted by its nanny, forked again, and the next fit runs on the new one
+    os.kill(workers[0]["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            pids = set(client.run(os.getpid).values())
+        except Exception:  # the broadcast met the dying worker
+            continue
+        if len(pids) == len(workers) and workers[0]["pid"] not in pids:
+            break
+    refit = cls().fit(X, y).score(X, y)
+    print("OUT " + json.dumps({
+        "score": score, "refit": refit, "me": os.getpid(), "zygote": z.proc.pid,
+        "zygote_parent": psutil.Process(z.proc.pid).ppid(), "nannies": nannies,
+        "nanny_parents": [psutil.Process(p).ppid() for p in nannies], "workers": workers,
+        "after_kill": sorted(client.run(os.getpid).values()),
+    }), flush=True)
+    """
+)
+
+
+def _run_script(tmp_path, code, marker, args=(), env_extra=None, timeout=300):
+    env = _env(marker)
+    env.update(env_extra or {})
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    left = _wait_until_none_left(marker, 10)
+    _kill_leftovers(left)
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in proc.stdout.splitlines() if " " in line}
+    assert proc.returncode == 0 and "OUT" in lines, proc.stdout + proc.stderr[-5000:]
+    assert not left, f"processes left behind: {_describe(left)}"
+    import json
+
+    return json.loads(lines["OUT"])
+
+
+@linux_only
+def test_zygote_forks_every_nanny_with_the_clients_settings_of_the_moment(tmp_path):
+    """The first read of an estimator class starts the zygote; the cluster's nannies are its children and see the
+    configuration, environment and import path of the fit, not of the import; a killed worker is restarted."""
+    (tmp_path / "zygote_test_module.py").write_text("ANSWER = 42\n")
+    out = _run_script(tmp_path, ZYGOTE_FAMILY, uuid.uuid4().hex, args=[str(tmp_path)])
+    assert out["score"] > 0.95 and out["refit"] > 0.95
+    assert out["zygote_parent"] == out["me"]
+    assert out["nanny_parents"] == [out["zygote"]] * N_WORKERS
+    for w in out["workers"]:
+        assert w["parent"] in out["nannies"]
+        assert w["config"] == "set-after-import"
+        assert w["env"] == "env-after-import"
+        assert w["nanny_env"] == "nanny"
+        assert w["module"] == 42
+    assert len(out["after_kill"]) == N_WORKERS and out["workers"][0]["pid"] not in out["after_kill"]
+
+
+ZYGOTE_WHEN_NOT_NEEDED = textwrap.dedent(
+    """\
+    import json, time
+    import distributed, numpy as np, psutil
+    import dask_estimators as de
+    from dask_estimators.engine import _zygote
+
+    _zygote.IDLE_SECONDS = 1.0
+    rng = np.random.default_rng(0); X = rng.normal(size=(500, 3)); y = (X[:, 0] > 0).astype(int)
+    out = {}
+    if MODE == "active":  # a client before the first class read: nothing starts
+        with distributed.Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None):
+            de.LogisticRegression().fit(X, y)
+            out["zygote"] = "zygote" in _zygote._current
+            out["children"] = len(psutil.Process().children(recursive=True))
+    else:
+        cls = de.LogisticRegression
+        z = _zygote._current["zygote"]
+        z._started.wait(60)
+        if MODE == "given":  # a fit on another client stops the zygote at once
+            with distributed.Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
+                cls(client=c).fit(X, y)
+            out["code"] = z.proc.wait(timeout=30)
+            out["zygote"] = "zygote" in _zygote._current
+        else:  # "idle": a zygote nobody asks exits by itself, and a later fit starts another
+            out["code"] = z.proc.wait(timeout=120)
+            out["score"] = cls().fit(X, y).score(X, y)
+            out["new_zygote"] = _zygote._current["zygote"] is not z
+    print("OUT " + json.dumps(out), flush=True)
+    """
+)
+
+
+@linux_only
+@pytest.mark.parametrize("mode", ["active", "given", "idle"])
+def test_zygote_is_not_kept_where_it_is_not_needed(tmp_path, mode):
+    out = _run_script(tmp_path, f"MODE = {mode!r}\n" + ZYGOTE_WHEN_NOT_NEEDED, uuid.uuid4().hex)
+    if mode == "active":
+        assert out == {"zygote": False, "children": 0}
+    elif mode == "given":
+        assert out["code"] == -signal.SIGKILL and out["zygote"] is False
+    else:
+        assert out["code"] == 0 and out["score"] > 0.95 and out["new_zygote"] is True

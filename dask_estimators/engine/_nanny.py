@@ -32,7 +32,10 @@ killed with SIGKILL:
 A worker that dies is started again by its Nanny, as in a LocalCluster.  On
 Linux the Nanny forks its worker from a process that has imported the
 engine (:func:`fork_workers`), instead of spawning a fresh interpreter that
-imports everything again.
+imports everything again, and the nanny's process is itself forked from the
+zygote (:mod:`._zygote`), which imported the engine once for all of them;
+there the zygote takes the place of the first two points above (each nanny
+dies with the zygote, which dies with the client).
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ import json
 import os
 import signal
 import sys
-import sysconfig
 import threading
 
 from distributed.deploy.spec import ProcessInterface
@@ -55,29 +57,6 @@ _MODULE = "dask_estimators.engine._nanny"
 #: Keyword arguments of the cluster's worker spec passed on to the Nanny (the rest are not JSON or not needed).
 _NANNY_KWARGS = ("nthreads", "memory_limit", "host", "protocol", "interface", "dashboard", "dashboard_address",
                  "silence_logs", "preload", "name")
-
-
-def _import_path() -> list[str]:
-    """The client's ``sys.path`` entries a fresh interpreter would not have (the script's folder, PYTHONPATH...).
-
-    Workers unpickle functions by module name, so they need to import what
-    the client imports; a spawned LocalCluster worker got the client's
-    ``sys.path`` the same way.
-    """
-    standard = {os.path.realpath(p) for p in sysconfig.get_paths().values() if p}
-    try:
-        import site
-
-        standard.update(os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()])
-    except Exception:  # noqa: BLE001 - a virtualenv's site module may lack these; nothing standard to skip then
-        pass
-    out = []
-    for p in sys.path:
-        p = os.path.abspath(p or os.getcwd())
-        if os.path.realpath(p) in standard or p in out or not os.path.isdir(p):
-            continue
-        out.append(p)
-    return out
 
 
 def child_env() -> dict[str, str]:
@@ -95,6 +74,8 @@ def child_env() -> dict[str, str]:
         has them; variables already in the environment win.
     """
     import dask.config
+
+    from ._zygote import _import_path
 
     env = dict(os.environ)
     path = _import_path()
@@ -136,50 +117,86 @@ class SubprocessNanny(ProcessInterface):
         self.name = kwargs.get("name")
         self.opts = {k: kwargs[k] for k in _NANNY_KWARGS if kwargs.get(k) is not None}
         self.process: asyncio.subprocess.Process | None = None
+        self.zygote = None  # the zygote that forked this nanny (then ``_pid`` is its process), or None
+        self._pid: int | None = None
         super().__init__()
 
     async def start(self):
-        """Start the nanny process; its worker registers with the scheduler when it is ready."""
-        cmd = [sys.executable, "-m", _MODULE, self.scheduler, json.dumps(self.opts), str(os.getpid())]
-        self.process = await asyncio.create_subprocess_exec(
-            *cmd, stdin=asyncio.subprocess.PIPE, env=child_env(), cwd=os.getcwd()
-        )
+        """Start the nanny process; its worker registers with the scheduler when it is ready.
+
+        On Linux the nanny is forked by the zygote (:mod:`._zygote`), which has
+        the engine imported; where there is none, or it fails, it is a fresh
+        ``python -m dask_estimators.engine._nanny`` process.
+        """
+        from . import _zygote
+
+        zygote = _zygote.get()  # None off Linux or with DASK_ESTIMATORS_FORK_WORKERS=0
+        if zygote is not None:
+            loop = asyncio.get_running_loop()
+            try:
+                self._pid = await loop.run_in_executor(None, zygote.spawn, self.scheduler, self.opts, child_env())
+                self.zygote = zygote
+            except RuntimeError:
+                self._pid = None  # no zygote: a fresh process below
+        if self.zygote is None:
+            cmd = [sys.executable, "-m", _MODULE, self.scheduler, json.dumps(self.opts), str(os.getpid())]
+            self.process = await asyncio.create_subprocess_exec(
+                *cmd, stdin=asyncio.subprocess.PIPE, env=child_env(), cwd=os.getcwd()
+            )
         await super().start()
 
     @property
     def pid(self) -> int | None:
         """The nanny process's id, or None before it starts."""
+        if self.zygote is not None:
+            return self._pid
         return None if self.process is None else self.process.pid
 
     @property
     def returncode(self) -> int | None:
         """The nanny process's exit status, or None while it runs."""
+        if self.zygote is not None:
+            return self.zygote.returncode(self._pid)
         return None if self.process is None else self.process.returncode
 
     async def close(self):
         """Ask the nanny to close its worker and exit (SIGTERM); kill both after 10 s."""
-        proc = self.process
-        if proc is not None and proc.returncode is None:
-            import psutil
+        import psutil
 
+        pid = self.pid
+        if pid is not None and self.returncode is None:
             try:
-                children = psutil.Process(proc.pid).children(recursive=True)
+                children = psutil.Process(pid).children(recursive=True)
             except psutil.NoSuchProcess:
                 children = []
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except asyncio.TimeoutError:
-                proc.kill()
-                await proc.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            if not await self._wait(10):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                await self._wait(10)
             for child in children:
                 try:
                     child.kill()
                 except psutil.NoSuchProcess:
                     pass
+        proc = self.process
         if proc is not None and proc.stdin is not None:
             proc.stdin.close()
         await super().close()
+
+    async def _wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the nanny process to exit; whether it did."""
+        if self.zygote is not None:  # polled: at exit no executor takes new work (concurrent.futures' own exit hook)
+            deadline = asyncio.get_running_loop().time() + seconds
+            while self.returncode is None and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.02)
+            return self.returncode is not None
+        try:
+            await asyncio.wait_for(self.process.wait(), seconds)
+            return True
+        except asyncio.TimeoutError:
+            return False
 
     def __repr__(self):
         return f"<SubprocessNanny {self.name!r}: pid={self.pid}, status={self.status.name}>"
@@ -233,19 +250,27 @@ def main(argv: list[str]) -> None:
     scheduler, opts, parent_pid = argv[0], json.loads(argv[1]), int(argv[2])
     # Ctrl-C in a terminal reaches every process of its group; the client decides when its workers stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent_pid)
+    fork = fork_workers()
+    if fork:
+        from . import _warm
+
+        _warm._import_all()  # once, here: every worker this nanny starts (or restarts) is forked with them
+        _warm.warm_kernels()
+    run_nanny(scheduler, opts, fork)
+
+
+def run_nanny(scheduler: str, opts: dict, fork: bool) -> None:
+    """Run one Nanny until it finishes or SIGTERM; with ``fork`` it forks its worker (the engine is imported)."""
     # as a LocalCluster silences its nannies' logs below ``silence_logs`` (warnings by default)
     level = opts.get("silence_logs")
     if isinstance(level, int) and level:
         import logging
 
         logging.getLogger("distributed").setLevel(level)
-    _die_with_parent(parent_pid)
-    if fork_workers():
+    if fork:
         import dask.config
 
-        from . import _warm
-
-        _warm._import_all()  # once, here: every worker this nanny starts (or restarts) is forked with them
         dask.config.set({"distributed.worker.multiprocessing-method": "fork"})
     asyncio.run(_serve(scheduler, opts))
 

@@ -23,9 +23,11 @@ Our worker processes never import the user's script, so no guard is needed.
 They exit with this process, even when it is killed (SIGKILL): see
 :mod:`._nanny`.  A worker that dies is restarted by its nanny.  While the
 cluster starts, the estimators validate their data (:func:`prestart`).  On
-Linux each nanny imports the engine (torch, numba, the kernels) once and
-forks its worker with them (:func:`._nanny.fork_workers`); elsewhere every
-worker imports them as it starts, before it registers (:mod:`._warm`).
+Linux one process, the zygote, imports the engine (torch, numba, the
+kernels) once, from the moment the estimators are first imported, and forks
+every nanny, which forks its worker (:mod:`._zygote`,
+:func:`._nanny.fork_workers`); elsewhere every worker imports them as it
+starts, before it registers (:mod:`._warm`).
 """
 
 from __future__ import annotations
@@ -229,6 +231,9 @@ def _close_at_exit() -> None:
                     with contextlib.suppress(psutil.NoSuchProcess):
                         proc.send_signal(signal.SIGKILL)
     close_embedded_cluster()
+    from . import _zygote
+
+    _zygote.close()
 
 
 atexit.register(_close_at_exit)
@@ -278,6 +283,7 @@ def resolve_client(client=None) -> distributed.Client:
     >>> client = resolve_client()  # doctest: +SKIP
     """
     if client is not None:
+        _discard_zygote()
         if isinstance(client, str):
             with _lock:
                 c = _by_address.get(client)
@@ -300,8 +306,17 @@ def resolve_client(client=None) -> distributed.Client:
     except ValueError:
         return get_embedded_client()
     if active.status == "running":
+        _discard_zygote()
         return active
     return get_embedded_client()
+
+
+def _discard_zygote() -> None:
+    """A fit on another cluster: stop the zygote started for an embedded cluster, unless it has one already."""
+    if "cluster" not in _embedded:
+        from . import _zygote
+
+        _zygote.discard_unused()
 
 
 def _in_task() -> bool:
