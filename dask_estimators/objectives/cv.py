@@ -365,6 +365,36 @@ def _as_slice(idx):
     return slice(a, b) if b - a == n else None
 
 
+#: Bytes of the buffer that :func:`_rows_product` gathers scattered rows into, a block at a time.
+_GATHER_BYTES = 1 << 21
+
+
+def _rows_product(X, idx, Wt):
+    """``X[idx] @ Wt`` without a copy of all the rows ``idx``.
+
+    An unshuffled k-fold's held-out rows are one range of the shard, read in
+    place.  Scattered rows (stratified or shuffled folds) are gathered a block
+    at a time into one small buffer: a gather of all of them at once allocated
+    and wrote a fresh array of a fifth of the shard (32 MB for 40k x 100),
+    15-100 ms a call on the workers, against 2-5 ms for the product.
+    """
+    rows = _as_slice(idx)
+    if is_sparse(X):
+        return take_rows(X, idx) @ Wt
+    if rows is not None:
+        return X[rows] @ Wt
+    n, d = len(idx), X.shape[1]
+    out = torch.empty((n, Wt.shape[1]), dtype=X.dtype, device=X.device)
+    block = max(1, min(n, _GATHER_BYTES // max(1, d * X.element_size())))
+    buf = torch.empty((block, d), dtype=X.dtype, device=X.device)
+    for a in range(0, n, block):
+        j = idx[a : a + block]
+        rows_buf = buf[: len(j)]
+        torch.index_select(X, 0, j, out=rows_buf)
+        torch.matmul(rows_buf, Wt, out=out[a : a + len(j)])
+    return out
+
+
 def heldout_sums(shard, k, ws, spec, metric: str):
     """Kernel: raw sums of ``metric`` over split ``k``'s held-out rows, for each parameter vector in ``ws``.
 
@@ -383,19 +413,13 @@ def heldout_sums(shard, k, ws, spec, metric: str):
     if idx is None:
         idx = torch.from_numpy(np.flatnonzero(roles == TEST)).to(X.device)
         shard.cache[key] = idx
-    rows = _as_slice(idx)  # unshuffled k-fold: a shard's held-out rows are one range, read in place
-    if is_sparse(X):
-        Xt = take_rows(X, idx)
-    else:
-        Xt = X[rows] if rows is not None else X[idx]
     yt = shard.get("y")[idx]
     raw = shard.cache.get("cv_raw_weight")
     st = torch.ones(len(idx), dtype=X.dtype, device=X.device) if raw is None else raw[idx].to(X.dtype)
     ws = torch.as_tensor(ws, dtype=X.dtype, device=X.device).reshape(-1, spec.n_params)
     K, d = spec.n_outputs, spec.n_features
     # every parameter vector's predictions in one product (X read once for all of them)
-    Ws = ws[:, : K * d].reshape(-1, d)
-    Z_all = Xt @ Ws.T.contiguous()
+    Z_all = _rows_product(X, idx, ws[:, : K * d].reshape(-1, d).T.contiguous())
     if spec.fit_intercept:
         Z_all = Z_all + ws[:, K * d :].reshape(1, -1)
     out = []

@@ -111,3 +111,20 @@ def test_fused_many_equals_each_split_alone_and_the_torch_kernel(loss, weighted,
         np.testing.assert_allclose(losses2, losses[1:], rtol=1e-12)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("rows", ["scattered", "one_range", "none"])
+def test_rows_product_equals_the_product_of_the_gathered_rows(rows, monkeypatch):
+    """The held-out predictions X[idx] @ W: scattered rows gathered a block at a time (several blocks here), one
+    range read in place, and no rows at all."""
+    import torch
+
+    monkeypatch.setattr(CV, "_GATHER_BYTES", 7 * 5 * 8)  # 7 rows of 5 float64 per block
+    rng = np.random.default_rng(1)
+    X = torch.from_numpy(rng.normal(size=(60, 5)))
+    Wt = torch.from_numpy(rng.normal(size=(5, 3)))
+    idx = {"scattered": np.sort(rng.choice(60, size=23, replace=False)), "one_range": np.arange(10, 34),
+           "none": np.arange(0)}[rows]
+    got = CV._rows_product(X, torch.from_numpy(idx), Wt).numpy()
+    np.testing.assert_allclose(got, X.numpy()[idx] @ Wt.numpy(), rtol=1e-13, atol=1e-13)
+    assert got.shape == (len(idx), 3)
