@@ -727,9 +727,9 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         self.alpha_, self.l1_ratio_ = float(alphas[m, i]), float(l1s[m])
         self.alphas_ = alphas[0] if (len(l1s) == 1 or not isinstance(self.alphas, Integral)) else alphas
         self.mse_path_ = np.squeeze(mse)
-        x, self.n_iter_ = refit(m, i)
+        x, n_iter = refit(m, i)
         self._set_params_from(x, search.spec, (None,))
-        self.n_iter_ = int(self.n_iter_)
+        self.n_iter_ = int(n_iter)
 
     def _uses_gram(self, search):
         """Whether the search runs on the Gram matrix (``solver="cd"``, or "auto" on dense X of few columns)."""
@@ -801,10 +801,13 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
                     coefs[m, k, j] = w
                     v = np.concatenate([-w, [1.0, -(mu[d] - mu[:d] @ w)]])  # the residual, as z @ v
                     mse[m, j, k] = (v @ held_out @ v) / held_out[d + 1, d + 1]
+        def warn_unconverged(what):
+            warnings.warn(f"Coordinate descent did not converge within max_iter={self.max_iter} sweeps {what} "
+                          f"(tol={self.tol}). Consider increasing max_iter or tol.", ConvergenceWarning,
+                          stacklevel=5)
+
         if unconverged:
-            warnings.warn(f"Coordinate descent did not converge within max_iter={self.max_iter} sweeps for "
-                          f"{unconverged} of the splits' path points (tol={self.tol}). Consider increasing "
-                          "max_iter or tol.", ConvergenceWarning, stacklevel=4)
+            warn_unconverged(f"for {unconverged} of the splits' path points")
 
         def refit(m, i):
             G, c, yy, S_all, mu = self._centred(total)
@@ -812,9 +815,7 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
             w, n_iter, ok = enet_gram(G, c, yy, S_all * alpha * l1r, S_all * alpha * (1.0 - l1r),
                                       coefs[m, :, i].mean(axis=0), tol=self.tol, max_iter=self.max_iter)
             if not ok:
-                warnings.warn(f"Coordinate descent did not converge within max_iter={self.max_iter} sweeps on the "
-                              f"refit (tol={self.tol}). Consider increasing max_iter or tol.", ConvergenceWarning,
-                              stacklevel=4)
+                warn_unconverged("on the refit")
             self.solver_ = "cd"
             if not self.fit_intercept:
                 return w, n_iter

@@ -166,9 +166,7 @@ class Monitor(EarlyStopping):
         super().__init__("validation_score" if early_stopping else "loss", tol, n_iter_no_change)
 
     def on_epoch_end(self, history, params=None, optimizer=None, config=None, **info):
-        rec = history[-1]
-        self.update(rec["loss"], rec.get("validation_score"), params)
-        if not self.plateau():
+        if not super().on_epoch_end(history, params=params, **info):  # EarlyStopping's count and best state
             return False
         lr = optimizer.param_groups[0]["lr"]
         if config is not None and config.solver == "sgd" and config.learning_rate == "adaptive" and lr > 1e-6:
