@@ -1,5 +1,7 @@
 """Callbacks for the networks' training, as objects: ``MLPClassifier(callbacks=[EarlyStopping(patience=3)])``.
 
+The MLPs and ``CharLSTM`` take them (``callbacks=``), with either strategy.
+
 A callback gets ``on_train_begin`` once, ``on_epoch_end(history)`` after
 every epoch (``history`` is the list of the epochs' records so far, the same
 dicts as the fitted ``history_``), and ``on_train_end(history)``.  Where it

@@ -397,3 +397,37 @@ def test_zygote_is_not_kept_where_it_is_not_needed(tmp_path, mode):
         assert out["code"] == -signal.SIGKILL and out["zygote"] is False
     else:
         assert out["code"] == 0 and out["score"] > 0.95 and out["new_zygote"] is True
+
+
+ZYGOTE_AFTER_FORK = textwrap.dedent(
+    """\
+    import json, multiprocessing as mp, time
+    import numpy as np
+    import dask_estimators as de
+    from dask_estimators.engine import _zygote
+
+    cls = de.LogisticRegression  # this process's zygote starts
+    rng = np.random.default_rng(0); X = rng.normal(size=(500, 3)); y = (X[:, 0] > 0).astype(int)
+
+    def child(q):  # a forked process inherits the handle, not the thread reading the zygote's replies
+        t0 = time.monotonic()
+        score = cls().fit(X, y).score(X, y)
+        q.put({"score": score, "seconds": time.monotonic() - t0, "own": _zygote._current["zygote"].owner})
+
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=child, args=(q,))
+    p.start()
+    got = q.get(timeout=170)
+    p.join(60)
+    got.update(child=p.pid, code=p.exitcode, parent_score=cls().fit(X, y).score(X, y))
+    print("OUT " + json.dumps(got), flush=True)
+    """
+)
+
+
+@linux_only
+def test_forked_process_starts_its_own_zygote(tmp_path):
+    out = _run_script(tmp_path, ZYGOTE_AFTER_FORK, uuid.uuid4().hex)
+    assert out["code"] == 0 and out["own"] == out["child"]
+    assert out["score"] > 0.95 and out["parent_score"] > 0.95
+    assert out["seconds"] < 90  # not the 180 s wait for a reply that the parent's thread would have read

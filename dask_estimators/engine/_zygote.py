@@ -115,7 +115,9 @@ def get() -> Zygote | None:
         return None
     with _lock:
         z = _current.get("zygote")
-        if z is None or z.dead:
+        # a process forked from ours (multiprocessing's fork) inherits the handle but not the thread that
+        # reads the zygote's replies: it starts its own
+        if z is None or z.dead or z.owner != os.getpid():
             z = _current["zygote"] = Zygote()
         return z
 
@@ -124,7 +126,7 @@ def discard_unused() -> None:
     """Stop the zygote if it never forked a nanny (a fit resolved another client)."""
     with _lock:
         z = _current.get("zygote")
-        if z is not None and not z.used:
+        if z is not None and not z.used and z.owner == os.getpid():
             _current.pop("zygote")
             z.close(kill=True)
 
@@ -133,7 +135,7 @@ def close() -> None:
     """Stop the zygote (its nannies, and their workers, die with it)."""
     with _lock:
         z = _current.pop("zygote", None)
-    if z is not None:
+    if z is not None and z.owner == os.getpid():
         z.close(kill=True)
 
 
@@ -185,6 +187,7 @@ class Zygote:
         self._exits: dict[int, int] = {}  # pid -> exit code
         self._started = threading.Event()
         self.proc: subprocess.Popen | None = None
+        self.owner = os.getpid()  # the process whose thread reads the replies
         self.dead = False
         self.used = False
         threading.Thread(target=self._run, name="dask-estimators-zygote", daemon=True).start()

@@ -56,23 +56,20 @@ class Progress:
 
     ``verbose`` adds a :class:`~dask_estimators.callbacks.PrintLog` and
     ``progress`` a :class:`~dask_estimators.callbacks.ProgressBar` (counting
-    to ``total``); ``callback`` (a plain function) gets each record with its
-    parameters where the run sends them.
+    to ``total``).  The last record each callback sees carries the epoch's
+    parameters where the run sends them (a callback that ``needs_params``).
     """
 
-    def __init__(self, verbose, total, desc, callback=None, progress=False, callbacks=(), spec=None):
+    def __init__(self, verbose, total, desc, progress=False, callbacks=(), spec=None):
         from ..callbacks import PrintLog, ProgressBar
 
         self.records = []
-        self.callback = callback
         bar = ProgressBar(total, desc) if progress else None
         self.client = ([bar] if bar is not None else []) + ([PrintLog(bar)] if verbose else []) + list(callbacks)
         for cb in self.client:
             cb.on_train_begin(spec=spec, total=total, desc=desc)
 
     def __call__(self, rec):
-        if self.callback is not None:
-            self.callback(rec)
         self.records.append({k: v for k, v in rec.items() if k != "params"})
         view = self.records[:-1] + [rec]  # the last record as sent: with its parameters where asked for
         for cb in self.client:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import pickle
@@ -21,7 +22,8 @@ from ..objectives import sequence as S
 from ..optim.progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig
 from ._base import DistributedEstimator
-from ._torch import STRATEGIES, Progress, resolve_strategy, train_on_placement
+from ..callbacks import Callback
+from ._torch import STRATEGIES, Progress, resolve_strategy, split_callbacks, train_on_placement
 
 __all__ = ["CharLSTM"]
 
@@ -104,6 +106,11 @@ class CharLSTM(DistributedEstimator):
     progress : bool, default=False
         Show a tqdm progress bar of the epochs (up to ``max_epochs``) on
         stderr.  Needs tqdm (``pip install tqdm``).
+    callbacks : list of dask_estimators.callbacks.Callback, default=None
+        Objects called after every epoch, as the MLPs' are: ``EarlyStopping``
+        (on the training loss: CharLSTM holds out no validation rows),
+        ``LRScheduler``, ``Checkpoint``, ``ProgressBar``, ``PrintLog``, or
+        your own.  The fit works on copies, kept in ``callbacks_``.
     client : distributed.Client, str or None, default=None
     timeout : float or None, default=None
         Seconds one distributed round (``strategy="ddp"``: one collective
@@ -122,6 +129,9 @@ class CharLSTM(DistributedEstimator):
         The flat parameters (float32).
     n_pairs_ : int
         Training pairs over all workers.
+    callbacks_ : list of Callback
+        The last fit's copies of ``callbacks`` as the training left them
+        (loop callbacks first; with ``strategy="ddp"``, rank 0's copies).
 
     Examples
     --------
@@ -150,6 +160,7 @@ class CharLSTM(DistributedEstimator):
         "warm_start": ["boolean"],
         "verbose": ["verbose"],
         "progress": ["boolean"],
+        "callbacks": [list, tuple, None],
         "client": [None, str, distributed.Client],
         "timeout": [Interval(Real, 0, None, closed="neither"), None],
     }
@@ -173,6 +184,7 @@ class CharLSTM(DistributedEstimator):
         warm_start=False,
         verbose=False,
         progress=False,
+        callbacks=None,
         client=None,
         timeout=None,
     ):
@@ -193,6 +205,7 @@ class CharLSTM(DistributedEstimator):
         self.warm_start = warm_start
         self.verbose = verbose
         self.progress = progress
+        self.callbacks = callbacks
         self.client = client
         self.timeout = timeout
 
@@ -261,20 +274,29 @@ class CharLSTM(DistributedEstimator):
         )
         n_pairs = sum(c["n_train"] for c in counts)
         batch = int(min(self.batch_size, n_pairs))
+        loop_callbacks, client_callbacks = split_callbacks(copy.deepcopy(self.callbacks))
+        if any(getattr(cb, "monitor", None) == "validation_score" for cb in loop_callbacks + client_callbacks):
+            raise ValueError("A callback monitors 'validation_score', but CharLSTM holds out no validation "
+                             "strings; monitor 'loss'.")
+        # the checkpoint file is one more client callback, which reads each epoch's parameters
+        resume_file = [_ResumeFile(self)] if self.checkpoint_path is not None else []
         cfg = TrainConfig(
             solver="adam", learning_rate_init=self.learning_rate, alpha=0.0, max_iter=self.max_epochs, tol=0.0,
             n_iter_no_change=self.max_epochs + 1, shuffle=True, seed=seed, n_steps=math.ceil(n_pairs / batch),
-            n_train=n_pairs, epoch0=epochs_done, send_params=self.checkpoint_path is not None,
+            n_train=n_pairs, epoch0=epochs_done,
+            send_params=any(cb.needs_params for cb in client_callbacks + resume_file),
         )
         strategy = resolve_strategy(self.strategy, client, placement.workers)
         monitor = Monitor(0.0, cfg.n_iter_no_change, False)
         self.classes_ = np.array(vocab, dtype=object)
-        progress = Progress(self.verbose, self.max_epochs, "CharLSTM", callback=self._checkpoint,
-                            progress=self.progress)
+        progress = Progress(self.verbose, self.max_epochs, "CharLSTM", progress=self.progress,
+                            callbacks=resume_file + client_callbacks, spec=spec)
         try:
-            res, stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, None, progress)
+            res, stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, None, progress,
+                                            callbacks=loop_callbacks)
         finally:
             progress.close()
+        self.callbacks_ = res.callbacks + client_callbacks
         history = res.history
         self.params_ = res.w.astype(np.float32)
         self.n_iter_ = epochs_done + res.n_epochs
@@ -309,11 +331,6 @@ class CharLSTM(DistributedEstimator):
         if unknown:
             raise ValueError(f"warm_start: the strings have characters outside the fitted vocabulary: {sorted(unknown)}")
         return state
-
-    def _checkpoint(self, rec):
-        if self.checkpoint_path is not None and "params" in rec:
-            w = np.frombuffer(rec["params"], dtype=np.float64)
-            self._write_checkpoint(w.astype(np.float32), int(rec["epoch"]))
 
     def _write_checkpoint(self, params, n_iter):
         tmp = f"{self.checkpoint_path}.tmp"
@@ -523,3 +540,19 @@ def _is_bag(X):
     except ImportError:  # pragma: no cover
         return False
     return isinstance(X, db.Bag)
+
+
+class _ResumeFile(Callback):
+    """CharLSTM's ``checkpoint_path`` as a client callback: the parameters, vocabulary and epochs after each epoch."""
+
+    on_client = True
+    needs_params = True
+
+    def __init__(self, model):
+        self.model = model
+
+    def on_epoch_end(self, history, **info):
+        rec = history[-1]
+        if "params" in rec:
+            w = np.frombuffer(rec["params"], dtype=np.float64)
+            self.model._write_checkpoint(w.astype(np.float32), int(rec["epoch"]))

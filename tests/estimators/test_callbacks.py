@@ -98,3 +98,39 @@ def test_refusals(client):
     with pytest.raises(ValueError, match="monitor must be 'loss' or 'validation_score'"):
         EarlyStopping(monitor="accuracy")
     assert Callback().on_epoch_end([{"loss": 1.0}]) is None  # the base class's hooks do nothing
+
+
+class _Epochs(Callback):
+    """A client callback that keeps the epochs it saw."""
+
+    on_client = True
+
+    def __init__(self):
+        self.epochs = []
+
+    def on_epoch_end(self, history, **info):
+        self.epochs.append(history[-1]["epoch"])
+
+
+@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+def test_charlstm_takes_the_same_callbacks(client, strategy, tmp_path):
+    """CharLSTM: a user's EarlyStopping stops it (in the loop, on every rank with ddp), a client callback sees every
+    epoch, and the checkpoint file that warm_start resumes from is still written, by a callback of its own."""
+    names = ["luna", "bella", "max", "charlie", "lucy", "cooper", "daisy", "milo"] * 20
+    seen = _Epochs()
+    path = tmp_path / "resume.pt"
+    # tol so large that every epoch after the first counts; the count passes patience=1 on epoch 3
+    model = de.CharLSTM(hidden_size=8, embedding_dim=4, max_epochs=20, random_state=0, strategy=strategy,
+                        checkpoint_path=str(path), callbacks=[EarlyStopping(tol=1e9, patience=1), seen],
+                        client=client).fit(names)
+    assert model.n_iter_ == 3 and len(model.history_) == 3
+    stop, kept = model.callbacks_
+    assert isinstance(stop, EarlyStopping) and stop.no_improvement_count == 2
+    assert kept.epochs == [1, 2, 3] and seen.epochs == []  # the fit's copy saw them; the object given is untouched
+    import torch
+
+    saved = torch.load(path, weights_only=False)
+    assert saved["n_iter"] == 3
+    np.testing.assert_array_equal(saved["params"], model.params_)
+    with pytest.raises(ValueError, match="CharLSTM holds out no validation strings"):
+        de.CharLSTM(max_epochs=1, callbacks=[EarlyStopping(monitor="validation_score")], client=client).fit(names)
