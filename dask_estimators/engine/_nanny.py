@@ -75,13 +75,9 @@ def child_env() -> dict[str, str]:
     """
     import dask.config
 
-    from ._zygote import _import_path
+    from ._zygote import env_with_import_path
 
-    env = dict(os.environ)
-    path = _import_path()
-    if env.get("PYTHONPATH"):
-        path += [p for p in env["PYTHONPATH"].split(os.pathsep) if p and p not in path]
-    env["PYTHONPATH"] = os.pathsep.join(path)
+    env = env_with_import_path()
     # the thread limits a Nanny sets before it spawns its worker, set for the nanny's process itself: a forked
     # worker inherits the nanny's BLAS and OpenMP as they were loaded (variables already set win, as in a Nanny)
     for k, v in (dask.config.get("distributed.nanny.pre-spawn-environ", None) or {}).items():
@@ -285,12 +281,12 @@ def fork_workers() -> bool:
     running any torch or OpenMP code) gives the worker all of them for
     nothing, and its memory pages are shared until written.  Elsewhere (macOS,
     Windows) fork is unsafe or missing, and workers are spawned as in any
-    LocalCluster.  ``DASK_ESTIMATORS_FORK_WORKERS=0`` turns it off.
+    LocalCluster.  ``DASK_ESTIMATORS_FORK_WORKERS=0`` turns it off.  The
+    zygote (:mod:`._zygote`) forks the nannies under the same condition.
     """
-    flag = os.environ.get("DASK_ESTIMATORS_FORK_WORKERS", "").strip().lower()
-    if flag in ("0", "false", "no", "off"):
-        return False
-    return sys.platform.startswith("linux")
+    from ._zygote import enabled
+
+    return enabled()
 
 
 if __name__ == "__main__":

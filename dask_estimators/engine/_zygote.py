@@ -47,7 +47,7 @@ import sys
 import sysconfig
 import threading
 
-__all__ = ["Zygote", "prewarm", "get", "discard_unused", "close", "enabled"]
+__all__ = ["Zygote", "prewarm", "get", "discard_unused", "close", "enabled", "env_with_import_path"]
 
 #: The module the zygote's process runs (``python -m ...``).
 _MODULE = "dask_estimators.engine._zygote"
@@ -61,10 +61,10 @@ _current: dict = {}
 
 
 def enabled() -> bool:
-    """Whether the embedded cluster's nannies are forked from a zygote here.
+    """Whether the embedded cluster forks here: the zygote its nannies, each nanny its worker.
 
-    On Linux, unless ``DASK_ESTIMATORS_FORK_WORKERS=0``: where the nannies
-    fork their workers (:func:`._nanny.fork_workers`).
+    On Linux, unless ``DASK_ESTIMATORS_FORK_WORKERS=0``
+    (:func:`._nanny.fork_workers` says why).
     """
     off = os.environ.get("DASK_ESTIMATORS_FORK_WORKERS", "").strip().lower() in _OFF
     return sys.platform.startswith("linux") and not off
@@ -128,7 +128,7 @@ def discard_unused() -> None:
         z = _current.get("zygote")
         if z is not None and not z.used and z.owner == os.getpid():
             _current.pop("zygote")
-            z.close(kill=True)
+            z.close()
 
 
 def close() -> None:
@@ -136,7 +136,7 @@ def close() -> None:
     with _lock:
         z = _current.pop("zygote", None)
     if z is not None and z.owner == os.getpid():
-        z.close(kill=True)
+        z.close()
 
 
 def _import_path() -> list[str]:
@@ -161,6 +161,16 @@ def _import_path() -> list[str]:
             continue
         out.append(p)
     return out
+
+
+def env_with_import_path() -> dict[str, str]:
+    """``os.environ`` with ``PYTHONPATH`` covering the client's import path (:func:`_import_path` first)."""
+    env = dict(os.environ)
+    path = _import_path()
+    if env.get("PYTHONPATH"):
+        path += [p for p in env["PYTHONPATH"].split(os.pathsep) if p and p not in path]
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return env
 
 
 class Zygote:
@@ -196,11 +206,7 @@ class Zygote:
     def _run(self):
         try:
             read_fd, write_fd = os.pipe()
-            env = dict(os.environ)
-            path = _import_path()
-            if env.get("PYTHONPATH"):
-                path += [p for p in env["PYTHONPATH"].split(os.pathsep) if p and p not in path]
-            env["PYTHONPATH"] = os.pathsep.join(path)
+            env = env_with_import_path()
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", _MODULE, str(os.getpid()), str(write_fd), repr(float(IDLE_SECONDS))],
                 stdin=subprocess.PIPE, pass_fds=(write_fd,), env=env, cwd=os.getcwd(),
@@ -231,19 +237,14 @@ class Zygote:
             self.dead = True
             self._cond.notify_all()
 
-    def spawn(self, scheduler: str, opts: dict, env: dict | None = None, timeout: float = 180.0) -> int:
+    def spawn(self, scheduler: str, opts: dict, env: dict, timeout: float = 180.0) -> int:
         """Fork a nanny for ``scheduler`` with the Nanny options ``opts``; return its pid.
 
-        It carries this moment's environment (``env``, else
-        :func:`._nanny.child_env`), working folder and import path.  Raises
-        RuntimeError when the zygote has gone or does not answer.
+        It carries this moment's environment ``env`` (:func:`._nanny.child_env`:
+        its ``PYTHONPATH`` is the client's import path) and working folder.
+        Raises RuntimeError when the zygote has gone or does not answer.
         """
-        from ._nanny import child_env
-
-        request = {
-            "scheduler": scheduler, "opts": opts, "env": env if env is not None else child_env(),
-            "cwd": os.getcwd(), "path": _import_path(),
-        }
+        request = {"scheduler": scheduler, "opts": opts, "env": env, "cwd": os.getcwd()}
         self._started.wait(timeout)
         with self._cond:
             if self.dead or self.proc is None:
@@ -268,23 +269,16 @@ class Zygote:
                 return self._exits[pid]
             return -signal.SIGKILL if self.dead else None
 
-    def wait(self, pid: int, timeout: float) -> int | None:
-        """Wait up to ``timeout`` seconds for the nanny ``pid`` to exit; its exit code, or None."""
-        with self._cond:
-            self._cond.wait_for(lambda: pid in self._exits or self.dead, timeout)
-        return self.returncode(pid)
-
-    def close(self, kill: bool = False) -> None:
-        """Close the zygote's stdin (it exits, and its nannies die with it); with ``kill``, also SIGKILL it."""
+    def close(self) -> None:
+        """Close the zygote's stdin and kill it (its nannies die with it, and their workers with them)."""
         self._started.wait(30)
         proc = self.proc
         if proc is None:
             return
         with contextlib.suppress(Exception):
             proc.stdin.close()
-        if kill:
-            with contextlib.suppress(Exception):
-                proc.kill()
+        with contextlib.suppress(Exception):
+            proc.kill()
 
 
 # --------------------------------------------------------------------- the zygote's process
@@ -389,7 +383,8 @@ def _nanny_child(request: dict, reply_fd: int) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        sys.path[:0] = [p for p in request["path"] if p not in sys.path]
+        path = request["env"].get("PYTHONPATH", "").split(os.pathsep)  # the client's import path (child_env)
+        sys.path[:0] = [p for p in path if p and p not in sys.path]
         import dask.config
 
         dask.config.refresh()  # the client's configuration of this moment (DASK_INTERNAL_INHERIT_CONFIG)

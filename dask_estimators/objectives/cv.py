@@ -378,9 +378,9 @@ def _rows_product(X, idx, Wt):
     and wrote a fresh array of a fifth of the shard (32 MB for 40k x 100),
     15-100 ms a call on the workers, against 2-5 ms for the product.
     """
-    rows = _as_slice(idx)
     if is_sparse(X):
         return take_rows(X, idx) @ Wt
+    rows = _as_slice(idx)
     if rows is not None:
         return X[rows] @ Wt
     n, d = len(idx), X.shape[1]
