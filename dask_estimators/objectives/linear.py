@@ -186,6 +186,17 @@ def _fused_args(X):
     return (X.numpy(),)
 
 
+def _pack_host(spec: LinearSpec, gW, gb):
+    """``spec.pack`` of a numba kernel's NumPy ``(gW, gb)``, without the copy when the kernel wrote them as one
+    buffer in that order (the CSR kernels with one output: 8 MB less to copy a round at 2^20 features)."""
+    base = gW.base
+    if (spec.fit_intercept and base is not None and base is gb.base and base.ndim == 1
+            and base.size == gW.size + gb.size and gW.ctypes.data == base.ctypes.data
+            and gb.ctypes.data == base.ctypes.data + gW.nbytes):
+        return torch.from_numpy(base)
+    return spec.pack(torch.from_numpy(gW), torch.from_numpy(gb))
+
+
 def value_grad(shard, w, spec: LinearSpec):
     """Kernel: ``(sum_i s_i loss_i, d/dw of that sum)``; keeps the curvature on the worker for ``hessp``/``hess``."""
     X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
@@ -199,7 +210,7 @@ def value_grad(shard, w, spec: LinearSpec):
             *_fused_args(X), y.numpy(), _host(s), W.numpy(), _host(b), spec.loss, spec.epsilon, curv.numpy()
         )
         shard.cache["linear_curv"] = curv
-        return torch.tensor(total, dtype=X.dtype), spec.pack(torch.from_numpy(gW), torch.from_numpy(gb))
+        return torch.tensor(total, dtype=X.dtype), _pack_host(spec, gW, gb)
     loss_fn = spec.get_loss()
     K = spec.n_outputs
     gW = torch.zeros(K, X.shape[1], dtype=X.dtype, device=X.device)
@@ -230,7 +241,7 @@ def hessp(shard, p, spec: LinearSpec):
     if _use_fused(X, spec):
         kernel = _fused.csr_hessp if is_sparse(X) else _fused.hessp
         hW, hb = kernel(*_fused_args(X), _host(s), curv.numpy(), P.numpy(), _host(pb), spec.loss)
-        return spec.pack(torch.from_numpy(hW), torch.from_numpy(hb))
+        return _pack_host(spec, hW, hb)
     loss_fn = spec.get_loss()
     hW = torch.zeros(spec.n_outputs, X.shape[1], dtype=X.dtype, device=X.device)
     hb = torch.zeros(spec.n_outputs, dtype=X.dtype, device=X.device)
