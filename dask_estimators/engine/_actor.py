@@ -48,15 +48,23 @@ class Payload:
 
     @classmethod
     def pack(cls, fn, args) -> "Payload":
+        """``args``: a sequence, or a :class:`~._shared.Shared` tuple (its arrays travel as segment references)."""
         import cloudpickle  # importable functions by reference, the rest (a script's own) by value
 
         buffers: list = []
-        data = cloudpickle.dumps((fn, tuple(args)), protocol=5, buffer_callback=buffers.append)
+        args = args if isinstance(args, _shared.Shared) else tuple(args)
+        data = cloudpickle.dumps((fn, args), protocol=5, buffer_callback=buffers.append)
         return cls(data, [b.raw() for b in buffers])
 
-    def unpack(self):
-        """``(fn, args)``; raises what unpickling raises (say ``ModuleNotFoundError``) in the caller's call."""
-        return pickle.loads(self.data, buffers=self.buffers)
+    def unpack(self, own: bool = False):
+        """``(fn, args)``; raises what unpickling raises (say ``ModuleNotFoundError``) in the caller's call.
+
+        The arrays are views of the payload's buffers, or with ``own`` of copies: an actor that forwards
+        the payload to its children runs its kernel on copies, so that a kernel writing to its arguments
+        cannot change what the children are sent.
+        """
+        buffers = [bytearray(b) for b in self.buffers] if own else self.buffers
+        return pickle.loads(self.data, buffers=buffers)
 
     def __reduce__(self):
         return (Payload, (self.data, [pickle.PickleBuffer(b) for b in self.buffers]))
@@ -105,18 +113,20 @@ class ShardActor:
     async def reduce(self, payload: Payload):
         """Run ``fn(shard, *args)`` of the :class:`Payload` here and below, return the sum (NumPy float64)."""
         self._sent = None  # the last round's reader is done: its segments may go back to the pool
-        fn, args = payload.unpack()
+        fn, args = payload.unpack(own=bool(self.children))
         pending = [asyncio.ensure_future(c.reduce(payload)) for c in self.children]
         self._waiting.update(pending)
         try:
-            out = await self._run(_worker.run_kernel, fn, args)
+            parts = [await self._run(_worker.run_kernel, fn, args)]
             for p in pending:
                 try:
-                    out = _worker.add(out, await p)
+                    parts.append(_shared.unwrap(await p))
                 except asyncio.CancelledError:
                     raise RuntimeError("The actor tree was relinked or closed during this round.") from None
-            if self.share:
-                out = self._sent = _shared.shared_sum((out,), self.share == "copy", _worker._add)
+            if self.share:  # summed straight into the segments the reader maps: one pass over the arrays
+                out = self._sent = _shared.shared_sum(tuple(parts), self.share == "copy", _worker._add)
+            else:
+                out = _worker._add(*parts)
             return out
         finally:
             for p in pending:

@@ -128,6 +128,8 @@ class DistributedEvaluator:
         self.recover = recover
         self.stats = EvalStats()
         self._since: dict = {}  # when the client was first seen reconnecting to its scheduler
+        self._share_args = False  # large arguments go to the actors through shared memory (all on the client's host)
+        self._args_lease = None  # this round's arguments in shared memory: leased until the next round
         self._last: dict = {}  # kernel -> its last arguments, in order of last use (replayed on rebuilt shards)
         if placement.actors:
             self._link_actors()
@@ -157,14 +159,18 @@ class DistributedEvaluator:
         from .reduce import _identities, _identity, shares_memory
 
         n = len(children)
-        if self.reduction == "gather" or not dask.config.get("dask-estimators.shared-memory", True):
+        self._share_args = False
+        if not dask.config.get("dask-estimators.shared-memory", True):
             return [None] * n
         workers = list(self.placement.workers)
         ids = _identities(self.client, sorted(set(workers)))
         where = [ids[w] for w in workers]
+        client = _identity()
+        self._share_args = all(shares_memory(w, client) for w in where)
+        if self.reduction == "gather":
+            return [None] * n
         index = {id(a): i for i, a in enumerate(self.placement.actors)}
         reader = {index[id(c)]: where[i] for i, cs in enumerate(children) for c in cs}
-        client = _identity()
         out = []
         for i in range(n):
             same = shares_memory(where[i], reader.get(i, client if i == 0 else (None, None)))
@@ -173,6 +179,10 @@ class DistributedEvaluator:
 
     def _call_actors(self, fn, args):
         actors = self.placement.actors
+        self._args_lease = None  # the last round's readers are done: its segments go back to the pool
+        if self._share_args and _nbytes(args) >= _shared.MIN_BYTES:
+            # every actor maps the arrays of >= 1 MB from this process's segments: no bytes cross a socket
+            args = self._args_lease = _shared.share_args(args, _worker._add)
         payload = Payload.pack(fn, args)
         if self.reduction == "gather":
             return _worker.add(*self._wait([a.run(payload) for a in actors]))

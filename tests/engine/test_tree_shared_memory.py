@@ -243,3 +243,52 @@ def test_actor_tree_to_another_host_sends_plain_arrays(client, monkeypatch):
         # the child is on "another host" than its parent: plain; the root answers the client on this host
         assert shares[1] is None
         assert shares[0] == ("copy" if p.workers[0] == ws[0] else None)
+
+
+def _write_to_args(shard, w):
+    """Kernel: the sum of ``w`` (a tensor) as received, whether it lies in a memfd segment; then writes into it."""
+    total = float(w.sum())
+    address = w.data_ptr()
+    with open("/proc/self/maps") as f:
+        regions = [line.split() for line in f]
+    mapped = any(int(r[0].split("-")[0], 16) <= address < int(r[0].split("-")[1], 16)
+                 and len(r) > 5 and "memfd:dask-estimators" in r[5] for r in regions)
+    w[:] = -1.0  # a reader's own pages (copy-on-write): the other actor and the client still see theirs
+    return (total, float(mapped))
+
+
+@pytest.mark.parametrize("switch", [True, False])
+def test_actor_rounds_map_large_arguments_copy_on_write(client, switch):
+    from dask_estimators.engine import DistributedEvaluator, place
+    from dask_estimators.engine._actor import Payload
+
+    rng = np.random.default_rng(0)
+    with dask.config.set({"dask-estimators.shared-memory": switch}), \
+            place(client, {"X": np.ones((10, 2))}, transport="actors") as p:
+        ev = DistributedEvaluator(p)
+        assert ev._share_args is switch
+        for _ in range(3):  # consecutive rounds reuse the pooled segment: each sees its own parameters
+            w = rng.standard_normal(BIG)
+            keep = w.copy()
+            total, mapped = ev(_write_to_args, w)
+            assert total == pytest.approx(2 * keep.sum(), rel=1e-12)  # neither actor saw the other's writes
+            assert mapped == (2.0 if switch else 0.0)
+            np.testing.assert_array_equal(w, keep)  # nor did the client
+    shared = _shared.share_args((np.ones(BIG), "spec"), _worker._add)
+    payload = Payload.pack(_write_to_args, shared)
+    assert payload.buffers == [] and len(payload.data) < 10_000  # references, not the 1 MB array
+
+
+def test_actor_rounds_to_another_host_send_their_arguments(client, monkeypatch):
+    from dask_estimators.engine import DistributedEvaluator, place
+
+    ws = _workers(client)
+    pids = client.run(os.getpid)
+    monkeypatch.setitem(reduce._IDS, ws[0], (_shared.host_token(), pids[ws[0]]))
+    monkeypatch.setitem(reduce._IDS, ws[1], ("another-host", pids[ws[1]]))
+    with place(client, {"X": np.ones((10, 2))}, transport="actors") as p:
+        ev = DistributedEvaluator(p)
+        assert not ev._share_args
+        w = np.random.default_rng(1).standard_normal(BIG)
+        total, mapped = ev(_write_to_args, w)
+        assert total == pytest.approx(2 * w.sum(), rel=1e-12) and mapped == 0.0
