@@ -5,7 +5,7 @@
 
 Each kernel of :mod:`dask_estimators.objectives.linear` (``value_grad`` then
 ``hessp`` at its point) runs on one shard built as a worker holds it (a torch
-sparse CSR tensor, float64, int64 indices) with ``backend="fused"`` (the
+sparse CSR tensor, float64, int32 indices) with ``backend="fused"`` (the
 numba CSR kernels) and ``backend="torch"`` (torch's sparse products
 ``X @ W.T`` and ``X.t() @ G``), ``--repeat`` times after one warm-up call;
 the minimum is reported in milliseconds, with the ratio torch / numba (above

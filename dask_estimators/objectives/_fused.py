@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from ._sparse import index_array
 from .losses import LOSSES
 from .._jit import njit  # numba's njit, cached on disk, or not cached where no cache folder is writable
 
@@ -419,16 +420,20 @@ def hessp(X, s, curv, P, pb, loss: str):
 #
 # Measured on 150k rows of a 2^20-column CSR with 40 non-zeros a row, one
 # thread, AMD EPYC (Zen 4), ``python benchmarks/bench_sparse_kernels.py
-# --rows 150000``: value_grad 97.8 -> 39.8 ms and hessp 92.1 -> 35.5 ms
-# (binomial), multinomial 323 -> 271 ms, against one fused pass per row.
-# * A row's scatter waits on its gathers and on exp, and the next row's
-#   gathers wait behind its stores, so little of a fused pass overlaps; rows
-#   in blocks of 64 to 1024 (each block's passes in turn) were slower still.
-# * ``reassoc`` lets LLVM vectorise the row dot with AVX-512 gathers, which
-#   doubled the time of the same loops on this CPU: these kernels compile
-#   without it, so each row's dot is summed in storage order.
-# * scipy's ``X @ w`` plus ``X.T @ r`` take about 24 ms here: they read
-#   int32 indices, where a shard holds int64 (4 bytes less a non-zero to stream).
+# --rows 150000`` (binomial): value_grad 97.8 -> 32.9 ms and hessp 92.1 ->
+# 25.8 ms against one fused pass per row over int64 indices; multinomial
+# (3 classes) 323 -> 187 ms.  Each step, in that order:
+# * Two passes: 97.8 -> 39.8 ms.  A row's scatter waits on its gathers and on
+#   exp, and the next row's gathers wait behind its stores, so little of a
+#   fused pass overlaps; rows in blocks of 64 to 1024 (each block's passes in
+#   turn) were slower still.
+# * No ``reassoc``: it lets LLVM vectorise the row dot with AVX-512 gathers,
+#   which doubled the time of the same loops on this CPU.  Each row's dot is
+#   summed in storage order.
+# * int32 indices in the shard (engine/_worker.index_dtype), 39.8 -> 36.4 ms,
+#   read as uint32 (:func:`_unsigned`), 36.4 -> 32.9 ms: 4 bytes less a
+#   non-zero to stream, and no negative-index wrap-around per access.
+# scipy's ``X @ w`` plus ``X.T @ r`` take about 24 ms here.
 
 
 def _jit_sparse(fn):
@@ -608,9 +613,16 @@ def _csr_gram(data, indices, indptr, D, intercept, H):
             H[d, d] += Di
 
 
+def _unsigned(a):
+    """An int32 index array viewed as uint32 (no copy; CSR indices are never negative): numba then drops the
+    negative-index wrap-around of every gather and scatter, which took 40.5 against 28.4 ms per value_grad
+    on 150k x 2^20.  int64 stays signed: uint64 with int64 arithmetic would become float64 in numba."""
+    a = index_array(a)
+    return a.view(np.uint32) if a.dtype == np.int32 else a
+
+
 def _csr_arrays(data, indices, indptr):
-    return (np.ascontiguousarray(data, dtype=np.float64), np.ascontiguousarray(indices, dtype=np.int64),
-            np.ascontiguousarray(indptr, dtype=np.int64))
+    return np.ascontiguousarray(data, dtype=np.float64), _unsigned(indices), _unsigned(indptr)
 
 
 def csr_value_grad(data, indices, indptr, n_features, y, s, W, b, loss: str, eps: float, curv):

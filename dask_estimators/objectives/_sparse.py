@@ -2,9 +2,11 @@
 
 On a worker a sparse ``X`` is a torch sparse CSR tensor (``layout ==
 torch.sparse_csr``) of shape (rows of the shard, features), float64 values
-(float32 where the model fits in float32), int64 ``crow_indices`` and
-``col_indices``, canonical (column indices sorted within each row, no
-duplicates), on the shard's device.  A shard is never densified.
+(float32 where the model fits in float32), ``crow_indices`` and
+``col_indices`` of one integer type (int32 where the stored values and the
+columns fit, int64 otherwise: :func:`~dask_estimators.engine._worker.index_dtype`),
+canonical (column indices sorted within each row, no duplicates), on the
+shard's device.  A shard is never densified.
 
 This module imports torch only when a tensor is passed, so that importing
 the objectives on the client stays free of torch.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["is_sparse", "csr_parts", "take_rows"]
+__all__ = ["is_sparse", "csr_parts", "take_rows", "index_array"]
 
 
 def is_sparse(X) -> bool:
@@ -57,7 +59,7 @@ def csr_parts(X):
     -------
     data : ndarray of shape (nnz,)
     indices : ndarray of shape (nnz,)
-        Column of each stored value (int64 under the shard contract).
+        Column of each stored value (int32 or int64 under the shard contract).
     indptr : ndarray of shape (n_rows + 1,)
         Row ``i`` holds ``data[indptr[i]:indptr[i + 1]]``.
 
@@ -82,6 +84,32 @@ def csr_parts(X):
     if X.device.type != "cpu":
         raise ValueError(f"csr_parts needs a tensor in host memory, got one on {X.device}.")
     return X.values().numpy(), X.col_indices().numpy(), X.crow_indices().numpy()
+
+
+def index_array(a):
+    """A CSR index array as the numba kernels take it: C-contiguous, int32 or int64 kept as it is, others int64.
+
+    Parameters
+    ----------
+    a : array-like of int
+
+    Returns
+    -------
+    ndarray
+        ``a`` itself where it already is so (no copy).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_estimators.objectives._sparse import index_array
+    >>> a = np.arange(3, dtype=np.int32)
+    >>> index_array(a) is a, index_array(np.arange(3, dtype=np.uint16)).dtype
+    (True, dtype('int64'))
+    """
+    import numpy as np
+
+    a = np.asarray(a)
+    return np.ascontiguousarray(a, dtype=a.dtype if a.dtype in (np.int32, np.int64) else np.int64)
 
 
 def take_rows(X, idx):
@@ -115,11 +143,12 @@ def take_rows(X, idx):
 
     crow = X.crow_indices()
     idx = idx.to(device=crow.device, dtype=torch.int64)
-    counts = (crow[1:] - crow[:-1])[idx]
+    counts = (crow[1:] - crow[:-1])[idx].to(torch.int64)
     new_crow = torch.zeros(idx.shape[0] + 1, dtype=torch.int64, device=crow.device)
     torch.cumsum(counts, 0, out=new_crow[1:])
     total = int(new_crow[-1])
     # position of each kept value: its row's start in X plus its offset within the row
     offset = torch.arange(total, device=crow.device) - torch.repeat_interleave(new_crow[:-1], counts, output_size=total)
-    pos = torch.repeat_interleave(crow[idx], counts, output_size=total) + offset
-    return torch.sparse_csr_tensor(new_crow, X.col_indices()[pos], X.values()[pos], size=(idx.shape[0], X.shape[1]))
+    pos = torch.repeat_interleave(crow[idx].to(torch.int64), counts, output_size=total) + offset
+    col = X.col_indices()
+    return torch.sparse_csr_tensor(new_crow.to(col.dtype), col[pos], X.values()[pos], size=(idx.shape[0], X.shape[1]))

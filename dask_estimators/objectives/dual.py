@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._jit import lazy_njit
+from ._sparse import index_array
 
 __all__ = ["DUAL_LOSSES", "DualSpec", "dual_round", "dual_objective", "dual_state", "set_shard_index"]
 
@@ -421,7 +422,7 @@ def _pass_args(X):
     """The leading arguments of the per-layout passes: the dense X, or the CSR's three arrays."""
     if isinstance(X, np.ndarray):
         return (X,)
-    return (X.data, X.indices.astype(np.int64, copy=False), X.indptr.astype(np.int64, copy=False))
+    return (X.data, index_array(X.indices), index_array(X.indptr))
 
 
 def layout_args(X):
@@ -430,8 +431,7 @@ def layout_args(X):
     if isinstance(X, np.ndarray):
         empty = np.zeros(0, dtype=np.int64)
         return (X, np.zeros(0), empty, empty, True)
-    return (np.zeros((0, 0)), X.data, X.indices.astype(np.int64, copy=False),
-            X.indptr.astype(np.int64, copy=False), False)
+    return (np.zeros((0, 0)), X.data, index_array(X.indices), index_array(X.indptr), False)
 
 
 def dual_state(shard, spec: DualSpec) -> dict:

@@ -1,7 +1,7 @@
 """Sparse X placed on the workers: scipy.sparse from the client and dask arrays of sparse blocks.
 
 Every shard must hold its rows of X as a torch sparse CSR tensor (the shard
-contract: canonical, int64 indices, float values), equal to the input's rows
+contract: canonical, int32 indices where they fit, float values), equal to the input's rows
 exactly, and nothing of size n x p may ever be dense.  All tests run on the
 session's real process-based LocalCluster (2 workers).  Worker functions are
 module level so the workers can unpickle them.
@@ -84,7 +84,7 @@ def _assert_rows_equal(X, y, found):
     X.sum_duplicates()
     for c, ranges in found:
         assert c["sparse"] and c["layout"] == "torch.sparse_csr" and not c["strided"]
-        assert c["dtypes"] == ("torch.float64", "torch.int64", "torch.int64")
+        assert c["dtypes"] == ("torch.float64", "torch.int32", "torch.int32")
         assert c["device"] == "cpu"
         rows = np.concatenate([np.arange(a, b) for a, b in ranges])
         assert c["shape"] == (len(rows), X.shape[1]) and c["n_rows"] == len(rows)
@@ -128,7 +128,7 @@ def test_shard_put_takes_scipy_torch_and_csr_rows():
         s = Shard({"X": a, "y": np.arange(50.0)}, device="cpu")
         t = s.get("X")
         assert t.layout == torch.sparse_csr and s.n_rows == 50
-        assert t.crow_indices().dtype == torch.int64 and t.col_indices().dtype == torch.int64
+        assert t.crow_indices().dtype == torch.int32 and t.col_indices().dtype == torch.int32
         got = sp.csr_matrix((t.values().numpy(), t.col_indices().numpy(), t.crow_indices().numpy()), shape=t.shape)
         assert (got != want).nnz == 0
         nbytes = sum(v.nbytes for v in (t.values().numpy(), t.col_indices().numpy(), t.crow_indices().numpy()))
@@ -158,7 +158,19 @@ def test_csr_rows_are_views_of_the_matrix():
     assert np.shares_memory(part.data, X.data) and np.shares_memory(part.indices, X.indices)
     assert (part.to_scipy() != X[30:70]).nnz == 0
     both = CSRRows.concat([CSRRows.of(X, 0, 30), X[30:100]], 9)
-    assert (both.to_scipy() != X).nnz == 0 and both.indices.dtype == np.int64
+    assert (both.to_scipy() != X).nnz == 0 and both.indices.dtype == both.indptr.dtype == np.int32
+
+
+def test_indices_past_int32_are_int64():
+    """More columns than int32 holds (never dense: two stored values): the shard keeps int64 indices."""
+    import torch
+
+    d = 2**31 + 5
+    X = sp.csr_matrix((np.array([1.0, 2.0]), np.array([0, d - 1], dtype=np.int64), np.array([0, 1, 2])), shape=(2, d))
+    for a in (X, CSRRows.concat([CSRRows.of(X, 0, 1), CSRRows.of(X, 1, 2)], d)):
+        t = Shard({"X": a}, device="cpu").get("X")
+        assert t.crow_indices().dtype == torch.int64 and t.col_indices().dtype == torch.int64
+        assert t.col_indices().tolist() == [0, d - 1]
 
 
 # ----------------------------------------------------------------- NumPy-side (client) sparse input

@@ -1,6 +1,6 @@
 """The linear kernels on a sparse CSR X: equal to the dense kernels, derivatives by finite differences, shard sums.
 
-A shard's sparse X is a torch sparse CSR tensor (float64, int64 indices, canonical), built here
+A shard's sparse X is a torch sparse CSR tensor (float64, int32 indices, canonical), built here
 without the engine.  Every loss is checked with and without intercept and sample weights, on the
 numba CSR kernels and on the torch sparse path; the dense kernels on the same matrix, densified
 in the test only, are the reference.
@@ -570,3 +570,21 @@ def test_alpha_grid_sums_on_csr_equal_dense(weighted, rng):
     sv = np.ones(N) if s is None else s
     np.testing.assert_allclose(want[0], A.T @ (sv * y), rtol=1e-12)
     assert_same(dict(enumerate(got)), dict(enumerate(want)))
+
+
+@pytest.mark.parametrize("loss, K", [("binomial", 1), ("squared", 2), ("multinomial", 3)])
+def test_csr_kernels_take_int32_and_int64_indices_alike(loss, K):
+    """int32 (a shard's, where they fit) and int64 indices (past 2^31 - 1) give the same bits."""
+    rng = np.random.default_rng(3)
+    A = sp.random(40, 11, density=0.3, format="csr", random_state=3)
+    y = (np.arange(40) % 3).astype(float) if loss == "multinomial" else rng.integers(0, 2, (40, K)).astype(float)
+    W, b = rng.normal(size=(K, 11)), rng.normal(size=K)
+    out = {}
+    for itype in (np.int32, np.int64):
+        arrays = (A.data, A.indices.astype(itype), A.indptr.astype(itype), 11)
+        curv = np.empty((40, K))
+        total, gW, gb = _fused.csr_value_grad(*arrays, y.reshape(40, -1), None, W, b, loss, 0.0, curv)
+        hW, hb = _fused.csr_hessp(*arrays, None, curv, W, b, loss)
+        out[itype] = (total, gW, gb, hW, hb)
+    for got, want in zip(out[np.int32], out[np.int64]):
+        np.testing.assert_array_equal(got, want)
