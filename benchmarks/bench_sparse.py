@@ -5,7 +5,8 @@
     python benchmarks/bench_sparse.py --rows 20000     # a smoke test
 
 Contestants, alternating, ``--repeat`` times (medians reported), all with
-``C=1``, ``solver="lbfgs"`` and ``tol=1e-6`` (scikit-learn's objective):
+``C=1`` and ``tol=1e-6`` (scikit-learn's objective), each with
+``solver="lbfgs"`` and with ``solver="newton-cg"``:
 
 * ``sklearn``: ``sklearn.linear_model.LogisticRegression`` on the CSR matrix
   (scipy's sparse products; ``--cores`` BLAS threads, which sparse products do not use);
@@ -24,8 +25,9 @@ compared with each other (issue 23 asks them to agree within 1e-6).
 
 Each row gives seconds, the seconds inside scipy's L-BFGS-B routine
 (``setulb``, on the client in both libraries), iterations, the largest difference of the
-coefficients relative to the largest coefficient of scikit-learn, and
-``ratio`` = ours / scikit-learn.  The memory rows give each worker's peak
+coefficients relative to the largest coefficient of scikit-learn's lbfgs fit
+and of our CSR fit with the same solver, ``ratio`` = ours / scikit-learn with
+the same solver, and ``ratio_vs_sklearn_lbfgs`` (issue 23's anchor).  The memory rows give each worker's peak
 resident memory during the fit, less its resident memory before it, against
 the bytes of the CSR matrix its shard holds (data, indices, indptr).  The
 floor line bounds any fit that keeps L-BFGS-B on the client: our L-BFGS-B
@@ -140,6 +142,9 @@ def _rel(coef, ref):
     return float(np.max(np.abs(coef - ref)) / max(np.max(np.abs(ref)), 1e-300))
 
 
+SOLVERS = ("lbfgs", "newton-cg")
+
+
 def run(client, X, y, *, cores=2, repeat=3, chunks=None, agree_tol=1e-12):
     import dask.array as da
     from sklearn.linear_model import LogisticRegression as SkLogistic
@@ -148,61 +153,70 @@ def run(client, X, y, *, cores=2, repeat=3, chunks=None, agree_tol=1e-12):
     import dask_estimators as de
 
     n, d = X.shape
-    times = {"sklearn": [], "ours": []}
-    lbfgsb = {"sklearn": [], "ours": []}
+    times = {}
+    lbfgsb = {}
     fitted = {}
     # not timed: the workers' first imports and kernel compilation, and scikit-learn's first call
-    de.LogisticRegression(C=C, tol=TOL, client=client).fit(X[:2000], y[:2000])
-    SkLogistic(C=C, tol=TOL).fit(X[:2000], y[:2000])
+    for solver in SOLVERS:
+        de.LogisticRegression(C=C, tol=TOL, solver=solver, client=client).fit(X[:2000], y[:2000])
+        SkLogistic(C=C, tol=TOL, solver=solver).fit(X[:2000], y[:2000])
     pids = client.run(os.getpid)
     peaks = None
+
+    def record(key, t, t_lb, model):
+        times.setdefault(key, []).append(t)
+        lbfgsb.setdefault(key, []).append(t_lb)
+        fitted[key] = model
+
     for r in range(repeat):
-        with threadpool_limits(cores):
-            t, t_lb, fitted["sklearn"] = _timed_fit(lambda: SkLogistic(C=C, tol=TOL, max_iter=1000).fit(X, y))
-        times["sklearn"].append(t)
-        lbfgsb["sklearn"].append(t_lb)
-        sampler = _PeakRSS(pids) if r == 0 else None
-        if sampler is not None:
-            sampler.start()
-        t, t_lb, fitted["ours"] = _timed_fit(
-            lambda: de.LogisticRegression(C=C, tol=TOL, max_iter=1000, client=client).fit(X, y))
-        times["ours"].append(t)
-        lbfgsb["ours"].append(t_lb)
-        if sampler is not None:
-            sampler.done.set()
-            sampler.join()
-            peaks = {a: sampler.peak[a] - sampler.base[a] for a in pids}
+        for solver in SOLVERS:
+            with threadpool_limits(cores):
+                record(("sklearn", solver), *_timed_fit(
+                    lambda: SkLogistic(C=C, tol=TOL, solver=solver, max_iter=1000).fit(X, y)))
+            sampler = _PeakRSS(pids) if r == 0 and solver == "lbfgs" else None
+            if sampler is not None:
+                sampler.start()
+            record(("ours", solver), *_timed_fit(
+                lambda: de.LogisticRegression(C=C, tol=TOL, solver=solver, max_iter=1000, client=client).fit(X, y)))
+            if sampler is not None:
+                sampler.done.set()
+                sampler.join()
+                peaks = {a: sampler.peak[a] - sampler.base[a] for a in pids}
     chunks = chunks or -(-n // (4 * cores))
     Xd = da.from_array(X, chunks=(chunks, d), asarray=False)
     yd = da.from_array(y, chunks=chunks)
-    t_dask, t_lb_dask, fitted["ours, dask"] = _timed_fit(
-        lambda: de.LogisticRegression(C=C, tol=TOL, max_iter=1000, client=client).fit(Xd, yd))
-    seconds = {"ours, dask": t_dask, **{k: statistics.median(v) for k, v in times.items()}}
-    lbfgsb_s = {"ours, dask": t_lb_dask, **{k: statistics.median(v) for k, v in lbfgsb.items()}}
-    if agree_tol:  # the two inputs' fits once more, run to the float64 floor of the objective
+    for solver in SOLVERS:
+        record(("ours, dask", solver), *_timed_fit(
+            lambda: de.LogisticRegression(C=C, tol=TOL, solver=solver, max_iter=1000, client=client).fit(Xd, yd)))
+    if agree_tol:  # L-BFGS on both inputs once more, run to the float64 floor of the objective
         for what, data in (("ours", (X, y)), ("ours, dask", (Xd, yd))):
-            key = f"{what}, tol={agree_tol:g}"
-            seconds[key], lbfgsb_s[key], fitted[key] = _timed_fit(
-                lambda: de.LogisticRegression(C=C, tol=agree_tol, max_iter=5000, client=client).fit(*data))
-    sk = fitted["sklearn"]
-    ref = np.append(sk.coef_, sk.intercept_)
+            record((f"{what}, tol={agree_tol:g}", "lbfgs"), *_timed_fit(
+                lambda: de.LogisticRegression(C=C, tol=agree_tol, max_iter=5000, client=client).fit(*data)))
+    seconds = {k: statistics.median(v) for k, v in times.items()}
+    lbfgsb_s = {k: statistics.median(v) for k, v in lbfgsb.items()}
+
+    def coef(key):
+        m = fitted[key]
+        return np.append(m.coef_, m.intercept_)
+
     rows = []
-    for what in fitted:
-        m = fitted[what]
-        coef = np.append(m.coef_, m.intercept_)
-        base = fitted["ours, tol=%g" % agree_tol] if what.endswith(f"tol={agree_tol:g}") else fitted["ours"]
+    for key in fitted:
+        what, solver = key
+        same_input = ("ours, tol=%g" % agree_tol, solver) if what.endswith(f"tol={agree_tol:g}") else ("ours", solver)
         rows.append({
-            "n": n, "d": d, "nnz": int(X.nnz), "what": what, "seconds": seconds[what],
-            "lbfgsb_seconds": lbfgsb_s[what], "n_iter": int(np.ravel(m.n_iter_)[0]),
-            "coef_diff_vs_sklearn": _rel(coef, ref), "coef_diff_vs_ours": _rel(coef, np.append(base.coef_, base.intercept_)),
+            "n": n, "d": d, "nnz": int(X.nnz), "what": what, "solver": solver, "seconds": seconds[key],
+            "ratio": seconds[key] / seconds[("sklearn", solver)] if what != "sklearn" else None,
+            "ratio_vs_sklearn_lbfgs": seconds[key] / seconds[("sklearn", "lbfgs")],
+            "lbfgsb_seconds": lbfgsb_s[key], "n_iter": int(np.ravel(fitted[key].n_iter_)[0]),
+            "coef_diff_vs_sklearn": _rel(coef(key), coef(("sklearn", "lbfgs"))),
+            "coef_diff_vs_ours": _rel(coef(key), coef(same_input)),
         })
-    for row in rows[1:]:
-        row["ratio"] = row["seconds"] / rows[0]["seconds"]
     # The floor of any fit that keeps scipy's L-BFGS-B on the client: its own seconds, plus scikit-learn's
     # data passes split perfectly over the workers, with nothing for moving the vectors.
-    sk_s, sk_lb = seconds["sklearn"], lbfgsb_s["sklearn"]
-    floor = {"sklearn_seconds": sk_s, "sklearn_lbfgsb_seconds": sk_lb, "ours_lbfgsb_seconds": lbfgsb_s["ours"],
-             "workers": cores, "floor_seconds": lbfgsb_s["ours"] + (sk_s - sk_lb) / cores}
+    sk_s, sk_lb = seconds[("sklearn", "lbfgs")], lbfgsb_s[("sklearn", "lbfgs")]
+    floor = {"sklearn_seconds": sk_s, "sklearn_lbfgsb_seconds": sk_lb,
+             "ours_lbfgsb_seconds": lbfgsb_s[("ours", "lbfgs")], "workers": cores,
+             "floor_seconds": lbfgsb_s[("ours", "lbfgs")] + (sk_s - sk_lb) / cores}
     floor["floor_ratio"] = floor["floor_seconds"] / sk_s
     shard_bytes = csr_bytes(X) / max(1, len(pids))
     memory = [{"worker": a, "peak_rss_increase_mb": peaks[a] / 2**20, "shard_csr_mb": shard_bytes / 2**20,
@@ -214,8 +228,8 @@ def markdown(out):
     from bench_engine import _table
 
     return ("\n## LogisticRegression on a sparse CSR matrix\n\n"
-            + _table(out["fit"], ["n", "d", "nnz", "what", "seconds", "ratio", "lbfgsb_seconds", "n_iter",
-                                  "coef_diff_vs_sklearn", "coef_diff_vs_ours"])
+            + _table(out["fit"], ["n", "d", "nnz", "what", "solver", "seconds", "ratio", "ratio_vs_sklearn_lbfgs",
+                                  "lbfgsb_seconds", "n_iter", "coef_diff_vs_sklearn", "coef_diff_vs_ours"])
             + "\n\nThe floor with L-BFGS-B on the client (its seconds in our fit, plus scikit-learn's other seconds"
               " split over the workers, nothing for moving vectors):\n\n"
             + _table([out["floor"]], ["sklearn_seconds", "sklearn_lbfgsb_seconds", "ours_lbfgsb_seconds", "workers",
@@ -225,10 +239,14 @@ def markdown(out):
 
 
 def summary_rows(out):
-    sk = next(r for r in out["fit"] if r["what"] == "sklearn")
-    ours = next(r for r in out["fit"] if r["what"] == "ours")
-    return [{"benchmark": f"LogisticRegression sparse CSR {ours['n']:,}x{ours['d']:,}, fit s",
-             "ours": ours["seconds"], "anchor": f"scikit-learn {sk['seconds']:.3g}", "ours / anchor": ours["ratio"]}]
+    rows = []
+    for solver in SOLVERS:
+        sk = next(r for r in out["fit"] if r["what"] == "sklearn" and r["solver"] == solver)
+        ours = next(r for r in out["fit"] if r["what"] == "ours" and r["solver"] == solver)
+        rows.append({"benchmark": f"LogisticRegression({solver}) sparse CSR {ours['n']:,}x{ours['d']:,}, fit s",
+                     "ours": ours["seconds"], "anchor": f"scikit-learn {solver} {sk['seconds']:.3g}",
+                     "ours / anchor": ours["ratio"]})
+    return rows
 
 
 def main(argv=None):
