@@ -19,9 +19,13 @@ The data: row ``i`` has ``--nnz`` non-zeros at uniformly random columns with
 values drawn from N(0, 1); the labels come from a sparse true weight vector
 plus logistic noise, so the problem is neither separable nor trivial.
 
-Then the CSR and the dask blocks are fitted once more at ``--agree-tol``
-(default 1e-12), where both stop at the float64 floor of the objective, and
-compared with each other (issue 23 asks them to agree within 1e-6).
+Then the CSR and the dask blocks are fitted once more with newton-cg at
+``--agree-tol`` (default 1e-10) and compared with each other (issue 23 asks
+them to agree within 1e-6).  At ``tol=1e-6`` both solvers stop where the
+coefficients are still about 1e-3 to 1e-2 from the optimum, relative to the
+largest, so two inputs whose shards round their sums differently part by
+that much; L-BFGS-B run to ``tol=1e-12`` stops at the float64 floor of the
+objective, 1.6e-6 to 1.9e-6 apart (measured 2026-11-25).
 
 Each row gives seconds, the seconds inside scipy's L-BFGS-B routine
 (``setulb``, on the client in both libraries), iterations, the largest difference of the
@@ -145,7 +149,7 @@ def _rel(coef, ref):
 SOLVERS = ("lbfgs", "newton-cg")
 
 
-def run(client, X, y, *, cores=2, repeat=3, chunks=None, agree_tol=1e-12):
+def run(client, X, y, *, cores=2, repeat=3, chunks=None, agree_tol=1e-10):
     import dask.array as da
     from sklearn.linear_model import LogisticRegression as SkLogistic
     from threadpoolctl import threadpool_limits
@@ -188,10 +192,11 @@ def run(client, X, y, *, cores=2, repeat=3, chunks=None, agree_tol=1e-12):
     for solver in SOLVERS:
         record(("ours, dask", solver), *_timed_fit(
             lambda: de.LogisticRegression(C=C, tol=TOL, solver=solver, max_iter=1000, client=client).fit(Xd, yd)))
-    if agree_tol:  # L-BFGS on both inputs once more, run to the float64 floor of the objective
+    if agree_tol:  # both inputs once more, to a tight tol: Newton-CG gets there in a few more steps
         for what, data in (("ours", (X, y)), ("ours, dask", (Xd, yd))):
-            record((f"{what}, tol={agree_tol:g}", "lbfgs"), *_timed_fit(
-                lambda: de.LogisticRegression(C=C, tol=agree_tol, max_iter=5000, client=client).fit(*data)))
+            record((f"{what}, tol={agree_tol:g}", "newton-cg"), *_timed_fit(
+                lambda: de.LogisticRegression(C=C, tol=agree_tol, solver="newton-cg", max_iter=1000,
+                                              client=client).fit(*data)))
     seconds = {k: statistics.median(v) for k, v in times.items()}
     lbfgsb_s = {k: statistics.median(v) for k, v in lbfgsb.items()}
 
@@ -257,8 +262,8 @@ def main(argv=None):
     ap.add_argument("--nnz", type=int, default=40, help="non-zeros per row")
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--agree-tol", type=float, default=1e-12,
-                    help="also fit the CSR and the dask blocks at this tol and compare them (0: skip)")
+    ap.add_argument("--agree-tol", type=float, default=1e-10,
+                    help="also fit the CSR and the dask blocks with newton-cg at this tol and compare them (0: skip)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     from distributed import Client, LocalCluster
