@@ -178,9 +178,9 @@ def _shared_leaf(parts, add):
     return _Leaf(view, _Ref(os.getpid(), seg.fd, lease, tuple(first.shape), first.dtype.str))
 
 
-def shared_sum(parts, copy: bool, add) -> Shared:
+def shared_sum(parts, copy: bool, add, private: bool = False) -> Shared:
     """The sum of the result trees ``parts``, its large arrays written into segments; ``add`` sums other leaves."""
-    return Shared(_map(lambda *leaves: _shared_leaf(leaves, add), *parts), copy)
+    return Shared(_map(lambda *leaves: _shared_leaf(leaves, add), *parts), copy, private)
 
 
 def share_args(args: tuple, add) -> Shared:
@@ -198,9 +198,7 @@ def share_args(args: tuple, add) -> Shared:
     >>> bool((got == w).all()), spec, len(pickle.dumps(shared)) < 1000
     (True, 'spec', True)
     """
-    out = shared_sum((tuple(args),), False, add)
-    out.private = True
-    return out
+    return shared_sum((tuple(args),), False, add, private=True)
 
 
 def unwrap(x):

@@ -228,13 +228,19 @@ def test_actor_tree_hands_large_subtotals_over_in_shared_memory(client, switch):
         assert held == ([1, 1] if switch else [None, None])
 
 
-def test_actor_tree_to_another_host_sends_plain_arrays(client, monkeypatch):
-    from dask_estimators.engine import DistributedEvaluator, place
-
+def _second_worker_on_another_host(client, monkeypatch):
+    """The workers, sorted; the second one's identity made to say "another host" for this test."""
     ws = _workers(client)
     pids = client.run(os.getpid)
     monkeypatch.setitem(reduce._IDS, ws[0], (_shared.host_token(), pids[ws[0]]))
     monkeypatch.setitem(reduce._IDS, ws[1], ("another-host", pids[ws[1]]))
+    return ws
+
+
+def test_actor_tree_to_another_host_sends_plain_arrays(client, monkeypatch):
+    from dask_estimators.engine import DistributedEvaluator, place
+
+    ws = _second_worker_on_another_host(client, monkeypatch)
     with place(client, {"X": np.ones((10, 2))}, transport="actors") as p:
         ev = DistributedEvaluator(p)
         children = [[p.actors[1]], []]
@@ -282,10 +288,7 @@ def test_actor_rounds_map_large_arguments_copy_on_write(client, switch):
 def test_actor_rounds_to_another_host_send_their_arguments(client, monkeypatch):
     from dask_estimators.engine import DistributedEvaluator, place
 
-    ws = _workers(client)
-    pids = client.run(os.getpid)
-    monkeypatch.setitem(reduce._IDS, ws[0], (_shared.host_token(), pids[ws[0]]))
-    monkeypatch.setitem(reduce._IDS, ws[1], ("another-host", pids[ws[1]]))
+    _second_worker_on_another_host(client, monkeypatch)
     with place(client, {"X": np.ones((10, 2))}, transport="actors") as p:
         ev = DistributedEvaluator(p)
         assert not ev._share_args
