@@ -25,6 +25,11 @@ MODULES = (
     "dask_estimators.objectives._fused",
     "dask_estimators.objectives.linear",
     "dask_estimators.objectives.targets",
+    "dask_estimators.objectives.module",
+    "dask_estimators.objectives._fused_mlp",
+    "torch.distributed",
+    "dask_estimators.engine.collective",
+    "dask_estimators.engine.ddp",
 )
 
 
@@ -55,8 +60,29 @@ def warm_kernels() -> None:
         _fused.value_grad(X, y, None, W, b, "binomial", 0.0, curv)
         _fused.value_grad(X, y, np.ones(2), W, b, "binomial", 0.0, curv)
         _fused.hessp(X, None, curv, W, b, "binomial")
+        _warm_networks()
     except Exception:  # noqa: BLE001 - a kernel that fails here fails in its task, with its error
         return
+
+
+def _warm_networks() -> None:
+    """The networks' first uses: the float64 MLP kernel (:mod:`..objectives._fused_mlp`), and torch.optim.
+
+    A process's first ``torch.optim`` optimizer imports ``torch._dynamo``
+    (0.9 s here); it was most of a ddp fit's first-use cost on a fresh cluster.
+    """
+    import torch
+
+    from ..objectives import module as M
+    from ..optim.torch_driver import TrainConfig, make_optimizer
+
+    spec = M.MLPSpec(2, (2,), 1, activation="relu", out="logistic")
+    w = torch.zeros(spec.n_params, dtype=torch.float64)
+    g = torch.empty_like(w)
+    M.loss_grad_(spec, w, torch.ones((2, 2), dtype=torch.float64), torch.ones((2, 1), dtype=torch.float64), None,
+                 g, 1.0, {})
+    w.grad = g
+    make_optimizer([w], TrainConfig(solver="adam")).step()
 
 
 def dask_setup(worker) -> None:

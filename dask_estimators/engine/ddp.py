@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .. import _torch_api
 from ..objectives import module as M
 from ..optim.torch_driver import Monitor, TrainConfig, fast_step, make_optimizer, run_epochs, torch_state
 from . import _shm_allreduce
@@ -200,7 +201,7 @@ def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state, callbacks=
         part = gradient(X, y, sw, w_b) / w_b
         # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
         if weights:
-            torch._foreach_add_([p.grad for p in weights], w_det, alpha=cfg.alpha / w_b)
+            _torch_api.foreach_add_([p.grad for p in weights], w_det, alpha=cfg.alpha / w_b)
         if k % comm.world_size == comm.rank and cfg.alpha:
             part += 0.5 * cfg.alpha * sum(float(torch.dot(v, v)) for v in w_flat) / w_b
         step_opt()

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from scipy.special import expit, softmax
 
+from .. import _torch_api
 from . import _fused_mlp
 from ._sparse import csr_parts, is_sparse
 
@@ -451,18 +452,12 @@ def param_views(spec: MLPSpec, flat) -> list:
     return views
 
 
-# The hidden activations in place, and their derivatives from the activation's output (autograd's own kernels)
+# The hidden activations in place (their derivatives: _torch_api.act_backward, autograd's own kernels where it may)
 _ACT_INPLACE = {
     "identity": lambda z: z,
     "logistic": torch.sigmoid_,
     "tanh": torch.tanh_,
     "relu": torch.relu_,
-}
-_ACT_BACKWARD = {  # in place on da
-    "identity": lambda da, a: da,
-    "logistic": lambda da, a: torch.ops.aten.sigmoid_backward.grad_input(da, a, grad_input=da),
-    "tanh": lambda da, a: torch.ops.aten.tanh_backward.grad_input(da, a, grad_input=da),
-    "relu": lambda da, a: torch.ops.aten.threshold_backward.grad_input(da, a, 0, grad_input=da),
 }
 
 
@@ -555,7 +550,7 @@ def _loss_grad_torch(spec: MLPSpec, params, X, y, sw, grads, scale, work):
         dz.mul_(scale)
     else:
         dz.mul_((sw * scale).reshape(-1, 1))
-    backward = _ACT_BACKWARD[spec.activation]
+    backward = _torch_api.act_backward(spec.activation)
     for k in range(n_layers - 1, -1, -1):
         if k == 0 and sparse:
             sparse_linear_weight_grad(X, dz, grads[0])

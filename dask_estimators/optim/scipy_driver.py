@@ -36,7 +36,6 @@ from typing import Callable
 
 import numpy as np
 from scipy import linalg, optimize
-from sklearn.exceptions import ConvergenceWarning
 
 __all__ = ["SOLVERS", "register", "minimize"]
 
@@ -449,6 +448,10 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
             f"Solver {solver!r} produced a non-finite objective or parameters; "
             "check the scale of the data and the penalty."
         )
+    # scikit-learn's warning class, imported here: this module is also imported on workers (engine.ddp through
+    # optim), where importing scikit-learn costs 0.8 s of a fit's first task
+    from sklearn.exceptions import ConvergenceWarning
+
     if warn and not res.success and (res.nit >= max_iter or res.get("used_all_iterations", False)):
         # scikit-learn's wording for each solver (code and users match on it)
         used = res.get("solver", solver)  # newton-cholesky may have gone on with lbfgs

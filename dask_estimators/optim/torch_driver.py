@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .. import _torch_api
 from ..callbacks import EarlyStopping
 from ..objectives import module as M
 
@@ -134,7 +135,8 @@ def fast_step(opt):
              getattr(_optimizer, "_global_optimizer_post_hooks", None))
     if (
         type(opt) is torch.optim.Adam
-        and hasattr(torch, "_fused_adam_")
+        and _torch_api.has("torch._fused_adam_")
+        and _torch_api.has("torch._foreach_add_")
         and len(opt.param_groups) == 1
         and opt.defaults.get("fused")
         and not any(opt.defaults.get(k) for k in ("amsgrad", "maximize", "capturable", "differentiable",
