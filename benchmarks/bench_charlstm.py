@@ -8,7 +8,9 @@ The acceptance measurement of the CharLSTM issue, in one run:
 - CharLSTM trained on the other 90% on a 2-worker LocalCluster, per strategy;
 - per-character log-loss (nats, the stop symbol included) of both on the
   held-out names whose characters are in the vocabulary;
-- 50 generated names and the share not in the training names; 20 shown.
+- 50 generated names and the share not in the training names; 20 shown;
+- throughput: pairs/s of ours' steady epochs against a single-process torch
+  loop on the same network, batch and pairs, run right after ours (``torch_loop``).
 
 Usage::
 
@@ -33,6 +35,14 @@ from collections import Counter
 import numpy as np
 
 
+def _steady(rates):
+    """The median of the per-epoch rates after the first (the only one when there is one)."""
+    import statistics
+
+    rates = list(rates)
+    return statistics.median(rates[1:] if len(rates) > 1 else rates)
+
+
 def bigram_logloss(train, test, vocab_chars, ks=(0.01, 0.03, 0.1, 0.3, 1.0)):
     """Per-character log-loss of an add-k bigram model (best k), and that k."""
     start, stop = "\x02", "\x03"
@@ -55,6 +65,48 @@ def bigram_logloss(train, test, vocab_chars, ks=(0.01, 0.03, 0.1, 0.3, 1.0)):
     return best
 
 
+def torch_loop(model, train, epochs, threads):
+    """The same network, batch and Adam in one process: a plain torch loop over the same pairs.
+
+    The fitted ``model``'s vocabulary and settings; contexts and next symbols
+    encoded as ours encodes them; a fresh network from the same seed; each
+    epoch a shuffled order, ``batch_size`` pairs a step, the summed
+    cross-entropy / batch rows, ``torch.optim.Adam`` at the same learning
+    rate; ``torch.set_num_threads(threads)``.  Returns pairs/s of each epoch.
+    """
+    import torch
+
+    from dask_estimators.objectives import sequence as S
+
+    vocab = list(model.classes_)
+    index = {c: i for i, c in enumerate(vocab) if i >= len(S.SPECIALS)}
+    ctx, y = S.encode_pairs(train, index, model.context_length, model.lowercase, model.max_length, unknown="skip")
+    spec = model._spec(len(vocab))
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        net = spec.build("cpu")
+        opt = torch.optim.Adam(net.parameters(), lr=model.learning_rate)
+        X, Y = torch.from_numpy(ctx), torch.from_numpy(y)
+        n, batch = len(Y), int(min(model.batch_size, len(Y)))
+        g = torch.Generator().manual_seed(0)
+        rates = []
+        for _ in range(epochs):
+            t0 = time.perf_counter()
+            order = torch.randperm(n, generator=g)
+            for lo in range(0, n, batch):
+                idx = order[lo:lo + batch]
+                opt.zero_grad(set_to_none=True)
+                loss = spec.loss(net(X[idx]), Y[idx], None) / len(idx)
+                loss.backward()
+                opt.step()
+            rates.append(n / (time.perf_counter() - t0))
+        return rates
+    finally:
+        torch.set_num_threads(old)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="8000 names, 2 epochs")
@@ -68,6 +120,8 @@ def main(argv=None):
                     help="sampling temperatures at which the share of new names is measured")
     ap.add_argument("--save", help="folder to save each fitted model in (strategy.pkl)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    ap.add_argument("--loop-epochs", type=int, default=2,
+                    help="epochs of the single-process torch loop (the anchor of pairs/s; 0: skip it)")
     args = ap.parse_args(argv)
 
     from distributed import Client, LocalCluster
@@ -84,7 +138,7 @@ def main(argv=None):
     if args.quick:
         train, test = train[:8000], test[:1000]
     epochs = args.epochs or (2 if args.quick else 6)
-    rows, samples = [], {}
+    rows, samples, result_loop = [], {}, {}
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
             Client(cl) as client:
         for strategy in args.strategies:
@@ -112,14 +166,22 @@ def main(argv=None):
                 "bigram_logloss": bigram_loss, "bigram_k": k, "improvement": 1 - lstm_loss / bigram_loss,
                 "novel_share": novel, "novel_share_by_temperature": novel_at, "pairs_per_s": model.n_pairs_ * epochs / sum(h["seconds"] for h in model.history_),
                 "loss_curve": model.loss_curve_,
+                "steady_pairs_per_s": _steady(model.n_pairs_ / h["seconds"] for h in model.history_),
             })
+            if args.loop_epochs and "torch_loop_pairs_per_s" not in result_loop:
+                # the anchor, in this run, right after ours: the same model, batch and pairs in one process
+                result_loop["torch_loop_pairs_per_s"] = _steady(torch_loop(model, train, args.loop_epochs,
+                                                                           args.workers))
+                result_loop["threads"] = args.workers
+            if result_loop:
+                rows[-1]["vs_torch_loop"] = rows[-1]["steady_pairs_per_s"] / result_loop["torch_loop_pairs_per_s"]
             print(f"{strategy}: held-out log-loss {lstm_loss:.4f} vs bigram {bigram_loss:.4f} (k={k}) "
                   f"-> {100 * rows[-1]['improvement']:.1f}% better; novel {100 * novel:.0f}% of 50; "
                   f"fit {seconds:.1f} s; new names by temperature "
                   + ", ".join(f"{t:g}: {100 * v:.0f}%" for t, v in novel_at.items()), flush=True)
             print("  " + ", ".join(generated[:20]), flush=True)
     os.makedirs(args.out, exist_ok=True)
-    result = {"rows": rows, "samples": samples, "quick": args.quick,
+    result = {"rows": rows, "samples": samples, "quick": args.quick, "torch_loop": result_loop,
               "settings": {"hidden": args.hidden, "batch": args.batch, "lr": args.lr, "workers": args.workers}}
     with open(os.path.join(args.out, "charlstm.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -128,6 +190,12 @@ def main(argv=None):
     for r in rows:
         lines.append(f"| {r['strategy']} | {r['epochs']} | {r['lstm_logloss']:.4f} | {r['bigram_logloss']:.4f} "
                      f"| {100 * r['improvement']:.1f}% | {100 * r['novel_share']:.0f}% | {r['fit_seconds']:.1f} |")
+    if result_loop:
+        lines += ["", f"Throughput: pairs/s of the steady epochs (after the first) against a single-process torch "
+                  f"loop on the same network, batch and pairs ({result_loop['threads']} threads, "
+                  f"{result_loop['torch_loop_pairs_per_s']:,.0f} pairs/s, in this run):", "",
+                  "| strategy | pairs/s | / torch loop |", "|---|---|---|"]
+        lines += [f"| {r['strategy']} | {r['steady_pairs_per_s']:,.0f} | {r['vs_torch_loop']:.2f} |" for r in rows]
     for strategy, names_ in samples.items():
         lines += ["", f"Sample names ({strategy}): " + ", ".join(names_)]
     with open(os.path.join(args.out, "charlstm.md"), "w") as f:

@@ -175,21 +175,27 @@ class LRScheduler(Callback):
     def __init__(self, policy, **kwargs):
         self.policy, self.kwargs = policy, kwargs
         self._scheduler = None
+        self._state = None  # a copy taken mid-run (a ddp rank's checkpoint) carries its scheduler's state
 
     def on_train_begin(self, optimizer=None, **info):
         import torch
 
         cls = getattr(torch.optim.lr_scheduler, self.policy) if isinstance(self.policy, str) else self.policy
         self._scheduler = cls(optimizer, **self.kwargs)
+        if getattr(self, "_state", None) is not None:  # a run resumed from a checkpoint goes on with the schedule
+            self._scheduler.load_state_dict(self._state)
+            for group, lr in zip(optimizer.param_groups, self._scheduler.get_last_lr()):
+                group["lr"] = lr  # a new scheduler's first step set the initial rate
 
     def on_epoch_end(self, history, **info):
         self._scheduler.step()
 
     def on_train_end(self, history):
-        self._scheduler = None  # holds the optimizer: not sent back from a rank
+        self._scheduler = self._state = None  # holds the optimizer: not sent back from a rank
 
     def __getstate__(self):
-        return {**self.__dict__, "_scheduler": None}
+        state = getattr(self, "_state", None) if self._scheduler is None else self._scheduler.state_dict()
+        return {**self.__dict__, "_scheduler": None, "_state": state}
 
 
 class Checkpoint(Callback):

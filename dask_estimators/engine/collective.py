@@ -25,6 +25,7 @@ import os
 import socket
 import threading
 import uuid
+import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -35,6 +36,20 @@ from ._watch import WorkerLostError
 __all__ = ["Comm", "process_group", "run_collective", "free_port"]
 
 _PG_LOCK = threading.Lock()
+#: (placement key, shard index) -> the shard, on the worker holding it: how a rank finds its other shards
+_REGISTRY: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _register(shard, key: str, index: int) -> None:
+    _REGISTRY[(key, index)] = shard
+
+
+def rank_groups(workers) -> list:
+    """The shards of each rank: shard indices grouped by worker, ranks ordered by their first shard."""
+    groups: dict = {}
+    for i, w in enumerate(workers):
+        groups.setdefault(w, []).append(i)
+    return sorted(groups.values())
 
 
 def _timeout_s() -> float:
@@ -64,6 +79,11 @@ class Comm:
         peers can reach); gloo binds to its interface.
     timeout : float
         Seconds any rendezvous or collective may wait before failing.
+    shards : tuple of int
+        The placement's shards this rank trains on: its worker's, in order
+        (one, unless a worker took over the shard of a lost one).
+    registry : str or None
+        Where this rank finds its other shards (:meth:`local_shards`).
     """
 
     rank: int
@@ -74,6 +94,14 @@ class Comm:
     timeout: float = 120.0
     worker: object = None
     own_host: str | None = None
+    shards: tuple = ()
+    registry: str | None = None
+
+    def local_shards(self, shard) -> list:
+        """This rank's shards: ``shard`` (the one its task runs on) and the others its worker holds for it."""
+        if len(self.shards) <= 1:
+            return [shard]
+        return [shard] + [_REGISTRY[(self.registry, i)] for i in self.shards[1:]]
 
     def report(self, msg: dict) -> None:
         """Send ``msg`` (msgpack-able) to the client now, as a Dask event; a no-op without a listener."""
@@ -128,12 +156,16 @@ def _body(shard, fn, comm, *args):
 
 
 def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
-    """Run ``fn(shard, comm, *args)`` on every shard at once and return the results in shard order.
+    """Run ``fn(shard, comm, *args)`` once per worker, all at once; the results in rank order.
+
+    A rank is a worker: its task runs on its first shard, and
+    ``comm.local_shards(shard)`` gives it all the shards its worker holds (one,
+    unless it took over a lost worker's shard).  Ranks are ordered by their first shard.
 
     Parameters
     ----------
     placement : Placement
-        The shards; each must live in its own worker process.
+        The shards; their workers must be distinct processes.
     fn : callable
         The per-rank body.  It joins the group with :func:`process_group`.
     on_event : callable, optional
@@ -165,10 +197,17 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     if on_event is not None:
         topic = f"dask-estimators-{uuid.uuid4().hex[:12]}"
         client.subscribe_topic(topic, lambda event: on_event(event[1]))
-    world = len(placement.shards)
+    groups = rank_groups(placement.workers)  # one rank per worker; a worker holding two shards trains on both
+    world = len(groups)
+    registry = None
+    if any(len(g) > 1 for g in groups):
+        registry = f"{placement.token}-{uuid.uuid4().hex[:8]}"
+        placement.map_each(_register, [(registry, i) for i in range(len(placement.shards))])
     try:
         futs = placement.submit_each(
-            _body, [(fn, Comm(r, world, host, port, topic, timeout), *args) for r in range(world)]
+            _body, [(fn, Comm(r, world, host, port, topic, timeout, shards=tuple(g), registry=registry), *args)
+                    for r, g in enumerate(groups)],
+            indices=[g[0] for g in groups],
         )
         # A rank that fails makes the others fail at their next collective (bounded by ``timeout``); the
         # wait itself returns at the first failure, and on the loss of a worker, of the scheduler or of
@@ -182,10 +221,9 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
                 raise
             raise WorkerLostError(
                 lost,
-                f"Lost the Dask worker(s) {sorted(lost)} during a strategy='ddp' fit; the fit was stopped "
+                f"Lost the Dask worker(s) {sorted(lost)} during a collective run; it was stopped "
                 "(the other ranks leave their process group when they see the lost peer, at the latest "
-                "after the collective timeout). Fit again, or use strategy='tree', which re-places the "
-                "lost shards and goes on.",
+                "after the collective timeout).",
             ) from e
     finally:
         if topic is not None:

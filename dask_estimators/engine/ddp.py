@@ -9,6 +9,11 @@ group: the summed gradients (one flat allreduce, or
 ``DistributedDataParallel``), the ranks' shares of each global batch, the
 shared-memory allreduce between ranks of one host, and the group's
 lifetime.  The network is any :class:`~dask_estimators.objectives.module.NetworkProblem`.
+
+:func:`train_ddp` is the client's side: it runs the ranks, and when a worker
+is lost it resumes from the last epoch every rank finished (each rank keeps
+a copy of the run's state at each epoch's end, :class:`_Checkpoints`), on
+the workers left, with the lost shards re-placed from their sources.
 """
 
 from __future__ import annotations
@@ -18,18 +23,24 @@ import torch
 
 from .. import _torch_api
 from ..objectives import module as M
-from ..optim.torch_driver import Monitor, TrainConfig, fast_step, make_optimizer, run_epochs, torch_state
+from ..optim.torch_driver import (Monitor, TrainConfig, TrainResult, fast_step, make_optimizer, run_epochs,
+                                  torch_state)
 from . import _shm_allreduce
 
-__all__ = ["ddp_rank"]
+__all__ = ["ddp_rank", "train_ddp"]
+
+#: fit key -> the state at the end of the last epoch this rank finished (see _Checkpoints), on each worker
+_CHECKPOINTS: dict = {}
 
 
 def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor,
-             opt_state=None, callbacks=()):
+             opt_state=None, callbacks=(), checkpoint_key=None):
     """One rank of the ddp strategy: the whole training loop on this worker, inside a process group.
 
     Returns, on rank 0, the :class:`~dask_estimators.optim.torch_driver.TrainResult` (other ranks return None).
     ``callbacks`` are the loop callbacks (each rank runs its own copy, and all take the same decisions).
+    With ``checkpoint_key`` the rank keeps the run's state at each epoch's end in this worker's memory
+    (:func:`train_ddp` resumes from it after a worker loss); a rank that returns drops it.
 
     The ``DistributedDataParallel`` wrapper lives in :func:`_ddp_loop`'s frame
     and is freed before the group is destroyed, also on failure: freed after
@@ -48,10 +59,12 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
     from ..engine.collective import process_group
 
     setup_threads()
+    shards = comm.local_shards(shard)
     with process_group(comm, shard.device):
         try:
-            out = _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state, callbacks)
+            out = _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key)
             dist.barrier()  # no collective of this fit is still in flight
+            _CHECKPOINTS.pop(checkpoint_key, None)
             return out
         except BaseException as e:
             traceback.clear_frames(e.__traceback__)  # the loop's frame (and the wrapper) must not outlive the group
@@ -61,7 +74,7 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
                 gc.collect()
 
 
-def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state, callbacks):
+def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key=None):
     """The epoch loop of one ddp rank (see :func:`ddp_rank`).
 
     A problem with a hand-written gradient (``hand_gradient``, the MLPs) trains on
@@ -75,6 +88,7 @@ def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state, callbacks):
     """
     from torch.nn.parallel import DistributedDataParallel
 
+    shard = shards[0]
     dev = shard.device
     module = spec.build(dev)
     params = list(module.parameters())
@@ -86,13 +100,13 @@ def _ddp_loop(shard, comm, spec, w0, cfg, monitor, opt_state, callbacks):
     by_hand = spec.hand_gradient
     try:
         if by_hand:
-            out = _ddp_epochs(shard, _FlatGradient(spec, params, shm), comm, spec, cfg, monitor, opt_state, callbacks)
+            gradient = _FlatGradient(spec, params, shm)
         else:
             ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
             if shm is not None:
                 ddp.register_comm_hook(shm, _shm_mean_hook)
-            out = _ddp_epochs(shard, _DDPGradient(spec, ddp, params, comm), comm, spec, cfg, monitor, opt_state,
-                                  callbacks)
+            gradient = _DDPGradient(spec, ddp, params, comm)
+        out = _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks, checkpoint_key)
         if out is not None:  # rank 0
             out.info["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
             out.info["gradient"] = "hand-written" if by_hand else "DistributedDataParallel"
@@ -121,14 +135,24 @@ class _DDPGradient:
     def __init__(self, spec, ddp, params, comm):
         self.spec, self.ddp, self.params, self.world = spec, ddp, params, comm.world_size
 
-    def __call__(self, X, y, sw, w_b):
-        """Leave the gradient of the batch's total loss / ``w_b`` in ``.grad``; return this rank's loss sum."""
+    def __call__(self, parts, w_b):
+        """Leave the gradient of the batch's total loss / ``w_b`` in ``.grad``; return this rank's loss sum.
+
+        ``parts``: this rank's (X, y, sw) of the batch, one per shard; the
+        gradients of all but the last add up locally (``no_sync``).
+        """
+        import contextlib
+
         for p in self.params:
             p.grad = None
-        local = self.spec.loss(self.ddp(X), y, sw) if X.shape[0] else self.ddp(X).sum() * 0.0
-        # DDP averages the ranks' gradients: scale the local sum by the world size
-        (local * (self.world / w_b)).backward()
-        return float(local.detach())
+        total = 0.0
+        for i, (X, y, sw) in enumerate(parts):
+            with self.ddp.no_sync() if i < len(parts) - 1 else contextlib.nullcontext():
+                local = self.spec.loss(self.ddp(X), y, sw) if X.shape[0] else self.ddp(X).sum() * 0.0
+                # DDP averages the ranks' gradients: scale the local sum by the world size
+                (local * (self.world / w_b)).backward()
+            total += float(local.detach())
+        return total
 
     def flat(self):
         return torch.nn.utils.parameters_to_vector(self.params).detach()
@@ -152,8 +176,14 @@ class _FlatGradient:
         for p, gv in zip(self.params, self.g.split(sizes)):
             p.grad = gv.view(p.shape)
 
-    def __call__(self, X, y, sw, w_b):
-        loss = self.spec.loss_grad_(self.w, X, y, sw, self.g, 1.0 / w_b, self.work)
+    def __call__(self, parts, w_b):
+        (X, y, sw), rest = parts[0], parts[1:]
+        loss = float(self.spec.loss_grad_(self.w, X, y, sw, self.g, 1.0 / w_b, self.work))
+        if rest:  # a rank holding several shards: their parts of the batch add up here first
+            part_g = torch.empty_like(self.g)
+            for X, y, sw in rest:
+                loss += float(self.spec.loss_grad_(self.w, X, y, sw, part_g, 1.0 / w_b, None))
+                self.g.add_(part_g)
         if self.shm is not None:
             self.shm.allreduce_(self.g)
         else:
@@ -166,11 +196,11 @@ class _FlatGradient:
         return self.w
 
 
-def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state, callbacks=()):
+def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks=(), checkpoint_key=None):
     """The epochs of one ddp rank; ``gradient`` computes each step's gradient (see :func:`_ddp_loop`)."""
     import torch.distributed as dist
 
-    dev = shard.device
+    dev = shards[0].device
     params = gradient.params
     opt = make_optimizer(params, cfg)
     if opt_state is not None:
@@ -190,15 +220,17 @@ def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state, callbacks=
     def step(epoch, k):
         if k == 0:  # the global batch sizes of this epoch: one allreduce per epoch
             rows = torch.zeros(2, cfg.n_steps, dtype=f64, device=dev)
-            for j in range(cfg.n_steps):
-                idx = M.batch_rows(shard, (cfg.seed, epoch, j, cfg.n_steps, cfg.shuffle))
-                rows[0, j] = idx.numel()
+            for shard in shards:
                 sw = shard.get("sample_weight")
-                rows[1, j] = idx.numel() if sw is None else sw[idx].sum()
+                for j in range(cfg.n_steps):
+                    idx = M.batch_rows(shard, (cfg.seed, epoch, j, cfg.n_steps, cfg.shuffle))
+                    rows[0, j] += idx.numel()
+                    rows[1, j] += idx.numel() if sw is None else sw[idx].sum()
             per_step["rows"] = allreduce(rows).cpu().numpy()
         n_b, w_b = per_step["rows"][:, k]
-        X, y, sw = M.take(shard, M.batch_rows(shard, (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)), gradient.work)
-        part = gradient(X, y, sw, w_b) / w_b
+        batch = (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)
+        parts = [M.take(s, M.batch_rows(s, batch), gradient.work if i == 0 else None) for i, s in enumerate(shards)]
+        part = gradient(parts, w_b) / w_b
         # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
         if weights:
             _torch_api.foreach_add_([p.grad for p in weights], w_det, alpha=cfg.alpha / w_b)
@@ -214,15 +246,19 @@ def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state, callbacks=
         return gradient.flat().to("cpu", f64)
 
     def validate():
-        stats = M.validation_stats(shard, gradient.flat(), spec).to(dev)
+        w = gradient.flat()
+        stats = sum(M.validation_stats(s, w, spec).to(dev) for s in shards)
         return M.validation_score(spec, allreduce(stats).cpu().numpy())
 
     def report(rec):
         if comm.rank == 0:
             comm.report(rec)
 
+    keep = None
+    if checkpoint_key is not None:
+        keep = _Checkpoints(checkpoint_key, opt, monitor, callbacks, lambda: flat().numpy().copy())
     out = run_epochs(step, cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate,
-                     params=lambda: flat().numpy().copy(), report=report, callbacks=callbacks)
+                     params=lambda: flat().numpy().copy(), report=report, callbacks=callbacks, checkpoint=keep)
     if comm.rank != 0:
         return None
     state = opt.state_dict()
@@ -230,3 +266,123 @@ def _ddp_epochs(shard, gradient, comm, spec, cfg, monitor, opt_state, callbacks=
                       for k, s in state["state"].items()}
     out.w, out.opt_state = flat().numpy().copy(), state
     return out
+
+
+def _cpu_state(opt) -> dict:
+    """A copy of the optimizer's ``state_dict`` whose tensors are on the CPU (and not the live ones)."""
+    import copy
+
+    state = opt.state_dict()
+    return {"state": {k: {n: (v.detach().to("cpu", copy=True) if torch.is_tensor(v) else v) for n, v in s.items()}
+                      for k, s in state["state"].items()},
+            "param_groups": copy.deepcopy(state["param_groups"])}
+
+
+class _Checkpoints:
+    """Keeps, in this worker's memory under ``key``, the run's state at the end of each epoch.
+
+    What a run resumed after that epoch needs: the records, the parameters,
+    the optimizer's state, the stopping rule and the loop callbacks (copies),
+    the samples seen and whether the run stopped there.  Every rank keeps the
+    same (they step alike), so any survivor of a worker loss has it.  It
+    costs a copy of the parameters and the optimizer's state per epoch.
+    """
+
+    def __init__(self, key, opt, monitor, callbacks, params):
+        self.key, self.opt, self.monitor, self.callbacks, self.params = key, opt, monitor, list(callbacks), params
+
+    def __call__(self, history, stopped, t):
+        import copy
+
+        _CHECKPOINTS[self.key] = {
+            "history": [dict(r) for r in history], "stopped": stopped, "t": t, "w": self.params(),
+            "opt_state": _cpu_state(self.opt), "monitor": copy.deepcopy(self.monitor),
+            "callbacks": copy.deepcopy(self.callbacks),
+        }
+
+
+def _checkpoint(key):
+    return _CHECKPOINTS.get(key)
+
+
+def _drop_checkpoints(prefix):
+    for k in [k for k in _CHECKPOINTS if k.startswith(prefix)]:
+        del _CHECKPOINTS[k]
+
+
+def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state=None, callbacks=(),
+              on_event=None, on_resume=None) -> TrainResult:
+    """The ddp strategy from the client: :func:`ddp_rank` on every worker; after a worker loss, resume.
+
+    When a worker is lost, the run goes on from the last epoch the ranks
+    finished: that epoch's parameters, optimizer state, stopping rule and
+    loop callbacks (kept by every rank, fetched from a survivor), on the
+    workers left, the lost shards re-placed from their sources
+    (:meth:`~dask_estimators.engine.Placement.recover`; a worker may then
+    train on two shards).  Batches are drawn per shard and per epoch from
+    the seed, so the resumed run takes the same steps as an undisturbed one,
+    to the rounding of sums taken over other groupings.  A loss before the
+    first epoch's end starts again from ``w0``.  At most the dask config
+    ``dask-estimators.max-recoveries`` (3) resumptions; ``on_resume(n)`` is
+    called with the epochs kept before each.  Returns rank 0's
+    :class:`~dask_estimators.optim.torch_driver.TrainResult` with the kept
+    epochs' records first and ``info["resumed"]`` (one record per resumption).
+    """
+    import dataclasses
+    import uuid
+
+    import dask.config
+
+    from ._watch import WorkerLostError, alive_workers
+    from .collective import run_collective
+
+    base = f"dask-estimators-ddp-{uuid.uuid4().hex[:12]}"
+    max_resumes = int(dask.config.get("dask-estimators.max-recoveries", 3))
+    prefix, last, resumed = [], None, []  # epochs kept so far, the checkpoint they end with, the resumptions
+    state = dict(w0=w0, opt_state=opt_state, monitor=monitor, callbacks=list(callbacks), t0=cfg.t0)
+    try:
+        for attempt in range(max_resumes + 1):
+            e = len(prefix)
+            n_epochs = 1 if cfg.incremental else cfg.max_iter
+            if last is not None and (last["stopped"] or e >= n_epochs):  # the loss came after the last epoch
+                for cb in last["callbacks"]:
+                    cb.on_train_end(prefix)
+                return TrainResult(history=prefix, stopped=last["stopped"], t=last["t"], n_epochs=e,
+                                   monitor=last["monitor"], w=last["w"], opt_state=last["opt_state"],
+                                   info={"resumed": resumed}, callbacks=last["callbacks"])
+            run_cfg = dataclasses.replace(cfg, epoch0=cfg.epoch0 + e, max_iter=cfg.max_iter - e, t0=state["t0"])
+            key = f"{base}-{attempt}"
+            try:
+                out = run_collective(placement, ddp_rank, spec, state["w0"], run_cfg, state["monitor"],
+                                     state["opt_state"], state["callbacks"], key, on_event=on_event)[0]
+            except WorkerLostError as err:
+                if attempt == max_resumes:
+                    raise
+                lost = set(err.workers)
+                survivors = sorted(set(placement.workers) - lost & alive_workers(placement.client))
+                found = placement.client.run(_checkpoint, key, workers=survivors, on_error="return") if survivors \
+                    else {}
+                found = [c for c in found.values() if isinstance(c, dict)]
+                ckpt = max(found, key=lambda c: len(c["history"]), default=None)
+                placement.recover(lost)  # raises WorkerLostError when no worker is left
+                if ckpt is not None:
+                    prefix += ckpt["history"]
+                    last = ckpt
+                    state = dict(w0=ckpt["w"], opt_state=ckpt["opt_state"], monitor=ckpt["monitor"],
+                                 callbacks=ckpt["callbacks"], t0=ckpt["t"])
+                resumed.append({"after_epoch": cfg.epoch0 + len(prefix), "lost": sorted(lost),
+                                "workers": len(set(placement.workers))})
+                if on_resume is not None:
+                    on_resume(len(prefix))
+                continue
+            out.history = prefix + out.history
+            out.n_epochs = len(out.history)
+            if resumed:
+                out.info["resumed"] = resumed
+            return out
+    finally:
+        if resumed:  # checkpoints of failed runs may be left on survivors
+            import contextlib
+
+            with contextlib.suppress(Exception):
+                placement.client.run(_drop_checkpoints, base, on_error="ignore")

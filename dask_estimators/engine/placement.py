@@ -266,17 +266,19 @@ class Placement:
         self._log.append((fn, per_shard_args if per_shard else per_shard_args[0], per_shard))
         return out
 
-    def submit_each(self, fn, per_shard_args) -> list:
+    def submit_each(self, fn, per_shard_args, indices=None) -> list:
         """Start ``fn(shard, *args_i)`` on every shard at once (``args_i`` from ``per_shard_args``).
 
         Returns one future-like object per shard (``.result(timeout)``), in
         shard order.  All calls run concurrently, which a collective (an
         allreduce among the shards) needs.  Wait on them with :meth:`wait`.
+        With ``indices``, only on those shards (``per_shard_args`` in their order).
         """
         per_shard_args = list(per_shard_args)
-        if len(per_shard_args) != len(self.shards):
-            raise ValueError(f"Expected {len(self.shards)} argument tuples, got {len(per_shard_args)}.")
-        return [self._submit_one(i, fn, tuple(args)) for i, args in enumerate(per_shard_args)]
+        indices = list(range(len(self.shards))) if indices is None else list(indices)
+        if len(per_shard_args) != len(indices):
+            raise ValueError(f"Expected {len(indices)} argument tuples, got {len(per_shard_args)}.")
+        return [self._submit_one(i, fn, tuple(args)) for i, args in zip(indices, per_shard_args)]
 
     def wait(self, futs, timeout=None) -> list:
         """The results of :meth:`submit_each`, never hanging on a lost worker, scheduler or client."""

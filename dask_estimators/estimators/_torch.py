@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from ..engine import DistributedEvaluator
-from ..engine.collective import run_collective
-from ..engine.ddp import ddp_rank
+from ..engine.ddp import train_ddp
 from ..optim.torch_driver import train_tree
 
 __all__ = ["STRATEGIES", "Progress", "resolve_strategy", "split_callbacks", "train_on_placement"]
@@ -31,9 +30,11 @@ def train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state=No
     ``callbacks`` are the loop callbacks (the client's run in ``progress``).
     """
     callbacks = list(callbacks)
-    if strategy == "ddp":
-        outs = run_collective(placement, ddp_rank, spec, w0, cfg, monitor, opt_state, callbacks, on_event=progress)
-        return outs[0], dict(outs[0].info)
+    if strategy == "ddp":  # a lost worker: resumed from the last epoch's state (train_ddp)
+        on_resume = None if progress is None else progress.keep
+        out = train_ddp(placement, spec, w0, cfg, monitor, opt_state, callbacks, on_event=progress,
+                        on_resume=on_resume)
+        return out, dict(out.info)
     evaluator = DistributedEvaluator(placement)
     res = train_tree(evaluator, spec, w0, cfg, monitor, opt_state, report=progress, callbacks=callbacks)
     return res, evaluator.stats.as_dict()
@@ -74,6 +75,10 @@ class Progress:
         view = self.records[:-1] + [rec]  # the last record as sent: with its parameters where asked for
         for cb in self.client:
             cb.on_epoch_end(view)
+
+    def keep(self, n):
+        """A ddp run resumes after its ``n``-th epoch: the records after it will come again."""
+        del self.records[n:]
 
     def close(self):
         for cb in self.client:

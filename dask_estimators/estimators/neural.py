@@ -532,9 +532,11 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         The cluster to fit on; never stored in the fitted model.
     timeout : float or None, default=None
         Seconds one distributed round may take (with ``strategy="ddp"``: one
-        collective operation) before a ``TimeoutError``.  None sets no limit;
-        the loss of a worker, of the scheduler or of the client still ends
-        or (tree strategy: re-places the lost shards) continues the fit.
+        collective operation) before a ``TimeoutError``.  None sets no limit.
+        The loss of a worker does not end the fit: the lost shards are
+        re-placed from their sources, and ``"tree"`` runs the round again,
+        ``"ddp"`` resumes from the last finished epoch; the loss of the
+        scheduler or of the client ends it with an error.
 
     Attributes
     ----------

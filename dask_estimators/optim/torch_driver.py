@@ -194,7 +194,7 @@ class TrainResult:
 
 
 def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=None, validate=None,
-               params=None, report=None, callbacks=()) -> TrainResult:
+               params=None, report=None, callbacks=(), checkpoint=None) -> TrainResult:
     """The epoch loop shared by both strategies.
 
     Parameters
@@ -214,6 +214,11 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
     callbacks : sequence of Callback, optional
         Loop callbacks run after ``monitor`` (scikit-learn's rule) at every
         epoch's end; any of them returning True stops the run.
+    checkpoint : callable ``(history, stopped, t) -> None``, optional
+        Called at the very end of every epoch, after the callbacks decided,
+        with the records so far, whether the run stops there, and the samples
+        seen: what a run resumed after this epoch needs besides the
+        optimizer's, the stopping rule's and the callbacks' state.
     """
     reduce_epoch = reduce_epoch or (lambda v: v)
     history, stopped, t_seen = [], False, cfg.t0
@@ -249,8 +254,10 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
             report(dict(rec, params=params().astype(np.float64).tobytes()) if cfg.send_params else rec)
         # every callback sees every epoch (no short cut): scikit-learn's rule first, then the user's
         stops = [cb.on_epoch_end(history, params=params, optimizer=opt, config=cfg) for cb in loop]
-        if any(stops):
-            stopped = True
+        stopped = any(stops)
+        if checkpoint is not None:
+            checkpoint(history, stopped, t_seen)
+        if stopped:
             break
     for cb in loop:
         cb.on_train_end(history)
