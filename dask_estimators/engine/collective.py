@@ -44,11 +44,17 @@ def _register(shard, key: str, index: int) -> None:
     _REGISTRY[(key, index)] = shard
 
 
-def rank_groups(workers) -> list:
-    """The shards of each rank: shard indices grouped by worker, ranks ordered by their first shard."""
+def rank_groups(workers, identity=None) -> list:
+    """The shards of each rank: shard indices grouped by process, ranks ordered by their first shard.
+
+    ``identity`` maps each worker to its process (:func:`process_identity`);
+    without it each worker is its own process.  A process holds one rank
+    (torch.distributed allows one group per process), so the workers of a
+    threads-based cluster make one rank that trains on all their shards.
+    """
     groups: dict = {}
     for i, w in enumerate(workers):
-        groups.setdefault(w, []).append(i)
+        groups.setdefault(w if identity is None else identity[w], []).append(i)
     return sorted(groups.values())
 
 
@@ -156,16 +162,17 @@ def _body(shard, fn, comm, *args):
 
 
 def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
-    """Run ``fn(shard, comm, *args)`` once per worker, all at once; the results in rank order.
+    """Run ``fn(shard, comm, *args)`` once per worker process, all at once; the results in rank order.
 
-    A rank is a worker: its task runs on its first shard, and
-    ``comm.local_shards(shard)`` gives it all the shards its worker holds (one,
-    unless it took over a lost worker's shard).  Ranks are ordered by their first shard.
+    A rank is a process: its task runs on its first shard, and
+    ``comm.local_shards(shard)`` gives it all the shards its process holds
+    (one per worker process, unless it took over a lost worker's shard; all
+    of them on a threads-based cluster).  Ranks are ordered by their first shard.
 
     Parameters
     ----------
     placement : Placement
-        The shards; their workers must be distinct processes.
+        The shards.
     fn : callable
         The per-rank body.  It joins the group with :func:`process_group`.
     on_event : callable, optional
@@ -188,7 +195,7 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     if timeout is None:
         timeout = getattr(placement, "timeout", None)
     timeout = _timeout_s() if timeout is None else float(timeout)
-    _check_one_process_per_shard(client, placement.workers)
+    identity = client.run(process_identity, workers=sorted(set(placement.workers)))
     w0 = placement.workers[0]
     host = get_address_host(w0)
     [port] = placement.wait([client.submit(free_port, host, workers=[w0], allow_other_workers=False, pure=False)],
@@ -197,7 +204,8 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     if on_event is not None:
         topic = f"dask-estimators-{uuid.uuid4().hex[:12]}"
         client.subscribe_topic(topic, lambda event: on_event(event[1]))
-    groups = rank_groups(placement.workers)  # one rank per worker; a worker holding two shards trains on both
+    # one rank per process; a worker holding two shards, or workers sharing a process, train on all of theirs
+    groups = rank_groups(placement.workers, identity)
     world = len(groups)
     registry = None
     if any(len(g) > 1 for g in groups):
@@ -244,15 +252,6 @@ def _lost_soon(placement, grace=3.0) -> set:
         if lost or time.monotonic() >= deadline:
             return lost
         time.sleep(0.1)
-
-
-def _check_one_process_per_shard(client, workers) -> None:
-    if not one_process_per_worker(client, workers):
-        raise RuntimeError(
-            "strategy='ddp' needs every worker in its own process (torch.distributed allows one group "
-            "per process); this cluster runs several workers in one process. Use strategy='tree' or a "
-            "LocalCluster(processes=True)."
-        )
 
 
 def one_process_per_worker(client, workers) -> bool:

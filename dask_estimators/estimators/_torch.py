@@ -12,16 +12,13 @@ STRATEGIES = ("auto", "tree", "ddp")
 
 
 def resolve_strategy(strategy: str, client, workers) -> str:
-    """``"auto"``: "ddp" when every worker is its own process (measured faster, see benchmarks/), else "tree"."""
-    if strategy != "auto":
-        return strategy
-    return "ddp" if _one_process_per_worker(client, workers) else "tree"
+    """``"auto"``: "ddp" for minibatch training, on any cluster (one rank per worker process).
 
-
-def _one_process_per_worker(client, workers) -> bool:
-    from ..engine.collective import one_process_per_worker
-
-    return one_process_per_worker(client, workers)
+    ``"tree"`` takes one engine round per batch: 5-10x scikit-learn's time
+    (benchmarks/results/mlp.md); it serves full-batch L-BFGS, which the MLPs
+    choose themselves.
+    """
+    return "ddp" if strategy == "auto" else strategy
 
 
 def train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state=None, progress=None, callbacks=()):

@@ -526,8 +526,9 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     strategy : {"auto", "tree", "ddp"}, default="auto"
         ``"tree"``: one engine round per batch, the optimizer on the client.
         ``"ddp"``: ``DistributedDataParallel`` inside one long-running call
-        per worker, progress streamed back.  ``"auto"``: "ddp" for the
-        stochastic solvers when every worker is its own process, else "tree".
+        per worker process, progress streamed back.  ``"auto"``: "ddp" for
+        the stochastic solvers (on a threads-based cluster one rank trains
+        on every shard), "tree" for ``solver="lbfgs"``.
     client : distributed.Client, str or None, default=None
         The cluster to fit on; never stored in the fitted model.
     timeout : float or None, default=None
