@@ -1,7 +1,7 @@
 """The benchmark suite in one command (``make bench``; ``make bench-quick`` for the quick mode).
 
-    python benchmarks/run.py            # everything, about 10 minutes on the 2-core development machine
-    python benchmarks/run.py --quick    # smaller sizes, under 3 minutes
+    python benchmarks/run.py            # everything, about 20 minutes on the 2-core development machine
+    python benchmarks/run.py --quick    # smaller sizes, about 6 minutes
 
 Parts, each next to its anchor in this one run:
 
@@ -22,7 +22,10 @@ Parts, each next to its anchor in this one run:
    example; tree-sum against gather, ``as_completed`` and one summing task
    (8 workers, 16 partial results, up to 1e7 parameters);
 3. time per iteration against workers, with the cost model's prediction;
-4. MLP training throughput: scikit-learn, plain torch, skorch, ours (tree, ddp).
+4. MLP training throughput: scikit-learn, plain torch, skorch, ours (tree, ddp);
+   and the matrix of 16 network shapes against scikit-learn (``bench_mlp_matrix``:
+   d, depth, width, activation, batch, classes or regression, dtype), with its plot
+   ``mlp_matrix.png`` (copied to ``docs/img/`` by a full run).
 
 Writes to ``benchmarks/results/`` (``--out``): ``suite.json`` (every measurement
 and the environment: versions, threads of this process and of each worker),
@@ -50,6 +53,7 @@ import bench_first_contact  # noqa: E402
 import bench_glm  # noqa: E402
 import bench_logistic  # noqa: E402
 import bench_mlp  # noqa: E402
+import bench_mlp_matrix  # noqa: E402
 import bench_scaling  # noqa: E402
 from bench_engine import RESULTS, _table  # noqa: E402
 
@@ -178,12 +182,14 @@ def markdown(out):
               "\n![time per iteration against workers](scaling.png)\n",
               "![reductions against parameter count](reductions.png)\n",
               "\n" + bench_mlp.markdown(out["mlp"]).replace("# MLP", "## MLP")]
+    if "mlp_matrix" in out:
+        parts += ["\n" + bench_mlp_matrix.markdown(out["mlp_matrix"]).replace("# MLP", "## MLP")]
     return "".join(parts)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes, under 3 minutes")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, about 6 minutes")
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
@@ -204,6 +210,11 @@ def main(argv=None):
     out["scaling"] = {"rows": rows, "model": model}
     # a failed MLP contestant (e.g. the plain-DDP anchor aborting in gloo's teardown) must not lose the suite's tables
     out["mlp"] = bench_mlp.main(q + ["--cores", str(args.cores), "--out", str(args.out)], raise_on_failure=False)
+    out["mlp_matrix"] = bench_mlp_matrix.main(q + ["--cores", str(args.cores), "--out", str(args.out)])
+    if not args.quick:  # the docs show the full run's plot
+        import shutil
+
+        shutil.copy(args.out / "mlp_matrix.png", Path(__file__).parent.parent / "docs" / "img" / "mlp_matrix.png")
     out["seconds"] = time.perf_counter() - t0
     args.out.mkdir(parents=True, exist_ok=True)
     name = "suite-quick" if args.quick else "suite"

@@ -219,13 +219,14 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
 
     def step(epoch, k):
         if k == 0:  # the global batch sizes of this epoch: one allreduce per epoch
-            rows = torch.zeros(2, cfg.n_steps, dtype=f64, device=dev)
+            counts, wsums = [0] * cfg.n_steps, [0.0] * cfg.n_steps  # Python numbers: no tensor op per step
             for shard in shards:
                 sw = shard.get("sample_weight")
                 for j in range(cfg.n_steps):
                     idx = M.batch_rows(shard, (cfg.seed, epoch, j, cfg.n_steps, cfg.shuffle))
-                    rows[0, j] += idx.numel()
-                    rows[1, j] += idx.numel() if sw is None else sw[idx].sum()
+                    counts[j] += idx.numel()
+                    wsums[j] += idx.numel() if sw is None else float(sw[idx].sum())
+            rows = torch.tensor([counts, wsums], dtype=f64, device=dev)
             per_step["rows"] = allreduce(rows).cpu().numpy()
         n_b, w_b = per_step["rows"][:, k]
         batch = (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)
