@@ -86,8 +86,9 @@ class Comm:
     timeout : float
         Seconds any rendezvous or collective may wait before failing.
     shards : tuple of int
-        The placement's shards this rank trains on: its worker's, in order
-        (one, unless a worker took over the shard of a lost one).
+        The placement's shards this rank trains on: its process's, in order
+        (one per worker process, unless a worker took over the shard of a
+        lost one; every shard of a threads-based cluster).
     registry : str or None
         Where this rank finds its other shards (:meth:`local_shards`).
     """
@@ -104,7 +105,7 @@ class Comm:
     registry: str | None = None
 
     def local_shards(self, shard) -> list:
-        """This rank's shards: ``shard`` (the one its task runs on) and the others its worker holds for it."""
+        """This rank's shards: ``shard`` (the one its task runs on) and the others its process holds for it."""
         if len(self.shards) <= 1:
             return [shard]
         return [shard] + [_REGISTRY[(self.registry, i)] for i in self.shards[1:]]

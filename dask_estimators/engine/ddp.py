@@ -341,6 +341,7 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
     max_resumes = int(dask.config.get("dask-estimators.max-recoveries", 3))
     prefix, last, resumed = [], None, []  # epochs kept so far, the checkpoint they end with, the resumptions
     state = dict(w0=w0, opt_state=opt_state, monitor=monitor, callbacks=list(callbacks), t0=cfg.t0)
+    clean = False  # every rank returned at the first attempt, and dropped its checkpoint
     try:
         for attempt in range(max_resumes + 1):
             e = len(prefix)
@@ -380,9 +381,10 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
             out.n_epochs = len(out.history)
             if resumed:
                 out.info["resumed"] = resumed
+            clean = not resumed
             return out
     finally:
-        if resumed:  # checkpoints of failed runs may be left on survivors
+        if not clean:  # a failed run's ranks keep their checkpoints (a survivor's is what resumes): drop them
             import contextlib
 
             with contextlib.suppress(Exception):

@@ -68,6 +68,12 @@ def _data(kind, n=6000, d=6, seed=0):
     return X, y
 
 
+def _checkpoints_kept():
+    from dask_estimators.engine import ddp
+
+    return len(ddp._CHECKPOINTS)
+
+
 def _pid_of(client, address):
     return client.run(os.getpid, workers=[address])[address]
 
@@ -322,6 +328,7 @@ def test_ddp_resumes_after_a_worker_is_killed_mid_epoch(fc, faulty, monkeypatch,
     for a, b in zip(est.coefs_ + est.intercepts_, ref.coefs_ + ref.intercepts_):
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-9)
     np.testing.assert_array_equal(est.predict(X), ref.predict(X))
+    assert set(fc.run(_checkpoints_kept).values()) == {0}  # no rank's epoch state outlives the fit
     if callbacks:  # the schedule went on where it was: the same rates as the undisturbed fit
         assert est._optimizer_state["param_groups"][0]["lr"] == ref._optimizer_state["param_groups"][0]["lr"]
         assert est.callbacks_[1].best_loss == pytest.approx(ref.callbacks_[1].best_loss, rel=1e-9)
@@ -358,6 +365,7 @@ def test_ddp_without_a_worker_left_is_a_clear_error_not_a_hang(fc, monkeypatch):
         de.MLPClassifier((16,), strategy="ddp", max_iter=1000, n_iter_no_change=100_000, batch_size=50,
                          random_state=0, client=fc).fit(X, y)
     assert time.monotonic() - t0 < HANG_GUARD
+    assert set(fc.run(_checkpoints_kept).values()) == {0}  # the survivors' epoch states were dropped
 
 
 def test_worker_killed_mid_fit_on_parquet_with_a_fused_target(fc, monkeypatch, tmp_path):
