@@ -18,6 +18,8 @@ the workers left, with the lost shards re-placed from their sources.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -141,8 +143,6 @@ class _DDPGradient:
         ``parts``: this rank's (X, y, sw) of the batch, one per shard; the
         gradients of all but the last add up locally (``no_sync``).
         """
-        import contextlib
-
         for p in self.params:
             p.grad = None
         total = 0.0
@@ -255,28 +255,28 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
         if comm.rank == 0:
             comm.report(rec)
 
-    keep = None
-    if checkpoint_key is not None:
-        keep = _Checkpoints(checkpoint_key, opt, monitor, callbacks, lambda: flat().numpy().copy())
+    def snapshot():  # the flat parameters as float64 NumPy, not a view of the live ones
+        return flat().numpy().copy()
+
+    keep = None if checkpoint_key is None else _Checkpoints(checkpoint_key, opt, monitor, callbacks, snapshot)
     out = run_epochs(step, cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate,
-                     params=lambda: flat().numpy().copy(), report=report, callbacks=callbacks, checkpoint=keep)
+                     params=snapshot, report=report, callbacks=callbacks, checkpoint=keep)
     if comm.rank != 0:
         return None
-    state = opt.state_dict()
-    state["state"] = {k: {n: (v.cpu() if torch.is_tensor(v) else v) for n, v in s.items()}
-                      for k, s in state["state"].items()}
-    out.w, out.opt_state = flat().numpy().copy(), state
+    out.w, out.opt_state = snapshot(), _cpu_state(opt, copy=False)  # the run is over: its tensors may go as they are
     return out
 
 
-def _cpu_state(opt) -> dict:
-    """A copy of the optimizer's ``state_dict`` whose tensors are on the CPU (and not the live ones)."""
-    import copy
-
+def _cpu_state(opt, copy: bool = True) -> dict:
+    """The optimizer's ``state_dict`` with its tensors on the CPU; with ``copy``, copies, not the live tensors."""
     state = opt.state_dict()
-    return {"state": {k: {n: (v.detach().to("cpu", copy=True) if torch.is_tensor(v) else v) for n, v in s.items()}
-                      for k, s in state["state"].items()},
-            "param_groups": copy.deepcopy(state["param_groups"])}
+    state["state"] = {k: {n: (v.detach().to("cpu", copy=copy) if torch.is_tensor(v) else v) for n, v in s.items()}
+                      for k, s in state["state"].items()}
+    if copy:
+        import copy as copy_
+
+        state["param_groups"] = copy_.deepcopy(state["param_groups"])
+    return state
 
 
 class _Checkpoints:
@@ -385,7 +385,5 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
             return out
     finally:
         if not clean:  # a failed run's ranks keep their checkpoints (a survivor's is what resumes): drop them
-            import contextlib
-
             with contextlib.suppress(Exception):
                 placement.client.run(_drop_checkpoints, base, on_error="ignore")

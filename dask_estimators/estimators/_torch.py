@@ -11,7 +11,7 @@ __all__ = ["STRATEGIES", "Progress", "resolve_strategy", "split_callbacks", "tra
 STRATEGIES = ("auto", "tree", "ddp")
 
 
-def resolve_strategy(strategy: str, client, workers) -> str:
+def resolve_strategy(strategy: str) -> str:
     """``"auto"``: "ddp" for minibatch training, on any cluster (one rank per worker process).
 
     ``"tree"`` takes one engine round per batch: 5-10x scikit-learn's time

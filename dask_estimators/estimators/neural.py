@@ -155,12 +155,12 @@ class _BaseMLP(DistributedEstimator):
             raise ValueError(f"hidden_layer_sizes must be > 0, got {sizes}.")
         return tuple(int(s) for s in sizes)
 
-    def _resolve_strategy(self, client, workers, incremental) -> str:
+    def _resolve_strategy(self) -> str:
         if self.solver == "lbfgs":
             if self.strategy == "ddp":
                 raise ValueError("strategy='ddp' trains with minibatch steps; solver='lbfgs' needs strategy='tree'.")
             return "tree"
-        return resolve_strategy(self.strategy, client, workers)
+        return resolve_strategy(self.strategy)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -267,7 +267,7 @@ class _BaseMLP(DistributedEstimator):
             self.validation_scores_ = None
             self._monitor_state = None
             self._optimizer_state = None
-        strategy = self._resolve_strategy(client, placement.workers, incremental)
+        strategy = self._resolve_strategy()
         stats = {"strategy": strategy, "n_shards": len(placement.shards), "rows_per_shard": list(placement.n_rows)}
         if self.solver == "lbfgs":
             if self.callbacks:

@@ -286,7 +286,7 @@ class CharLSTM(DistributedEstimator):
             n_train=n_pairs, epoch0=epochs_done,
             send_params=any(cb.needs_params for cb in client_callbacks + resume_file),
         )
-        strategy = resolve_strategy(self.strategy, client, placement.workers)
+        strategy = resolve_strategy(self.strategy)
         monitor = Monitor(0.0, cfg.n_iter_no_change, False)
         self.classes_ = np.array(vocab, dtype=object)
         progress = Progress(self.verbose, self.max_epochs, "CharLSTM", progress=self.progress,
