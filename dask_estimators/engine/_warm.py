@@ -68,8 +68,8 @@ def warm_kernels() -> None:
 def _warm_networks() -> None:
     """The networks' first uses: the float64 MLP kernel (:mod:`..objectives._fused_mlp`), and torch.optim.
 
-    A process's first ``torch.optim`` optimizer imports ``torch._dynamo``
-    (0.9 s here); it was most of a ddp fit's first-use cost on a fresh cluster.
+    A process's first ``torch.optim`` optimizer imports ``torch._dynamo``,
+    most of a ddp fit's first-use cost on a fresh cluster (docs/performance.md).
     """
     import torch
 

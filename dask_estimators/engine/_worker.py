@@ -203,9 +203,9 @@ def index_dtype(nnz: int, n_cols: int):
     """The shard contract's index type of a CSR with ``nnz`` stored values and ``n_cols`` columns: int32 where
     both fit (as scipy keeps them), int64 otherwise.
 
-    The row loops stream every index once a pass: 4 bytes less a non-zero, read as uint32, made the
-    one-thread CSR value-and-gradient kernel 17% faster on 150k x 2^20 (39.8 -> 32.9 ms, see
-    objectives/_fused.py), and the shard a quarter smaller.
+    The row loops stream every index once a pass: 4 bytes less a non-zero, read as uint32, make the
+    CSR kernels faster (docs/performance.md, ``benchmarks/bench_sparse_kernels.py``) and the shard a
+    quarter smaller.
 
     Examples
     --------

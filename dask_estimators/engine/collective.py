@@ -156,11 +156,11 @@ def process_group(comm: Comm, device: str = "cpu"):
 def _wait_listening(host: str, port: int, timeout: float) -> None:
     """Return once ``host:port`` accepts a connection (rank 0's store), or after ``timeout`` seconds.
 
-    A ``TCPStore`` client refused by a server not yet listening backs off for
-    0.2-0.7 s before it tries again (measured with torch 2.13), and the other
-    ranks wait with it: on a fresh cluster rank 0's task often starts a little
-    after the others'.  Plain connections tried every 2 ms find the server at
-    once; the store is made after (the probe's connection closes unused).
+    A ``TCPStore`` client refused by a server not yet listening backs off
+    before it tries again, and the other ranks wait with it (docs/performance.md
+    has the cost): on a fresh cluster rank 0's task often starts a little after
+    the others'.  Plain connections tried every 2 ms find the server at once;
+    the store is made after (the probe's connection closes unused).
     """
     import time
 

@@ -14,9 +14,9 @@ STRATEGIES = ("auto", "tree", "ddp")
 def resolve_strategy(strategy: str) -> str:
     """``"auto"``: "ddp" for minibatch training, on any cluster (one rank per worker process).
 
-    ``"tree"`` takes one engine round per batch: 5-10x scikit-learn's time
-    (benchmarks/results/mlp.md); it serves full-batch L-BFGS, which the MLPs
-    choose themselves.
+    ``"tree"`` takes one engine round per batch, far slower for minibatches
+    (docs/solvers.md); it serves full-batch L-BFGS, which the MLPs choose
+    themselves.
     """
     return "ddp" if strategy == "auto" else strategy
 

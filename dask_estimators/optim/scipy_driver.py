@@ -449,7 +449,7 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
             "check the scale of the data and the penalty."
         )
     # scikit-learn's warning class, imported here: this module is also imported on workers (engine.ddp through
-    # optim), where importing scikit-learn costs 0.8 s of a fit's first task
+    # optim), where importing scikit-learn would weigh on a fit's first task (docs/performance.md)
     from sklearn.exceptions import ConvergenceWarning
 
     if warn and not res.success and (res.nit >= max_iter or res.get("used_all_iterations", False)):
