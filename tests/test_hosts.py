@@ -35,6 +35,7 @@ import pytest
 import dask_estimators as de
 from dask_estimators.engine import place
 from dask_estimators.engine import evaluator as ev_mod
+from dask_estimators.engine import placement
 from dask_estimators.engine import collective
 from dask_estimators.engine.collective import interface_of, one_process_per_worker, process_identity
 from dask_estimators.engine.reduce import _shares
@@ -158,6 +159,18 @@ def test_shared_memory_placement_is_off_across_hosts_and_on_within_one(hosts, cl
         assert len(p._buffers) == 2  # one host: each part handed over in the client's memory
     with place(hosts.client, {"X": X, "y": y}) as p:
         assert p._buffers == []  # other hosts: the client's memfds are never mapped, the bytes are sent
+
+
+def test_large_parts_cross_to_other_hosts_in_pieces(hosts, client, monkeypatch):
+    X, y = _binary()
+    local = de.LogisticRegression(client=client, **TIGHT).fit(X, y)
+    sent = []
+    real = placement._send_in_pieces
+    monkeypatch.setattr(placement, "PIECE_BYTES", 8192)  # 2,000 rows a part: 18 pieces
+    monkeypatch.setattr(placement, "_send_in_pieces", lambda *a: sent.append(a[2]) or real(*a))
+    remote = de.LogisticRegression(client=hosts.client, **TIGHT).fit(X, y)
+    assert sorted(sent) == sorted(hosts.workers())
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=LINEAR_RTOL, atol=1e-12)
 
 
 def test_tree_sum_shares_memory_only_within_one_host(hosts, client):

@@ -372,6 +372,65 @@ class Shard:
         return f"Shard(n_rows={self.n_rows}, device={self.device!r}, arrays={shapes})"
 
 
+class ShardBuild:
+    """A shard's dense arrays being filled on its worker, one piece of rows at a time.
+
+    The client sends a large part as several messages (see
+    ``placement._send_in_pieces``); each piece is copied into the shard's
+    aligned memory while the next one is still on the wire, instead of one
+    copy of the whole part after its last byte arrived.  ``spec`` maps each
+    name to ``(shape, dtype)`` as the client holds it; integers are stored as
+    int64, as :meth:`Shard.put` stores them.
+
+    A build in progress is never pickled: it stays in its worker's memory
+    (a copy would receive no further pieces).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> b = ShardBuild({"X": ((4, 2), "float64"), "y": ((4,), "int32")})
+    >>> b.fill(0, {"X": np.ones((3, 2)), "y": np.arange(3, dtype=np.int32)})
+    3
+    >>> b.fill(3, {"X": np.zeros((1, 2)), "y": np.array([7], dtype=np.int32)})
+    1
+    >>> s = b.shard("cpu")
+    >>> s.get("y").tolist(), s.dtypes["y"].name
+    ([0, 1, 2, 7], 'int32')
+    """
+
+    def __init__(self, spec: dict):
+        self.dtypes = {k: np.dtype(dt) for k, (_, dt) in spec.items()}
+        self.arrays = {
+            k: aligned_empty(shape, np.int64 if self.dtypes[k].kind in "iu" else self.dtypes[k])
+            for k, (shape, _) in spec.items()
+        }
+        self.n_rows = {int(a.shape[0]) for a in self.arrays.values()}.pop()
+        self.filled = 0
+
+    def fill(self, start: int, piece: dict) -> int:
+        """Copy ``piece``'s rows into rows ``start:`` of the arrays; the number of rows copied."""
+        n = {int(np.shape(a)[0]) for a in piece.values()}.pop()
+        for k, a in piece.items():
+            self.arrays[k][start : start + n] = a
+        self.filled += n
+        return n
+
+    def shard(self, device: str = "auto") -> "Shard":
+        """The finished :class:`Shard` (its arrays are used as they are, not copied)."""
+        if self.filled != self.n_rows:
+            raise RuntimeError(f"a shard build received {self.filled} of its {self.n_rows} rows")
+        s = Shard(self.arrays, device=device)
+        s.dtypes.update(self.dtypes)
+        self.arrays = {}
+        return s
+
+    def __sizeof__(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
+
+    def __reduce__(self):
+        raise TypeError("a shard still being filled stays on its worker: it is not spilled or moved")
+
+
 def _is_sparse_tensor(a) -> bool:
     layout = getattr(a, "layout", None)
     return layout is not None and "sparse" in str(layout)

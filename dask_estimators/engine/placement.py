@@ -559,9 +559,52 @@ def _scatter_parts(client, parts, workers, device):
         return list(pool.map(lambda pw: _scatter_part(client, pw[0], pw[1], device), zip(parts, workers)))
 
 
+#: A part of more than two pieces' bytes is sent in pieces of about this size (:func:`_send_in_pieces`).
+PIECE_BYTES = 32 << 20
+
+
 def _scatter_part(client, part, w, device):
+    if _in_pieces(part):
+        return _send_in_pieces(client, part, w, device)
     [data] = client.scatter([part], workers=[w], hash=False, direct=True)
     return client.submit(_build_shard, device, data, workers=[w], allow_other_workers=False, pure=False)
+
+
+def _in_pieces(part) -> bool:
+    """Whether ``part`` goes in pieces: dense numeric NumPy arrays of more than two pieces' bytes."""
+    arrays = list(part.values())
+    dense = all(isinstance(a, np.ndarray) and a.ndim >= 1 and a.dtype.kind in "iuf" for a in arrays)
+    return dense and sum(a.nbytes for a in arrays) > 2 * PIECE_BYTES
+
+
+def _send_in_pieces(client, part, w, device):
+    """The future of ``part``'s shard on ``w``, its rows sent as messages of about :data:`PIECE_BYTES`.
+
+    One message for the whole part is copied into the shard's aligned memory
+    only once its last byte is in; in pieces, the worker copies each piece
+    while the next one is on the wire.  The bytes sent are the same, once.
+    """
+    n = len(next(iter(part.values())))
+    k = -(-sum(a.nbytes for a in part.values()) // PIECE_BYTES)
+    bounds = np.linspace(0, n, k + 1).astype(int)
+    pinned = {"workers": [w], "allow_other_workers": False, "pure": False}
+    build = client.submit(_worker.ShardBuild, {name: (a.shape, a.dtype.str) for name, a in part.items()}, **pinned)
+    fills = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        [piece] = client.scatter([{name: a[lo:hi] for name, a in part.items()}], workers=[w], hash=False, direct=True)
+        fills.append(client.submit(_fill_piece, build, int(lo), piece, **pinned))
+    return client.submit(_finish_build, device, build, *fills, **pinned)
+
+
+def _fill_piece(build, start, piece):
+    """Task body: one piece of rows into a :class:`~._worker.ShardBuild` on this worker."""
+    return build.fill(start, piece)
+
+
+def _finish_build(device, build, *filled):
+    """Task body: the :class:`~._worker.Shard` of a build whose pieces are all in."""
+    _worker.setup_threads()
+    return build.shard(device)
 
 
 def _build_from_source(client, source, worker, device, buffers, timeout=None):

@@ -147,3 +147,47 @@ def test_scattered_parts_are_sent_at_once(client, rng, monkeypatch):
             assert len(calls) == n_workers == len(p.shards)
             got = DistributedEvaluator(p)(_sums, np.array([1.0]))
     np.testing.assert_allclose(got[0], X.T @ y, rtol=1e-12)
+
+
+def _rows_and_dtypes(shard):
+    return shard.get("X").numpy().copy(), shard.get("y").numpy().copy(), shard.dtypes["y"].name, _layout(shard)
+
+
+def test_large_parts_travel_in_pieces_and_make_the_same_shards(client, rng, monkeypatch):
+    """Across hosts a part of more than two pieces' bytes goes as several messages, copied in as they come."""
+    from dask_estimators import LogisticRegression
+    from dask_estimators.engine import placement
+
+    X = rng.normal(size=(3001, 7))
+    y = (X[:, 0] > 0).astype(np.int32)
+    reference = LogisticRegression(client=client).fit(X, y)
+    pieces = []
+    real = placement._send_in_pieces
+
+    def counting(client_, part, w, device):
+        pieces.append(-(-sum(a.nbytes for a in part.values()) // placement.PIECE_BYTES))
+        return real(client_, part, w, device)
+
+    monkeypatch.setattr(placement, "PIECE_BYTES", 4096)  # about 70 rows a piece
+    monkeypatch.setattr(placement, "_send_in_pieces", counting)
+    with dask.config.set({"dask-estimators.shared-memory": False}):
+        with place(client, {"X": X, "y": y}) as p:
+            got = p.map(_rows_and_dtypes)
+        assert len(pieces) == len(got) and min(pieces) > 10
+        np.testing.assert_array_equal(np.concatenate([g[0] for g in got]), X)
+        np.testing.assert_array_equal(np.concatenate([g[1] for g in got]), y)
+        assert {g[2] for g in got} == {"int32"}  # the label dtype the client gave, as one message keeps it
+        assert all(aligned and writeable for aligned, writeable, _ in (g[3] for g in got))
+        est = LogisticRegression(client=client).fit(X, y)
+    assert len(pieces) == 2 * len(got)
+    np.testing.assert_array_equal(est.coef_, reference.coef_)
+    np.testing.assert_array_equal(est.classes_, reference.classes_)
+
+
+def test_a_part_with_labels_or_small_goes_as_one_message(rng):
+    from dask_estimators.engine import placement
+
+    big = rng.normal(size=(2 * placement.PIECE_BYTES // 8 + 1,))
+    assert placement._in_pieces({"X": big})
+    assert not placement._in_pieces({"X": big[:1000]})
+    assert not placement._in_pieces({"X": big, "y": np.array(["a"] * big.size)})  # labels: the one-message path
