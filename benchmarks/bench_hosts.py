@@ -102,13 +102,30 @@ def tcp_goodput(h, nbytes=256 << 20):
         rx.wait(timeout=60)
 
 
-def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden):
+def _tree_sum_time(c, ws, p, seed):
+    """Seconds of one tree-sum of new parts (random doubles, made untimed): each worker's part of ``p`` doubles.
+
+    New parts each time, as each round's are: a tree-sum of the same parts again finds the copies its first
+    run moved still on the receiving workers, and times only the hop to the client.
+    """
+    from distributed import wait
+
+    from dask_estimators.engine.reduce import tree_sum
+
+    parts = [c.submit(np.random.default_rng([seed, i]).standard_normal, p, workers=[w], pure=False)
+             for i, w in enumerate(ws)]
+    wait(parts)
+    t0 = time.perf_counter()
+    tree_sum(c, parts, ws).result()
+    return time.perf_counter() - t0
+
+
+def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden, tree_repeat):
     import dask.array as da
     from distributed import futures_of, wait
 
     import dask_estimators as de
     from dask_estimators.engine import place
-    from dask_estimators.engine.reduce import tree_sum
 
     out = {"hosts": n_hosts, "rate": rate}
     with SimulatedHosts(n_hosts, None if rate == "none" else rate) as h, h.client.as_current():
@@ -151,10 +168,8 @@ def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden):
         out["mlp_allreduce"] = st.get("allreduce")
 
         for p in params:
-            parts = [c.submit(np.ones, int(p), workers=[w], pure=False) for w in ws]
-            wait(parts)
-            out[f"tree_sum_{int(p):.0e}_s"] = _median_time(lambda: tree_sum(c, parts, ws).result(), repeat)
-            del parts
+            out[f"tree_sum_{int(p):.0e}_s"] = statistics.median(_tree_sum_time(c, ws, int(p), k)
+                                                                 for k in range(tree_repeat))
     return out
 
 
@@ -177,14 +192,19 @@ def _table(rows, params):
 def model(rows, params, nbytes):
     """The cost model's predictions for the rate-limited runs, against the measurements.
 
-    Each transfer goes at the slower of its link and the CPU's own rate for
-    it, measured on the same hosts with unlimited links (the ``"none"`` rows):
+    ``R`` is the link's rate as one TCP stream achieves it (a plain socket
+    through the same link; under ``tbf`` a little below the nominal rate),
+    ``R0`` the same through an unlimited link, and the ``"none"`` rows (the
+    same hosts, links unlimited) give the CPU's own time for each transfer:
 
-    * ``R``: the link's rate as one TCP stream achieves it (measured with a
-      plain socket through the same link; under ``tbf`` below the nominal rate);
-    * placement: ``bytes / min(W * R, S_place)``, the W links at once;
-    * tree-sum of P doubles: ``(ceil(log2 W) + 1) * 8P / min(R, S_hop)``, one
-      hop per tree level and one to the client, each at the hop rate.
+    * placement is pipelined (every link at once; each worker copies a piece
+      in while the next is on the wire), so it takes the slower of the links
+      and the CPU: ``max(bytes / (W * R), t_none)``;
+    * a tree-sum of P doubles is ``hops = ceil(log2 W) + 1`` messages in
+      turn (one per tree level, one to the client), each received whole
+      before it is added or returned, so the wire and the CPU's own work
+      add up: ``hops * 8P / R + (t_none - hops * 8P / R0)``, the second
+      term being the unlimited run's time less its time on the wire.
     """
     import math
 
@@ -195,14 +215,14 @@ def model(rows, params, nbytes):
         if r["rate"] == "none" or base is None:
             continue
         W = r["hosts"]
-        R = min(_bits_per_s(r["rate"]) / 8, r.get("tcp_goodput_Bps", math.inf))  # what TCP gets through the link
+        R = min(_bits_per_s(r["rate"]) / 8, r["tcp_goodput_Bps"])  # what TCP gets through the link
+        R0 = base["tcp_goodput_Bps"]
         hops = math.ceil(math.log2(W)) + 1
-        s_place = nbytes / base["place_s"]
-        pred = {"place_s": nbytes / min(W * R, s_place)}
+        pred = {"place_s": max(nbytes / (W * R), base["place_s"])}
         for p in params:
             key = f"tree_sum_{int(p):.0e}_s"
-            s_hop = hops * 8 * p / base[key]
-            pred[key] = hops * 8 * p / min(R, s_hop)
+            wire = hops * 8 * p
+            pred[key] = wire / R + max(base[key] - wire / R0, 0.0)
         out.append({"hosts": W, "rate": r["rate"],
                     **{k: {"model": v, "measured": r[k], "error": r[k] / v - 1} for k, v in pred.items()}})
     return out
@@ -232,6 +252,8 @@ def main(argv=None):
     ap.add_argument("--max-iter", type=int, default=20, help="L-BFGS iterations per fit (tol=0: exactly these)")
     ap.add_argument("--mlp-hidden", type=int, default=256, help="hidden units of the MLP whose ddp step is timed")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tree-repeat", type=int, default=7,
+                    help="tree-sums timed per size (they take a second at most; the CPU-bound ones vary most)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     reason = unavailable()
@@ -243,13 +265,15 @@ def main(argv=None):
     rows = []
     for n_hosts in args.hosts:
         for rate in args.rates:
-            rows.append(run_one(n_hosts, rate, X, y, args.params, args.repeat, args.max_iter, args.mlp_hidden))
+            rows.append(run_one(n_hosts, rate, X, y, args.params, args.repeat, args.max_iter, args.mlp_hidden,
+                               args.tree_repeat))
             print(json.dumps(rows[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"rows": args.rows, "features": args.features, "max_iter": args.max_iter, "repeat": args.repeat}
+    meta = {"rows": args.rows, "features": args.features, "max_iter": args.max_iter, "repeat": args.repeat,
+            "tree_repeat": args.tree_repeat}
     mrows = model(rows, args.params, X.nbytes + y.nbytes)
     (args.out / "hosts.json").write_text(json.dumps({"args": meta, "rows": rows, "model": mrows}, indent=1))
-    md = _table(rows, args.params) + "\n\nThe cost model (transfers at the slower of the link's TCP goodput and the CPU's rate):\n\n" + \
+    md = _table(rows, args.params) + "\n\nThe cost model (placement: the slower of links and CPU; tree-sum: wire plus CPU, see model()):\n\n" + \
         _model_table(mrows)
     (args.out / "hosts.md").write_text(md + "\n")
     print(md)
