@@ -1,12 +1,12 @@
 """The MLPs' forward and backward on CPU in one numba call, the fast path of :func:`.module.loss_grad_`.
 
 :func:`.module.loss_grad_` writes a network's backward as torch ops.  For the
-small batches of a ddp step (128 rows of a 100-100-1 network) its two large
-matrix products take about 0.15 ms and the dozen small ops around them
-(bias adds, activation, loss, output derivative, sums) another 0.1 ms, most
-of it the cost of calling each op.  Here the same arithmetic is one call: the
-matrix products go to BLAS (numba's ``np.dot`` into kept buffers) and the
-elementwise work runs as plain loops.  Same formulas as the torch path
+small batches of a ddp step, the dozen small ops around its matrix products
+(bias adds, activation, loss, output derivative, sums) cost about as much as
+the products, most of it the cost of calling each op (docs/performance.md).
+Here the same arithmetic is one call: the matrix products go to BLAS
+(numba's ``np.dot`` into kept buffers) and the elementwise work runs as
+plain loops, tanh and the logistic function vectorised (:func:`_tanh_`).  Same formulas as the torch path
 (scikit-learn's ``_backprop``), so the two agree to rounding; the tests check
 every activation, output link and weighting against autograd.
 
@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from .._jit import njit  # numba's njit, cached on disk, or not cached where no cache folder is writable
+from ._fused import _EXP_POLY, _LN2_HI, _LN2_LO, _LOG2E  # exp's argument reduction, as the binomial block's
 
 try:  # numba is a dependency; without it the torch path serves every shard
     import numba
@@ -37,13 +38,78 @@ OUT_CODES = {"identity": 0, "logistic": 1, "softmax": 2, "exp": 3}
 
 
 def _jit(fn):
+    # numpy's error model: no zero-divisor check on each float division, which would keep the activation
+    # loops from being vectorised (no divisor here can be zero)
     if numba is None:  # pragma: no cover
         return fn
-    return njit(cache=True, nogil=True, boundscheck=False)(fn)
+    return njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")(fn)
+
+
+# ------------------------------------------------------------- tanh and the logistic function, vectorised
+# A scalar libm call per value (math.tanh, math.exp) is not vectorised: on a small batch's hidden layer it
+# was a third of the kernel (docs/performance.md).  Here both are plain arithmetic over a whole layer, in
+# three loops LLVM vectorises: exp(u) = 2^k exp(r) reduced as the binomial block does (``_fused``), k held as
+# the low bits of ``MAGIC + k`` (adding MAGIC rounds to an integer), then those bits made into 2^k, then the
+# function.  tanh(v) = e / (e + 2) with e = expm1(2v): a Taylor polynomial where |2v| < 1.1, exp(2v) - 1
+# elsewhere; v is clipped to +-20, where tanh is 1 to double precision.  A few units of rounding from libm.
+_MAGIC = 1.5 * 2.0**52
+_MAGIC_BITS = int(np.array(_MAGIC).view(np.int64))
+#: expm1(u) / u on |u| < 1.1: Taylor to u^18 (truncation < 1e-17 relative), highest power first.
+_EXPM1_POLY = np.array([1.0 / math.factorial(k) for k in range(1, 21)][::-1])
+_TANH_CLIP = 20.0
+_EXP_CLIP = 708.0  # exp(708) is finite, and 2^k for |k| <= 1022 a normal number
 
 
 @_jit
-def _kernel(X, yf, yi, sw, has_sw, w, g, units, act, out, scale, buf_a, buf_d):  # pragma: no cover - numba
+def _exp_parts(a, f, clip, er, tk):  # pragma: no cover - numba
+    """For u = f a[i] clipped to +-clip, u = k ln2 + r: exp(r) into ``er[i]``, MAGIC + k into ``tk[i]``."""
+    for i in range(a.shape[0]):
+        u = f * a[i]
+        u = clip if u > clip else (-clip if u < -clip else u)  # NaN stays NaN
+        t = u * _LOG2E + _MAGIC
+        k = t - _MAGIC
+        r = (u - k * _LN2_HI) - k * _LN2_LO
+        q = _EXP_POLY[0]
+        for c in range(1, _EXP_POLY.shape[0]):
+            q = q * r + _EXP_POLY[c]
+        er[i] = q
+        tk[i] = t
+
+
+@_jit
+def _pow2(tk_bits):  # pragma: no cover - numba
+    """The bits of MAGIC + k, in place, into those of the float 2^k."""
+    for i in range(tk_bits.shape[0]):
+        tk_bits[i] = (tk_bits[i] - _MAGIC_BITS + 1023) << 52
+
+
+@_jit
+def _tanh_(a, er, tk, tk_bits):  # pragma: no cover - numba
+    """``a[:] = tanh(a)`` (flat); ``er``, ``tk`` scratch of ``a``'s length, ``tk_bits`` ``tk``'s int64 view."""
+    clip = 2.0 * _TANH_CLIP
+    _exp_parts(a, 2.0, clip, er, tk)
+    _pow2(tk_bits)
+    for i in range(a.shape[0]):
+        u = 2.0 * a[i]
+        u = clip if u > clip else (-clip if u < -clip else u)
+        q = _EXPM1_POLY[0]
+        for c in range(1, _EXPM1_POLY.shape[0]):
+            q = q * u + _EXPM1_POLY[c]
+        e = q * u if abs(u) < 1.1 else er[i] * tk[i] - 1.0
+        a[i] = e / (e + 2.0)
+
+
+@_jit
+def _sigmoid_(a, er, tk, tk_bits):  # pragma: no cover - numba
+    """``a[:] = 1 / (1 + exp(-a))`` (flat); scratch as :func:`_tanh_`'s."""
+    _exp_parts(a, -1.0, _EXP_CLIP, er, tk)
+    _pow2(tk_bits)
+    for i in range(a.shape[0]):
+        a[i] = 1.0 / (1.0 + er[i] * tk[i])
+
+
+@_jit
+def _kernel(X, yf, yi, sw, has_sw, w, g, units, act, out, scale, buf_a, buf_d, buf_e, buf_e_bits):  # pragma: no cover - numba
     n = X.shape[0]
     n_layers = units.shape[0] - 1
     # forward: each layer's output into buf_a, one block after the other
@@ -60,14 +126,16 @@ def _kernel(X, yf, yi, sw, has_sw, w, g, units, act, out, scale, buf_a, buf_d): 
         for i in range(n):
             for j in range(fo):
                 v = A[i, j] + b[j]
-                if hidden:
-                    if act == 1:
-                        v = 1.0 / (1.0 + math.exp(-v))
-                    elif act == 2:
-                        v = math.tanh(v)
-                    elif act == 3:
-                        v = v if v > 0.0 else 0.0
+                if hidden and act == 3:
+                    v = v if v > 0.0 else 0.0
                 A[i, j] = v
+        if hidden and (act == 1 or act == 2):  # a whole layer at once (see _tanh_)
+            m = n * fo
+            flat = buf_a[ao : ao + m]
+            if act == 1:
+                _sigmoid_(flat, buf_e[:m], buf_e[m : 2 * m], buf_e_bits[m : 2 * m])
+            else:
+                _tanh_(flat, buf_e[:m], buf_e[m : 2 * m], buf_e_bits[m : 2 * m])
         a_in = A
         po += fi * fo + fo
         ao += n * fo
@@ -174,13 +242,14 @@ def loss_grad(spec, w, X, y, sw, g, scale, work):
         return 0.0
     buf_a = _kept(work, "nb_a", n * int(units[1:].sum()))
     buf_d = _kept(work, "nb_d", 2 * n * int(units[1:].max()))
+    buf_e = _kept(work, "nb_e", 2 * n * int(units[1:-1].max(initial=0)))
     if spec.out == "softmax":
         yi, yf = y.reshape(-1), _EMPTY_F2
     else:
         yi, yf = _EMPTY_I, y.reshape(n, int(units[-1]))
     has_sw = sw is not None
     return _kernel(X, yf, yi, sw if has_sw else _EMPTY_F, has_sw, w, g, units, ACT_CODES[spec.activation],
-                   OUT_CODES[spec.out], float(scale), buf_a, buf_d)
+                   OUT_CODES[spec.out], float(scale), buf_a, buf_d, buf_e, buf_e.view(np.int64))
 
 
 # ------------------------------------------------------------- a sparse first layer
