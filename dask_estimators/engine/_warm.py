@@ -66,7 +66,7 @@ def warm_kernels() -> None:
 
 
 def _warm_networks() -> None:
-    """The networks' first uses: the float64 MLP kernel (:mod:`..objectives._fused_mlp`), and torch.optim.
+    """The networks' first uses: the MLP kernel in both dtypes (:mod:`..objectives._fused_mlp`), and torch.optim.
 
     A process's first ``torch.optim`` optimizer imports ``torch._dynamo``,
     most of a ddp fit's first-use cost on a fresh cluster (docs/performance.md).
@@ -76,11 +76,11 @@ def _warm_networks() -> None:
     from ..objectives import module as M
     from ..optim.torch_driver import TrainConfig, make_optimizer
 
-    spec = M.MLPSpec(2, (2,), 1, activation="relu", out="logistic")
-    w = torch.zeros(spec.n_params, dtype=torch.float64)
-    g = torch.empty_like(w)
-    M.loss_grad_(spec, w, torch.ones((2, 2), dtype=torch.float64), torch.ones((2, 1), dtype=torch.float64), None,
-                 g, 1.0, {})
+    for dtype in ("float32", "float64"):
+        spec = M.MLPSpec(2, (2,), 1, activation="relu", out="logistic", dtype=dtype)
+        w = torch.zeros(spec.n_params, dtype=spec.torch_dtype)
+        g = torch.empty_like(w)
+        M.loss_grad_(spec, w, torch.ones((2, 2), dtype=w.dtype), torch.ones((2, 1), dtype=w.dtype), None, g, 1.0, {})
     w.grad = g
     make_optimizer([w], TrainConfig(solver="adam")).step()
 

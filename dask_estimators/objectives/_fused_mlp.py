@@ -10,7 +10,7 @@ plain loops, tanh and the logistic function vectorised (:func:`_tanh_`).  Same f
 (scikit-learn's ``_backprop``), so the two agree to rounding; the tests check
 every activation, output link and weighting against autograd.
 
-Only float64 CPU arrays come here (the torch path serves GPUs and float32).
+Float64 and float32 CPU arrays come here (the torch path serves GPUs and sparse X).
 The flat parameter layout is :func:`.module.param_views`': each layer's
 weight ``(fan_out, fan_in)`` row-major, then its bias.
 """
@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from .._jit import njit  # numba's njit, cached on disk, or not cached where no cache folder is writable
-from ._fused import _EXP_POLY, _LN2_HI, _LN2_LO, _LOG2E  # exp's argument reduction, as the binomial block's
+from ._fused import _LN2_HI, _LN2_LO, _LOG2E  # exp's argument reduction, as the binomial block's
 
 try:  # numba is a dependency; without it the torch path serves every shard
     import numba
@@ -50,66 +50,95 @@ def _jit(fn):
 # was a third of the kernel (docs/performance.md).  Here both are plain arithmetic over a whole layer, in
 # three loops LLVM vectorises: exp(u) = 2^k exp(r) reduced as the binomial block does (``_fused``), k held as
 # the low bits of ``MAGIC + k`` (adding MAGIC rounds to an integer), then those bits made into 2^k, then the
-# function.  tanh(v) = e / (e + 2) with e = expm1(2v): a Taylor polynomial where |2v| < 1.1, exp(2v) - 1
-# elsewhere; v is clipped to +-20, where tanh is 1 to double precision.  A few units of rounding from libm.
-_MAGIC = 1.5 * 2.0**52
-_MAGIC_BITS = int(np.array(_MAGIC).view(np.int64))
-#: expm1(u) / u on |u| < 1.1: Taylor to u^18 (truncation < 1e-17 relative), highest power first.
-_EXPM1_POLY = np.array([1.0 / math.factorial(k) for k in range(1, 21)][::-1])
-_TANH_CLIP = 20.0
-_EXP_CLIP = 708.0  # exp(708) is finite, and 2^k for |k| <= 1022 a normal number
+# function.  tanh(v) = e / (e + 2) with e = expm1(2v): a Taylor polynomial where |2v| is small, exp(2v) - 1
+# elsewhere; v is clipped where tanh is 1 to the precision.  A few units of rounding from libm.  The
+# constants come as arrays of the layer's dtype (:func:`_act_consts`), so float32 layers compute in
+# float32 throughout (twice the lanes) and float64 ones in float64, with one code.
+
+
+def _act_consts(dtype):
+    """(floats, ints, exp(r) polynomial, expm1(u)/u polynomial) of the activations for ``dtype``.
+
+    floats: MAGIC, log2(e), ln2 split in two, tanh's clip, exp's clip, 1, 2, expm1's range; ints: the bits of
+    MAGIC, the exponent bias and the mantissa's width.  Polynomials highest power first.
+    """
+    f32 = np.dtype(dtype) == np.float32
+    ft, it = (np.float32, np.int32) if f32 else (np.float64, np.int64)
+    mant, bias = (23, 127) if f32 else (52, 1023)
+    magic = ft(1.5 * 2.0**mant)
+    ln2_hi, ln2_lo = (0.693359375, -2.12194440e-4) if f32 else (_LN2_HI, _LN2_LO)
+    # exp(r) on |r| <= ln2/2 to degree 7 (float32) or 13; expm1(u)/u on |u| < 1.1 to u^11 (float32), on
+    # |u| < 0.6 to u^14 (a longer polynomial was not unrolled, and then not vectorised)
+    n_exp, n_em1, lim = (8, 12, 1.1) if f32 else (14, 15, 0.6)
+    floats = np.array([magic, _LOG2E, ln2_hi, ln2_lo, 9.0 if f32 else 20.0, 87.0 if f32 else 708.0, 1.0, 2.0,
+                       lim], dtype=ft)
+    ints = np.array([int(np.array(magic).view(it)), bias, mant], dtype=it)
+    # tuples, not arrays: their length is part of their numba type, so the Horner loops over them are
+    # unrolled and the loops over the values vectorised (over an array's run-time length they were not)
+    pe = tuple(ft(1.0 / math.factorial(k)) for k in range(n_exp))[::-1]
+    pm = tuple(ft(1.0 / math.factorial(k)) for k in range(1, n_em1 + 1))[::-1]
+    return floats, ints, pe, pm
+
+
+_ACT_CONSTS = {np.dtype(np.float64): _act_consts(np.float64), np.dtype(np.float32): _act_consts(np.float32)}
 
 
 @_jit
-def _exp_parts(a, f, clip, er, tk):  # pragma: no cover - numba
+def _exp_parts(a, f, clip, er, tk, c, pe):  # pragma: no cover - numba
     """For u = f a[i] clipped to +-clip, u = k ln2 + r: exp(r) into ``er[i]``, MAGIC + k into ``tk[i]``."""
+    magic, log2e, ln2_hi, ln2_lo = c[0], c[1], c[2], c[3]
     for i in range(a.shape[0]):
         u = f * a[i]
         u = clip if u > clip else (-clip if u < -clip else u)  # NaN stays NaN
-        t = u * _LOG2E + _MAGIC
-        k = t - _MAGIC
-        r = (u - k * _LN2_HI) - k * _LN2_LO
-        q = _EXP_POLY[0]
-        for c in range(1, _EXP_POLY.shape[0]):
-            q = q * r + _EXP_POLY[c]
+        t = u * log2e + magic
+        k = t - magic
+        r = (u - k * ln2_hi) - k * ln2_lo
+        q = pe[0]
+        for j in range(1, len(pe)):
+            q = q * r + pe[j]
         er[i] = q
         tk[i] = t
 
 
 @_jit
-def _pow2(tk_bits):  # pragma: no cover - numba
+def _pow2(tk_bits, ci):  # pragma: no cover - numba
     """The bits of MAGIC + k, in place, into those of the float 2^k."""
+    magic_bits, bias, mant = ci[0], ci[1], ci[2]
     for i in range(tk_bits.shape[0]):
-        tk_bits[i] = (tk_bits[i] - _MAGIC_BITS + 1023) << 52
+        tk_bits[i] = (tk_bits[i] - magic_bits + bias) << mant
 
 
 @_jit
-def _tanh_(a, er, tk, tk_bits):  # pragma: no cover - numba
-    """``a[:] = tanh(a)`` (flat); ``er``, ``tk`` scratch of ``a``'s length, ``tk_bits`` ``tk``'s int64 view."""
-    clip = 2.0 * _TANH_CLIP
-    _exp_parts(a, 2.0, clip, er, tk)
-    _pow2(tk_bits)
+def _tanh_(a, er, tk, tk_bits, c, ci, pe, pm):  # pragma: no cover - numba
+    """``a[:] = tanh(a)`` (flat); ``er``, ``tk`` scratch of ``a``'s length and dtype, ``tk_bits`` ``tk``'s
+    integer view, the rest :func:`_act_consts`' for that dtype."""
+    two, lim = c[7], c[8]
+    clip = two * c[4]
+    _exp_parts(a, two, clip, er, tk, c, pe)
+    _pow2(tk_bits, ci)
     for i in range(a.shape[0]):
-        u = 2.0 * a[i]
+        u = two * a[i]
         u = clip if u > clip else (-clip if u < -clip else u)
-        q = _EXPM1_POLY[0]
-        for c in range(1, _EXPM1_POLY.shape[0]):
-            q = q * u + _EXPM1_POLY[c]
-        e = q * u if abs(u) < 1.1 else er[i] * tk[i] - 1.0
-        a[i] = e / (e + 2.0)
+        q = pm[0]
+        for j in range(1, len(pm)):
+            q = q * u + pm[j]
+        e = q * u if abs(u) < lim else er[i] * tk[i] - c[6]
+        a[i] = e / (e + two)
 
 
 @_jit
-def _sigmoid_(a, er, tk, tk_bits):  # pragma: no cover - numba
-    """``a[:] = 1 / (1 + exp(-a))`` (flat); scratch as :func:`_tanh_`'s."""
-    _exp_parts(a, -1.0, _EXP_CLIP, er, tk)
-    _pow2(tk_bits)
+def _sigmoid_(a, er, tk, tk_bits, c, ci, pe, pm):  # pragma: no cover - numba
+    """``a[:] = 1 / (1 + exp(-a))`` (flat); arguments as :func:`_tanh_`'s."""
+    one = c[6]
+    _exp_parts(a, -one, c[5], er, tk, c, pe)
+    _pow2(tk_bits, ci)
     for i in range(a.shape[0]):
-        a[i] = 1.0 / (1.0 + er[i] * tk[i])
+        a[i] = one / (one + er[i] * tk[i])
 
 
 @_jit
-def _kernel(X, yf, yi, sw, has_sw, w, g, units, act, out, scale, buf_a, buf_d, buf_e, buf_e_bits):  # pragma: no cover - numba
+def _kernel(X, yf, yi, sw, has_sw, w, g, units, act, out, scale, buf_a, buf_d, buf_e, buf_e_bits,
+            c, ci, pe, pm):  # pragma: no cover - numba
     n = X.shape[0]
     n_layers = units.shape[0] - 1
     # forward: each layer's output into buf_a, one block after the other
@@ -133,9 +162,9 @@ def _kernel(X, yf, yi, sw, has_sw, w, g, units, act, out, scale, buf_a, buf_d, b
             m = n * fo
             flat = buf_a[ao : ao + m]
             if act == 1:
-                _sigmoid_(flat, buf_e[:m], buf_e[m : 2 * m], buf_e_bits[m : 2 * m])
+                _sigmoid_(flat, buf_e[:m], buf_e[m : 2 * m], buf_e_bits[m : 2 * m], c, ci, pe, pm)
             else:
-                _tanh_(flat, buf_e[:m], buf_e[m : 2 * m], buf_e_bits[m : 2 * m])
+                _tanh_(flat, buf_e[:m], buf_e[m : 2 * m], buf_e_bits[m : 2 * m], c, ci, pe, pm)
         a_in = A
         po += fi * fo + fo
         ao += n * fo
@@ -217,18 +246,19 @@ def _kernel(X, yf, yi, sw, has_sw, w, g, units, act, out, scale, buf_a, buf_d, b
     return loss
 
 
-def _kept(work, key, size):
+def _kept(work, key, size, dtype=np.float64):
     buf = work.get(key)
-    if buf is None or buf.shape[0] < size:
-        buf = work[key] = np.empty(size)
+    if buf is None or buf.shape[0] < size or buf.dtype != dtype:
+        buf = work[key] = np.empty(size, dtype=dtype)
     return buf
 
 
 def loss_grad(spec, w, X, y, sw, g, scale, work):
     """The loss sum over the rows of X, and ``scale`` times its gradient written into ``g``.
 
-    ``w`` and ``g``: flat float64 NumPy vectors in :func:`.module.param_views`'
-    layout; X (rows, features) float64 C-contiguous; y the encoded targets
+    ``w`` and ``g``: flat NumPy vectors in :func:`.module.param_views`'
+    layout; X (rows, features) C-contiguous, of their dtype (float64 or
+    float32, which the kernel computes in); y the encoded targets
     (class codes for softmax, else (rows, outputs)); ``sw`` per-row weights
     or None.  ``work`` keeps the activations between calls (see
     :func:`.module._scratch`).
@@ -240,16 +270,19 @@ def loss_grad(spec, w, X, y, sw, g, scale, work):
     if n == 0:
         g[:] = 0.0
         return 0.0
-    buf_a = _kept(work, "nb_a", n * int(units[1:].sum()))
-    buf_d = _kept(work, "nb_d", 2 * n * int(units[1:].max()))
-    buf_e = _kept(work, "nb_e", 2 * n * int(units[1:-1].max(initial=0)))
+    dt = X.dtype
+    buf_a = _kept(work, "nb_a", n * int(units[1:].sum()), dt)
+    buf_d = _kept(work, "nb_d", 2 * n * int(units[1:].max()), dt)
+    buf_e = _kept(work, "nb_e", 2 * n * int(units[1:-1].max(initial=0)), dt)
+    c, ci, pe, pm = _ACT_CONSTS[dt]
+    # placeholders of X's dtype for what is absent: one compiled kernel per dtype serves all cases
     if spec.out == "softmax":
-        yi, yf = y.reshape(-1), _EMPTY_F2
+        yi, yf = y.reshape(-1), np.zeros((0, 0), dtype=dt)
     else:
         yi, yf = _EMPTY_I, y.reshape(n, int(units[-1]))
     has_sw = sw is not None
-    return _kernel(X, yf, yi, sw if has_sw else _EMPTY_F, has_sw, w, g, units, ACT_CODES[spec.activation],
-                   OUT_CODES[spec.out], float(scale), buf_a, buf_d, buf_e, buf_e.view(np.int64))
+    return _kernel(X, yf, yi, sw if has_sw else np.zeros(0, dtype=dt), has_sw, w, g, units, ACT_CODES[spec.activation],
+                   OUT_CODES[spec.out], float(scale), buf_a, buf_d, buf_e, buf_e.view(ci.dtype), c, ci, pe, pm)
 
 
 # ------------------------------------------------------------- a sparse first layer
@@ -316,6 +349,4 @@ def csr_linear_weight_grad(data, indices, indptr, dz, g):
     return g
 
 
-_EMPTY_F = np.zeros(0)
-_EMPTY_F2 = np.zeros((0, 0))
 _EMPTY_I = np.zeros(0, dtype=np.int64)

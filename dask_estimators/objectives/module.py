@@ -490,10 +490,9 @@ def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None) -> float:
     Returns the loss sum.  An empty batch (a shard's share of a global batch
     smaller than the number of shards) has loss 0 and gradient 0.
 
-    A float64 batch on CPU goes through one numba call (:mod:`._fused_mlp`):
-    a 128-row step of a 100-100-1 network, one thread, takes 0.15 ms there
-    against 0.24 ms as the torch ops below, which serve GPUs, float32 and
-    installs without numba (docs/performance.md).
+    A float64 or float32 batch on CPU goes through one numba call
+    (:mod:`._fused_mlp`), faster on small batches than the torch ops below,
+    which serve GPUs, sparse X and installs without numba (docs/performance.md).
     """
     if X.shape[0] == 0:
         g.zero_()
@@ -507,14 +506,16 @@ def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None) -> float:
 
 
 def loss_grad_kernel(X) -> str:
-    """Which way :func:`loss_grad_` computes on batches like ``X``: ``"numba"`` (float64 on CPU) or ``"torch"``.
+    """Which way :func:`loss_grad_` computes on batches like ``X``: ``"numba"`` (float64 or float32 on CPU)
+    or ``"torch"``.
 
     For a sparse CSR ``X``: ``"csr-numba"`` (the first layer's two products
     by numba on CPU, the rest torch ops) or ``"csr-torch"`` (all torch ops).
     """
     if is_sparse(X):
         return "csr-" + _csr_kernel(X)
-    return "numba" if _fused_mlp.AVAILABLE and X.dtype == torch.float64 and X.device.type == "cpu" else "torch"
+    numba = _fused_mlp.AVAILABLE and X.dtype in (torch.float64, torch.float32) and X.device.type == "cpu"
+    return "numba" if numba else "torch"
 
 
 def _loss_grad_torch(spec: MLPSpec, params, X, y, sw, grads, scale, work):

@@ -240,7 +240,7 @@ def _counting(fn, calls):
     return wrapped
 
 
-@pytest.mark.parametrize("path", ["numba-float64", "torch-float64", "torch-float32"])
+@pytest.mark.parametrize("path", ["numba-float64", "numba-float32", "torch-float64", "torch-float32"])
 @pytest.mark.parametrize("weighted", [True, False], ids=["sw", "nosw"])
 @pytest.mark.parametrize("activation", M.ACTIVATIONS)
 @pytest.mark.parametrize("case_id", CASE_IDS)
@@ -248,7 +248,7 @@ def test_hand_written_gradient_equals_autograd_on_the_module(case_id, activation
     """``loss_grad_`` (forward and backward by hand, into a flat buffer) against autograd through
     ``build_module`` and ``loss_sum``: the same loss and gradient, scaled, every entry of the buffer written;
     also for an empty batch and for a network without hidden layers.  Both ways it computes: one numba
-    call (float64 on CPU) and the torch ops (GPUs, float32, no numba)."""
+    call (float64 and float32 on CPU) and the torch ops (GPUs, no numba)."""
     kernel, dtype = path.split("-")
     if kernel == "numba":
         if not _fused_mlp.AVAILABLE:
