@@ -25,7 +25,7 @@ import os
 
 import torch
 
-__all__ = ["enabled", "has", "foreach_add_", "act_backward"]
+__all__ = ["enabled", "has", "foreach_add_", "foreach_add_fn", "act_backward"]
 
 ENV = "DASK_ESTIMATORS_PRIVATE_TORCH"
 
@@ -51,9 +51,20 @@ def _exists(name: str) -> bool:
 
 def foreach_add_(tensors, others, alpha) -> None:
     """``t += alpha * o`` for each pair, in place: one ``torch._foreach_add_`` call, or a loop of ``add_``."""
-    if has("torch._foreach_add_"):
-        torch._foreach_add_(tensors, others, alpha=alpha)
-        return
+    foreach_add_fn()(tensors, others, alpha)
+
+
+def foreach_add_fn():
+    """The ``foreach_add_(tensors, others, alpha)`` this process would run now, for a loop that calls it each
+    step (the choice, which reads the environment, made once)."""
+    return _foreach_add_private if has("torch._foreach_add_") else _foreach_add_public
+
+
+def _foreach_add_private(tensors, others, alpha) -> None:
+    torch._foreach_add_(tensors, others, alpha=alpha)
+
+
+def _foreach_add_public(tensors, others, alpha) -> None:
     for t, o in zip(tensors, others):
         t.add_(o, alpha=alpha)
 

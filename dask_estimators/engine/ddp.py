@@ -209,7 +209,10 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
     w_det = [p.detach() for p in weights]  # views of the parameters, outside autograd
     w_flat = [v.view(-1) for v in w_det]
     # the flat path's gradients stay the same tensors between steps; DDP's are made anew by each backward
-    step_opt = fast_step(opt) if isinstance(gradient, _FlatGradient) else opt.step
+    kept_grads = isinstance(gradient, _FlatGradient)
+    step_opt = fast_step(opt) if kept_grads else opt.step
+    add_ = _torch_api.foreach_add_fn()
+    l2_grads = [p.grad for p in weights] if kept_grads else None
     f64 = torch.float64
     per_step = {}
 
@@ -233,8 +236,8 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
         parts = [M.take(s, M.batch_rows(s, batch), gradient.work if i == 0 else None) for i, s in enumerate(shards)]
         part = gradient(parts, w_b) / w_b
         # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
-        if weights:
-            _torch_api.foreach_add_([p.grad for p in weights], w_det, alpha=cfg.alpha / w_b)
+        if weights and cfg.alpha:
+            add_(l2_grads if kept_grads else [p.grad for p in weights], w_det, cfg.alpha / w_b)
         if k % comm.world_size == comm.rank and cfg.alpha:
             part += 0.5 * cfg.alpha * sum(float(torch.dot(v, v)) for v in w_flat) / w_b
         step_opt()

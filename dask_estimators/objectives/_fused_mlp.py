@@ -263,26 +263,34 @@ def loss_grad(spec, w, X, y, sw, g, scale, work):
     or None.  ``work`` keeps the activations between calls (see
     :func:`.module._scratch`).
     """
-    units = work.get("units")
-    if units is None or list(units) != spec.layer_units:
-        units = work["units"] = np.asarray(spec.layer_units, dtype=np.int64)
     n = X.shape[0]
     if n == 0:
         g[:] = 0.0
         return 0.0
-    dt = X.dtype
+    # everything but the data is the same from one step to the next: worked out once per spec, rows and dtype
+    plan = work.get("nb_plan")
+    if plan is None or plan[0] is not spec or plan[1] != n or plan[2] != X.dtype:
+        plan = work["nb_plan"] = _plan(spec, n, X.dtype, work)
+    _, _, _, units, act, out, buf_a, buf_d, buf_e, buf_e_bits, c, ci, pe, pm, yf0, sw0 = plan
+    if out == 2:  # softmax: class codes
+        yi, yf = y.reshape(-1), yf0
+    else:
+        yi, yf = _EMPTY_I, y.reshape(n, int(units[-1]))
+    has_sw = sw is not None
+    return _kernel(X, yf, yi, sw if has_sw else sw0, has_sw, w, g, units, act, out, float(scale), buf_a, buf_d,
+                   buf_e, buf_e_bits, c, ci, pe, pm)
+
+
+def _plan(spec, n, dt, work):
+    """What :func:`loss_grad` passes the kernel besides the data, for ``n`` rows of dtype ``dt``."""
+    units = np.asarray(spec.layer_units, dtype=np.int64)
     buf_a = _kept(work, "nb_a", n * int(units[1:].sum()), dt)
     buf_d = _kept(work, "nb_d", 2 * n * int(units[1:].max()), dt)
     buf_e = _kept(work, "nb_e", 2 * n * int(units[1:-1].max(initial=0)), dt)
     c, ci, pe, pm = _ACT_CONSTS[dt]
     # placeholders of X's dtype for what is absent: one compiled kernel per dtype serves all cases
-    if spec.out == "softmax":
-        yi, yf = y.reshape(-1), np.zeros((0, 0), dtype=dt)
-    else:
-        yi, yf = _EMPTY_I, y.reshape(n, int(units[-1]))
-    has_sw = sw is not None
-    return _kernel(X, yf, yi, sw if has_sw else np.zeros(0, dtype=dt), has_sw, w, g, units, ACT_CODES[spec.activation],
-                   OUT_CODES[spec.out], float(scale), buf_a, buf_d, buf_e, buf_e.view(ci.dtype), c, ci, pe, pm)
+    return (spec, n, dt, units, ACT_CODES[spec.activation], OUT_CODES[spec.out], buf_a, buf_d, buf_e,
+            buf_e.view(ci.dtype), c, ci, pe, pm, np.zeros((0, 0), dtype=dt), np.zeros(0, dtype=dt))
 
 
 # ------------------------------------------------------------- a sparse first layer
