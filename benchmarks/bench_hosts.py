@@ -273,8 +273,8 @@ def main(argv=None):
             "tree_repeat": args.tree_repeat}
     mrows = model(rows, args.params, X.nbytes + y.nbytes)
     (args.out / "hosts.json").write_text(json.dumps({"args": meta, "rows": rows, "model": mrows}, indent=1))
-    md = _table(rows, args.params) + "\n\nThe cost model (placement: the slower of links and CPU; tree-sum: wire plus CPU, see model()):\n\n" + \
-        _model_table(mrows)
+    title = "The cost model (placement: the slower of links and CPU; tree-sum: wire plus CPU, see model()):"
+    md = _table(rows, args.params) + f"\n\n{title}\n\n" + _model_table(mrows)
     (args.out / "hosts.md").write_text(md + "\n")
     print(md)
 

@@ -1,8 +1,8 @@
 """Input checks that scale: scikit-learn's finiteness check, threaded and without a temporary array.
 
 ``validate_data`` checks ``X`` for NaN and infinity with ``np.isfinite`` on
-one core; on a 1M x 100 float64 array that took 120 ms, a tenth of a whole
-LogisticRegression fit.  :func:`assert_all_finite` reads the array once per
+one core: a tenth of a whole LogisticRegression fit on large input
+(docs/performance.md).  :func:`assert_all_finite` reads the array once per
 core (one numba pass each over a slice, without the GIL) and gives the same
 errors as scikit-learn: on a failure it calls scikit-learn's own check for
 the message.
@@ -193,7 +193,7 @@ def classes_and_codes(y, max_classes=64):
     """``(np.unique(y), np.searchsorted(np.unique(y), y))`` for a 1-D numeric ``y`` with few classes, in two passes.
 
     ``np.unique`` hashes every element and ``searchsorted`` bisects for each
-    (1M labels: 28 ms together).  Integer labels in a small range take three
+    (docs/performance.md has the cost).  Integer labels in a small range take three
     vectorisable passes (their range, a table of the values present, the
     codes from it); other labels a pass that compares each with the few seen
     so far, then one that counts the classes below each.  Returns None when ``y`` is not numeric and 1-D,

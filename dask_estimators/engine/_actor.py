@@ -3,9 +3,8 @@
 With actors a round needs no scheduler: the client calls the root actor, the
 root forwards the call to its children (worker to worker), every actor runs
 the kernel on its own shard in its own thread, and each adds its children's
-subtotals to its own before answering its parent.  Measured on the 2-core
-development machine, 2 workers, tiny problem: about 5 ms per round, against
-about 28 ms for the same tree built from tasks (see docs/performance.md).
+subtotals to its own before answering its parent: a fraction of the time
+of the same tree built from tasks (see docs/performance.md).
 
 A call's kernel and arguments travel as a :class:`Payload`, pickled once by
 the client and unpickled inside the actor's method, where a failure (a
@@ -114,7 +113,7 @@ class ShardActor:
         """Run ``fn(shard, *args)`` of the :class:`Payload` here and below, return the sum (NumPy float64)."""
         self._sent = None  # the last round's reader is done: its segments may go back to the pool
         # forwarded as it came, and unpacked in the kernel's thread: the event loop sends the children their
-        # call while this actor maps its arguments (8 MB from a segment: about 3 ms)
+        # call while this actor maps its arguments (docs/performance.md has the cost)
         pending = [asyncio.ensure_future(c.reduce(payload)) for c in self.children]
         self._waiting.update(pending)
         try:

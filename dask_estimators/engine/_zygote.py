@@ -1,10 +1,10 @@
 """One process that imports the engine once and forks every nanny of the embedded cluster (Linux).
 
 A new user's first fit waits for the embedded cluster: each nanny process
-imported distributed, torch, numba and the kernels (about 1.9 s of one
-core), and the client imported scikit-learn (about 1.1 s) before that
-started.  On 2 cores, two nannies and the client competed for the cores,
-and the imports were paid once per worker.
+imported distributed, torch, numba and the kernels, and the client imported
+scikit-learn before that started (seconds of one core; docs/performance.md).
+On 2 cores, two nannies and the client competed for the cores, and the
+imports were paid once per worker.
 
 The zygote pays them once, and early:
 

@@ -209,8 +209,8 @@ def close_embedded_cluster() -> None:
 
 def _close_at_exit() -> None:
     """At interpreter exit: the workers hold nothing that outlives this process (no fit keeps data on
-    them), so they are killed at once instead of closed gracefully (which took about 1.2 s of a three-line
-    script's 6 s), then the cluster is closed."""
+    them), so they are killed at once instead of closed gracefully (a fifth of a three-line script's time;
+    docs/performance.md), then the cluster is closed."""
     import logging
     import signal
 
@@ -363,8 +363,8 @@ def client_context(client=None):
     if not _in_task():
         # The client's own work in a fit is vector arithmetic on the parameters; a multi-threaded BLAS
         # there leaves its threads spinning after each call, on the cores the workers compute on:
-        # measured, that made the later rounds of a 1M x 100 LogisticRegression fit 50-100% slower
-        # (55 ms rounds became 85-120 ms) on 2 cores.  One BLAS thread on the client while it fits.
+        # measured, that made the later rounds of a large LogisticRegression fit 50-100% slower on 2 cores
+        # (docs/performance.md).  One BLAS thread on the client while it fits.
         with threadpool_limits(limits=1, user_api="blas"), c.as_current():
             yield c
         return

@@ -84,8 +84,8 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
     of it, the gradient is written into a twin buffer by the spec, and one
     allreduce of that buffer per step does what ``DistributedDataParallel``
     does with its one bucket, without the autograd graph and reducer hooks
-    around it (a 128-row step of a 100-100-1 network, one thread: 0.26 ms
-    against 0.60 ms with autograd, before DDP's own cost; docs/performance.md).
+    around it (under half the time of autograd on a small step, before DDP's
+    own cost; docs/performance.md).
     Other problems (the character LSTM) train through ``DistributedDataParallel``.
     """
     from torch.nn.parallel import DistributedDataParallel

@@ -6,9 +6,10 @@ small batches of a ddp step, the dozen small ops around its matrix products
 the products, most of it the cost of calling each op (docs/performance.md).
 Here the same arithmetic is one call: the matrix products go to BLAS
 (numba's ``np.dot`` into kept buffers) and the elementwise work runs as
-plain loops, tanh and the logistic function vectorised (:func:`_tanh_`).  Same formulas as the torch path
-(scikit-learn's ``_backprop``), so the two agree to rounding; the tests check
-every activation, output link and weighting against autograd.
+plain loops, tanh and the logistic function vectorised (:func:`_tanh_`).
+Same formulas as the torch path (scikit-learn's ``_backprop``), so the two
+agree to rounding; the tests check every activation, output link and
+weighting against autograd.
 
 Float64 and float32 CPU arrays come here (the torch path serves GPUs and sparse X).
 The flat parameter layout is :func:`.module.param_views`': each layer's
@@ -52,8 +53,8 @@ def _jit(fn):
 # the low bits of ``MAGIC + k`` (adding MAGIC rounds to an integer), then those bits made into 2^k, then the
 # function.  tanh(v) = e / (e + 2) with e = expm1(2v): a Taylor polynomial where |2v| is small, exp(2v) - 1
 # elsewhere; v is clipped where tanh is 1 to the precision.  A few units of rounding from libm.  The
-# constants come as arrays of the layer's dtype (:func:`_act_consts`), so float32 layers compute in
-# float32 throughout (twice the lanes) and float64 ones in float64, with one code.
+# constants come in the layer's dtype (:func:`_act_consts`), so float32 layers compute in float32
+# throughout (twice the lanes) and float64 ones in float64, with one code.
 
 
 def _act_consts(dtype):

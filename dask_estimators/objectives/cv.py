@@ -375,8 +375,8 @@ def _rows_product(X, idx, Wt):
     An unshuffled k-fold's held-out rows are one range of the shard, read in
     place.  Scattered rows (stratified or shuffled folds) are gathered a block
     at a time into one small buffer: a gather of all of them at once allocated
-    and wrote a fresh array of a fifth of the shard (32 MB for 40k x 100),
-    15-100 ms a call on the workers, against 2-5 ms for the product.
+    and wrote a fresh array of a fifth of the shard, many times the cost of
+    the product (docs/performance.md).
     """
     if is_sparse(X):
         return take_rows(X, idx) @ Wt

@@ -120,8 +120,7 @@ class DualSpec:
 
 # ---------------------------------------------------------------- numba kernels
 # The passes are written once per layout of X.  One body per loss with a layout flag and the row helpers
-# below (as the Crammer-Singer pass uses) ran 45% slower: 22.0 against 15.2 ms for five dense hinge passes
-# over 20k x 100, 34 against 24 ms over a 20k x 2^16 CSR of 40 non-zeros a row (numba 0.68, one thread).
+# below (as the Crammer-Singer pass uses) ran 45% slower, dense and CSR (docs/performance.md).
 @lazy_njit(nogil=True, boundscheck=False)
 def _svc_pass(X, y, c, alpha, sqnorm, w, u, bias, sigma, squared, perm):  # pragma: no cover - compiled
     """One pass of dual coordinate ascent over the rows ``perm`` (hinge or squared hinge).

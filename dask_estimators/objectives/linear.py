@@ -130,10 +130,9 @@ def _weights(shard):
 #: On the CPU a kernel walks its shard in row blocks of at most this many
 #: bytes of X, which bounds its temporaries.  Small, cache-sized blocks were
 #: meant to let ``g_b.T @ X_b`` reread a block from cache after ``X_b @ w``,
-#: but measured on the development machine (500k x 100 float64, 1 thread) they
-#: were slower: 125 ms per value_grad with 8 MiB blocks, 137 ms with 2 MiB,
-#: 110 ms with one block (the per-block torch calls cost more than the cache
-#: saves).  So a block is large.  On a GPU the shard is one block.
+#: but measured they were slower than one block (the per-block torch calls cost
+#: more than the cache saves; docs/performance.md).  So a block is large.  On a
+#: GPU the shard is one block.
 BLOCK_BYTES = 1 << 30
 
 

@@ -466,8 +466,8 @@ def _scratch(work, key, rows, cols, like):
 
     Worker processes run with ``MALLOC_TRIM_THRESHOLD_=65536`` (Dask's nanny
     sets it), so a freed 100 kB activation is handed back to the system and
-    the next step's page-faults it in again: a 128-row step of a 100-100-1
-    network took 0.37 ms with fresh buffers against 0.21 ms with kept ones.
+    the next step's page-faults it in again (a small step took almost twice
+    as long with fresh buffers; docs/performance.md).
     The buffer grows to the most rows asked for; a call gets its first ``rows``.
     """
     if work is None:

@@ -94,8 +94,8 @@ class _FusedAdamStep:
     """``opt.step()`` of a fused ``torch.optim.Adam``, its kernel called directly on its own state.
 
     torch.optim wraps its one ``torch._fused_adam_`` call in Python (the
-    profiling hook, per-parameter state look-ups, grouping by device): about
-    0.1 ms of a 0.5 ms 128-row MLP step on a rank, measured in the ddp loop.
+    profiling hook, per-parameter state look-ups, grouping by device): a
+    fifth of a small MLP step on a rank (docs/performance.md).
     The first call goes through ``opt.step()``, which makes the state; later
     calls add 1 to the same step counters and call the same kernel on the
     same tensors with the group's current settings, so the numbers are torch.optim's
