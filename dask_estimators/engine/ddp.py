@@ -132,8 +132,6 @@ def _shm_mean_hook(shm, bucket):
 class _DDPGradient:
     """The step's gradient through ``DistributedDataParallel``: autograd, the mean over the ranks in its hooks."""
 
-    work = None  # no kept buffers: autograd allocates its own
-
     def __init__(self, spec, ddp, params, comm):
         self.spec, self.ddp, self.params, self.world = spec, ddp, params, comm.world_size
 
@@ -177,12 +175,13 @@ class _FlatGradient:
             p.grad = gv.view(p.shape)
 
     def __call__(self, parts, w_b):
-        (X, y, sw), rest = parts[0], parts[1:]
-        loss = float(self.spec.loss_grad_(self.w, X, y, sw, self.g, 1.0 / w_b, self.work))
+        """``parts``: each shard's (X, y, sw, rows), the batch being those rows (gathered by the spec)."""
+        (X, y, sw, rows), rest = parts[0], parts[1:]
+        loss = float(self.spec.loss_grad_(self.w, X, y, sw, self.g, 1.0 / w_b, self.work, rows))
         if rest:  # a rank holding several shards: their parts of the batch add up here first
             part_g = torch.empty_like(self.g)
-            for X, y, sw in rest:
-                loss += float(self.spec.loss_grad_(self.w, X, y, sw, part_g, 1.0 / w_b, None))
+            for X, y, sw, rows in rest:
+                loss += float(self.spec.loss_grad_(self.w, X, y, sw, part_g, 1.0 / w_b, None, rows))
                 self.g.add_(part_g)
         if self.shm is not None:
             self.shm.allreduce_(self.g)
@@ -233,7 +232,10 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
             per_step["rows"] = allreduce(rows).cpu().numpy()
         n_b, w_b = per_step["rows"][:, k]
         batch = (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)
-        parts = [M.take(s, M.batch_rows(s, batch), gradient.work if i == 0 else None) for i, s in enumerate(shards)]
+        if kept_grads:  # the spec gathers the batch's rows itself
+            parts = [(s.get("X"), s.get("y"), s.get("sample_weight"), M.batch_rows(s, batch)) for s in shards]
+        else:
+            parts = [M.take(s, M.batch_rows(s, batch)) for s in shards]
         part = gradient(parts, w_b) / w_b
         # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
         if weights and cfg.alpha:

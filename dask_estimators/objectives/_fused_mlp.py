@@ -138,8 +138,18 @@ def _sigmoid_(a, er, tk, tk_bits, c, ci, pe, pm):  # pragma: no cover - numba
 
 
 @_jit
-def _kernel(X, yf, yi, sw, has_sw, w, g, units, act, out, scale, buf_a, buf_d, buf_e, buf_e_bits,
-            c, ci, pe, pm):  # pragma: no cover - numba
+def _kernel(X, yf, yi, sw, has_sw, rows, gather, w, g, units, act, out, scale, buf_a, buf_d, buf_e, buf_e_bits,
+            buf_x, c, ci, pe, pm):  # pragma: no cover - numba
+    # with ``gather``, X, y and sw are the shard's, and the batch is their rows ``rows``: X's are copied into
+    # buf_x (the first layer's input), y's and sw's read in place
+    if gather:
+        n, d = rows.shape[0], X.shape[1]
+        Xb = buf_x[: n * d].reshape((n, d))
+        for i in range(n):
+            r = rows[i]
+            for j in range(d):
+                Xb[i, j] = X[r, j]
+        X = Xb
     n = X.shape[0]
     n_layers = units.shape[0] - 1
     # forward: each layer's output into buf_a, one block after the other
@@ -176,7 +186,8 @@ def _kernel(X, yf, yi, sw, has_sw, w, g, units, act, out, scale, buf_a, buf_d, b
     dz = buf_d[:n * ko].reshape((n, ko))
     loss = 0.0
     for i in range(n):
-        wi = sw[i] if has_sw else 1.0
+        ri = rows[i] if gather else i  # the row's index in y and sw
+        wi = sw[ri] if has_sw else 1.0
         li = 0.0
         if out == 2:  # softmax and cross-entropy against the class code
             zmax = Z[i, 0]
@@ -188,14 +199,14 @@ def _kernel(X, yf, yi, sw, has_sw, w, g, units, act, out, scale, buf_a, buf_d, b
                 e = math.exp(Z[i, j] - zmax)
                 dz[i, j] = e
                 s += e
-            li = zmax + math.log(s) - Z[i, yi[i]]
+            li = zmax + math.log(s) - Z[i, yi[ri]]
             for j in range(ko):
                 dz[i, j] = dz[i, j] / s
-            dz[i, yi[i]] -= 1.0
+            dz[i, yi[ri]] -= 1.0
         else:
             for j in range(ko):
                 z = Z[i, j]
-                t = yf[i, j]
+                t = yf[ri, j]
                 if out == 0:  # identity, squared error
                     r = z - t
                     li += 0.5 * r * r
@@ -254,8 +265,11 @@ def _kept(work, key, size, dtype=np.float64):
     return buf
 
 
-def loss_grad(spec, w, X, y, sw, g, scale, work):
+def loss_grad(spec, w, X, y, sw, g, scale, work, rows=None):
     """The loss sum over the rows of X, and ``scale`` times its gradient written into ``g``.
+
+    With ``rows`` (an int64 NumPy vector), X, y and sw are a whole shard's
+    and the batch is their rows ``rows``, gathered inside the kernel.
 
     ``w`` and ``g``: flat NumPy vectors in :func:`.module.param_views`'
     layout; X (rows, features) C-contiguous, of their dtype (float64 or
@@ -264,34 +278,38 @@ def loss_grad(spec, w, X, y, sw, g, scale, work):
     or None.  ``work`` keeps the activations between calls (see
     :func:`.module._scratch`).
     """
-    n = X.shape[0]
+    gather = rows is not None
+    n = rows.shape[0] if gather else X.shape[0]
     if n == 0:
         g[:] = 0.0
         return 0.0
     # everything but the data is the same from one step to the next: worked out once per spec, rows and dtype
     plan = work.get("nb_plan")
-    if plan is None or plan[0] is not spec or plan[1] != n or plan[2] != X.dtype:
-        plan = work["nb_plan"] = _plan(spec, n, X.dtype, work)
-    _, _, _, units, act, out, buf_a, buf_d, buf_e, buf_e_bits, c, ci, pe, pm, yf0, sw0 = plan
+    d = X.shape[1] if gather else 0
+    if plan is None or plan[0] is not spec or plan[1] != n or plan[2] != X.dtype or plan[3] != d:
+        plan = work["nb_plan"] = _plan(spec, n, X.dtype, d, work)
+    _, _, _, _, units, act, out, buf_a, buf_d, buf_e, buf_e_bits, buf_x, c, ci, pe, pm, yf0, sw0 = plan
     if out == 2:  # softmax: class codes
         yi, yf = y.reshape(-1), yf0
     else:
-        yi, yf = _EMPTY_I, y.reshape(n, int(units[-1]))
+        yi, yf = _EMPTY_I, y.reshape(y.shape[0], int(units[-1]))
     has_sw = sw is not None
-    return _kernel(X, yf, yi, sw if has_sw else sw0, has_sw, w, g, units, act, out, float(scale), buf_a, buf_d,
-                   buf_e, buf_e_bits, c, ci, pe, pm)
+    return _kernel(X, yf, yi, sw if has_sw else sw0, has_sw, rows if gather else _EMPTY_I, gather, w, g, units,
+                   act, out, float(scale), buf_a, buf_d, buf_e, buf_e_bits, buf_x, c, ci, pe, pm)
 
 
-def _plan(spec, n, dt, work):
-    """What :func:`loss_grad` passes the kernel besides the data, for ``n`` rows of dtype ``dt``."""
+def _plan(spec, n, dt, d, work):
+    """What :func:`loss_grad` passes the kernel besides the data, for ``n`` rows of dtype ``dt`` (``d``: the
+    features of a batch it gathers, else 0)."""
     units = np.asarray(spec.layer_units, dtype=np.int64)
     buf_a = _kept(work, "nb_a", n * int(units[1:].sum()), dt)
     buf_d = _kept(work, "nb_d", 2 * n * int(units[1:].max()), dt)
     buf_e = _kept(work, "nb_e", 2 * n * int(units[1:-1].max(initial=0)), dt)
+    buf_x = _kept(work, "nb_x", n * d, dt)  # a gathered batch's X
     c, ci, pe, pm = _ACT_CONSTS[dt]
     # placeholders of X's dtype for what is absent: one compiled kernel per dtype serves all cases
-    return (spec, n, dt, units, ACT_CODES[spec.activation], OUT_CODES[spec.out], buf_a, buf_d, buf_e,
-            buf_e.view(ci.dtype), c, ci, pe, pm, np.zeros((0, 0), dtype=dt), np.zeros(0, dtype=dt))
+    return (spec, n, dt, d, units, ACT_CODES[spec.activation], OUT_CODES[spec.out], buf_a, buf_d, buf_e,
+            buf_e.view(ci.dtype), buf_x, c, ci, pe, pm, np.zeros((0, 0), dtype=dt), np.zeros(0, dtype=dt))
 
 
 # ------------------------------------------------------------- a sparse first layer

@@ -56,6 +56,8 @@ __all__ = [
     "value_grad",
     "loss_grad_",
     "loss_grad_kernel",
+    "take",
+    "take_rows",
     "param_views",
     "validation_stats",
     "batch_slice",
@@ -72,8 +74,9 @@ class NetworkProblem(Protocol):
     """What the training loops (both strategies) need of a network: :class:`MLPSpec`, the character LSTM's spec.
 
     ``hand_gradient`` declares whether the problem offers ``loss_grad_(w, X,
-    y, sw, g, scale, work)``, a backward by hand into one flat gradient
-    buffer without autograd (the MLPs); without it the loops use autograd on
+    y, sw, g, scale, work, rows)``, a backward by hand into one flat gradient
+    buffer without autograd, over the rows ``rows`` of X, y and sw (all of
+    them when None) (the MLPs); without it the loops use autograd on
     :meth:`build`'s module (and, with ddp, ``DistributedDataParallel``).
     """
 
@@ -158,14 +161,14 @@ class MLPSpec:
         """For each tensor of ``module.parameters()``: penalised or not."""
         return [True, False] * len(self.shapes)
 
-    def loss_grad_(self, w, X, y, sw, g, scale=1.0, work=None):
+    def loss_grad_(self, w, X, y, sw, g, scale=1.0, work=None, rows=None):
         """The loss sum of :meth:`loss` at the flat parameters ``w``, its gradient times ``scale`` written
-        into the flat ``g``; no autograd.
+        into the flat ``g``; no autograd.  With ``rows``, of the batch of those rows of X, y and sw.
 
         Offered where ``hand_gradient`` is true: the problem is then trained
         on one flat parameter buffer (see :func:`loss_grad_`).
         """
-        return loss_grad_(self, w, X, y, sw, g, scale, work)
+        return loss_grad_(self, w, X, y, sw, g, scale, work, rows)
 
 
 def _activation_module(name):
@@ -479,7 +482,7 @@ def _scratch(work, key, rows, cols, like):
     return buf[:rows]
 
 
-def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None) -> float:
+def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None, rows=None) -> float:
     """Forward and backward of the network by hand: the loss sum, and ``scale`` times its gradient in ``g``.
 
     The same numbers as autograd on :func:`build_module` and :func:`loss_sum`
@@ -493,7 +496,19 @@ def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None) -> float:
     A float64 or float32 batch on CPU goes through one numba call
     (:mod:`._fused_mlp`), faster on small batches than the torch ops below,
     which serve GPUs, sparse X and installs without numba (docs/performance.md).
+
+    With ``rows`` (an int64 tensor), X, y and sw are a whole shard's and the
+    batch is their rows ``rows`` (:func:`take`'s); the numba call gathers
+    them itself, one call fewer per array and step.
     """
+    if rows is not None:
+        if loss_grad_kernel(X) == "numba" and X.is_contiguous():
+            if rows.shape[0] == 0:
+                g.zero_()
+                return 0.0
+            return _fused_mlp.loss_grad(spec, w.numpy(), X.numpy(), y.numpy(), None if sw is None else sw.numpy(),
+                                        g.numpy(), scale, {} if work is None else work, rows.numpy())
+        X, y, sw = take_rows(X, y, sw, rows, work)
     if X.shape[0] == 0:
         g.zero_()
         return 0.0
@@ -723,6 +738,11 @@ def take(shard, idx, work=None):
     X, y, sw = shard.get("X"), shard.get("y"), shard.get("sample_weight")
     if idx is None:
         return X, y, sw
+    return take_rows(X, y, sw, idx, work)
+
+
+def take_rows(X, y, sw, idx, work=None):
+    """(X, y, sw) of the rows ``idx`` of the arrays (sw may be None); X's rows into ``work``'s buffer if given."""
     if is_sparse(X):  # the batch's rows cut from the shard's CSR arrays, never densified
         return (csr_rows(X, idx), torch.index_select(y, 0, idx),
                 None if sw is None else torch.index_select(sw, 0, idx))

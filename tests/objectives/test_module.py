@@ -286,6 +286,38 @@ def test_hand_written_gradient_equals_autograd_on_the_module(case_id, activation
         assert len(calls) == 4  # every non-empty call above went through the numba kernel
 
 
+@pytest.mark.parametrize("path", ["numba-float64", "numba-float32", "torch-float64"])
+@pytest.mark.parametrize("weighted", [True, False], ids=["sw", "nosw"])
+@pytest.mark.parametrize("case_id", CASE_IDS)
+def test_gradient_over_rows_equals_the_gradient_of_the_taken_batch(case_id, weighted, path, monkeypatch):
+    """``loss_grad_(..., rows=)`` on a whole shard's arrays (the ddp step's way: the kernel gathers the
+    rows) gives the same numbers, to the bit, as on the batch :func:`take` cuts; an empty batch gives 0."""
+    kernel, dtype = path.split("-")
+    if kernel == "numba" and not _fused_mlp.AVAILABLE:
+        pytest.skip("numba is not installed")
+    if kernel == "torch":
+        monkeypatch.setattr(_fused_mlp, "AVAILABLE", False)
+    case = BY_ID[case_id]
+    rng = np.random.default_rng(5)
+    X, y, s = make_data(case, rng, weighted=weighted)
+    spec = M.MLPSpec(D, (5, 4), case.n_outputs, activation="tanh", out=case.out, dtype=dtype)
+    shard, _ = make_shard(X, y, s, spec)
+    Xs, ys, ss = M.take(shard, None)
+    w = torch.tensor(random_w(spec, rng), dtype=spec.torch_dtype)
+    every_reversed = torch.arange(Xs.shape[0] - 1, -1, -1)
+    for rows in (torch.tensor([5, 0, 7, 7, 3, 11]), every_reversed, torch.zeros(0, dtype=torch.int64)):
+        Xt, yt, st = M.take(shard, rows)
+        g_taken, g_rows = torch.full_like(w, float("nan")), torch.full_like(w, float("nan"))
+        loss_taken = spec.loss_grad_(w, Xt, yt, st, g_taken, 0.5, {})
+        work = {}
+        for _ in range(2):  # the second call reuses the kept buffers
+            loss_rows = spec.loss_grad_(w, Xs, ys, ss, g_rows, 0.5, work, rows)
+            assert loss_rows == loss_taken
+            np.testing.assert_array_equal(g_rows.numpy(), g_taken.numpy())
+        if rows.numel() == 0:
+            assert loss_rows == 0.0 and not g_rows.any()
+
+
 # ------------------------------------------------------------------ shard sums
 @pytest.mark.parametrize("weighted", [True, False], ids=["sw", "nosw"])
 @pytest.mark.parametrize("case_id", CASE_IDS)
