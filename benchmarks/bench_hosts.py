@@ -7,7 +7,11 @@ Each host is a network + pid namespace with one single-threaded worker
 (``tests/hosts.py``), its link to the bridge limited by ``tc ... tbf`` in both
 directions.  The scheduler and the client sit on the bridge, whose own port is
 not limited: the client reaches the ``H`` hosts through ``H`` links at once, as
-a client with an ``H`` times faster link would.  Measured, per (hosts, rate):
+a client with an ``H`` times faster link would.  One cluster per number of
+hosts; each measurement is taken at every rate in turn (the links' limit
+changed between them, ``SimulatedHosts.set_rate``), so the unlimited runs
+that give the cost model its CPU term are paired in time with the limited
+ones.  Measured, per (hosts, rate):
 
 * NumPy input: the placement alone (each worker's rows are scattered to it
   once), its achieved rate per link against the link rate; then the whole fit;
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -48,15 +53,6 @@ def _bits_per_s(rate: str) -> float:
         if rate.lower().endswith(u):
             return float(rate[: -len(u)]) * f
     raise ValueError(f"rate {rate!r}: use kbit, mbit or gbit")
-
-
-def _median_time(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _data(n, d, seed=0):
@@ -120,18 +116,54 @@ def _tree_sum_time(c, ws, p, seed):
     return time.perf_counter() - t0
 
 
-def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden, tree_repeat):
+def _paired(h, rates, fn, repeat):
+    """``{rate: [fn() of each repetition]}``, every repetition taking each rate in turn on the same hosts.
+
+    The order of the rates turns with each repetition, so no rate is always first after a change.  Paired
+    this way, a measurement and the unlimited one the model takes its CPU term from see the same processes at
+    nearly the same time: on a 2-core machine that moves from minute to minute, separate clusters did not.
+    """
+    times = {r: [] for r in rates}
+    for k in range(repeat):
+        for rate in rates[k % len(rates):] + rates[:k % len(rates)]:
+            h.set_rate(None if rate == "none" else rate)
+            times[rate].append(fn())
+    return times
+
+
+def _timed(fn):
+    def run():
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    return run
+
+
+def run_hosts(n_hosts, rates, X, y, params, repeat, max_iter, mlp_hidden, tree_repeat):
+    """One row per rate for ``n_hosts`` hosts: one cluster, each measurement taken at every rate in turn."""
     import dask.array as da
     from distributed import futures_of, wait
 
     import dask_estimators as de
     from dask_estimators.engine import place
 
-    out = {"hosts": n_hosts, "rate": rate}
-    with SimulatedHosts(n_hosts, None if rate == "none" else rate) as h, h.client.as_current():
+    rows = {r: {"hosts": n_hosts, "rate": r} for r in rates}
+
+    def put(key, by_rate):
+        for r, v in by_rate.items():
+            rows[r][key] = v
+
+    def measure(key, fn, repeat, scale=1.0):
+        """Each rate's median of ``fn()`` (times ``scale``) as ``key``; every sample under "samples"."""
+        for r, t in _paired(h, rates, fn, repeat).items():
+            rows[r][key] = scale * statistics.median(t)
+            rows[r].setdefault("samples", {})[key] = [scale * v for v in t]
+
+    with SimulatedHosts(n_hosts) as h, h.client.as_current():
         c = h.client
         ws = h.workers()
-        out["tcp_goodput_Bps"] = statistics.median(tcp_goodput(h) for _ in range(repeat))
+        measure("tcp_goodput_Bps", lambda: tcp_goodput(h), repeat)
 
         # warm-up, untimed: the workers import the engine, torch and the kernels on their first task
         de.LogisticRegression(client=c, max_iter=1).fit(X[:1000], y[:1000])
@@ -143,34 +175,38 @@ def run_one(n_hosts, rate, X, y, params, repeat, max_iter, mlp_hidden, tree_repe
         # the first full-size placement also grows the workers' memory and the connections' windows (it took
         # 2.9 s against 2.0 s for the next on 2 hosts at 1 Gbit/s): untimed, as the warm-up fit above
         _place()
-        t_place = _median_time(_place, repeat)
-        per_link = (X.nbytes + y.nbytes) / n_hosts * 8 / t_place
-        out.update(place_s=t_place, link_rate_achieved=per_link / _bits_per_s(rate))
+        measure("place_s", _timed(_place), repeat)
+        for r in rates:
+            per_link = (X.nbytes + y.nbytes) / n_hosts * 8 / rows[r]["place_s"]
+            rows[r]["link_rate_achieved"] = per_link / _bits_per_s(r)
         est = de.LogisticRegression(client=c, max_iter=max_iter, tol=0.0)
-        out["numpy_fit_s"] = _median_time(lambda: est.fit(X, y), repeat)
-        out["numpy_rounds"] = est.fit_stats_["rounds"]
+        measure("numpy_fit_s", _timed(lambda: est.fit(X, y)), repeat)
+        put("numpy_rounds", {r: est.fit_stats_["rounds"] for r in rates})
 
         chunks = (-(-X.shape[0] // n_hosts), X.shape[1])
         Xd = da.random.default_rng(0).standard_normal(X.shape, chunks=chunks)
         yd = (Xd[:, 0] > 0).astype(np.int64)
         Xd, yd = c.persist([Xd, yd])
         wait(futures_of(Xd) + futures_of(yd))
-        out["dask_fit_s"] = _median_time(lambda: est.fit(Xd, yd), repeat)
-        out["dask_rounds"] = est.fit_stats_["rounds"]
+        measure("dask_fit_s", _timed(lambda: est.fit(Xd, yd)), repeat)
+        put("dask_rounds", {r: est.fit_stats_["rounds"] for r in rates})
 
         mlp = de.MLPClassifier(hidden_layer_sizes=(mlp_hidden,), strategy="ddp", max_iter=2, batch_size=4096,
                                tol=0.0, n_iter_no_change=100, random_state=0, client=c)
         n_mlp = min(len(X), 200_000)
-        mlp.fit(X[:n_mlp], y[:n_mlp])
-        st = mlp.fit_stats_
-        out["mlp_params"] = int(sum(w.size for w in mlp.coefs_ + mlp.intercepts_))
-        out["mlp_ddp_step_ms"] = 1e3 * st["seconds"] / (mlp.n_iter_ * st["steps_per_epoch"])
-        out["mlp_allreduce"] = st.get("allreduce")
+
+        def mlp_step_s():  # the epochs' seconds per step (the fit's placement is not in them)
+            mlp.fit(X[:n_mlp], y[:n_mlp])
+            return mlp.fit_stats_["seconds"] / (mlp.n_iter_ * mlp.fit_stats_["steps_per_epoch"])
+
+        measure("mlp_ddp_step_ms", mlp_step_s, 1, scale=1e3)
+        put("mlp_params", {r: int(sum(w.size for w in mlp.coefs_ + mlp.intercepts_)) for r in rates})
+        put("mlp_allreduce", {r: mlp.fit_stats_.get("allreduce") for r in rates})
 
         for p in params:
-            out[f"tree_sum_{int(p):.0e}_s"] = statistics.median(_tree_sum_time(c, ws, int(p), k)
-                                                                 for k in range(tree_repeat))
-    return out
+            seeds = iter(range(10**6))
+            measure(f"tree_sum_{int(p):.0e}_s", lambda: _tree_sum_time(c, ws, int(p), next(seeds)), tree_repeat)
+    return [rows[r] for r in rates]
 
 
 def _table(rows, params):
@@ -189,6 +225,13 @@ def _table(rows, params):
     return "\n".join(lines)
 
 
+def _pieces(part_bytes):
+    """How many messages placement sends one worker's part of ``part_bytes`` in (``placement._in_pieces``)."""
+    from dask_estimators.engine.placement import PIECE_BYTES
+
+    return math.ceil(part_bytes / PIECE_BYTES) if part_bytes > 2 * PIECE_BYTES else 1
+
+
 def model(rows, params, nbytes):
     """The cost model's predictions for the rate-limited runs, against the measurements.
 
@@ -197,17 +240,19 @@ def model(rows, params, nbytes):
     ``R0`` the same through an unlimited link, and the ``"none"`` rows (the
     same hosts, links unlimited) give the CPU's own time for each transfer:
 
-    * placement is pipelined (every link at once; each worker copies a piece
-      in while the next is on the wire), so it takes the slower of the links
-      and the CPU: ``max(bytes / (W * R), t_none)``;
+    * placement is a pipeline of two stages, the wire and the CPU (every
+      link at once; each worker copies a piece in while the next is on the
+      wire), over ``K`` pieces per worker (``placement.PIECE_BYTES`` each,
+      one piece for parts up to twice that): the slower stage over all the
+      pieces plus the faster one over one piece, the pipeline's fill and
+      drain, ``max(L, C) + min(L, C) / K`` with ``L = bytes / (W * R)`` and
+      ``C = t_none``;
     * a tree-sum of P doubles is ``hops = ceil(log2 W) + 1`` messages in
       turn (one per tree level, one to the client), each received whole
       before it is added or returned, so the wire and the CPU's own work
       add up: ``hops * 8P / R + (t_none - hops * 8P / R0)``, the second
       term being the unlimited run's time less its time on the wire.
     """
-    import math
-
     out = []
     cpu = {r["hosts"]: r for r in rows if r["rate"] == "none"}
     for r in rows:
@@ -218,7 +263,8 @@ def model(rows, params, nbytes):
         R = min(_bits_per_s(r["rate"]) / 8, r["tcp_goodput_Bps"])  # what TCP gets through the link
         R0 = base["tcp_goodput_Bps"]
         hops = math.ceil(math.log2(W)) + 1
-        pred = {"place_s": max(nbytes / (W * R), base["place_s"])}
+        L, C = nbytes / (W * R), base["place_s"]
+        pred = {"place_s": max(L, C) + min(L, C) / _pieces(nbytes / W)}
         for p in params:
             key = f"tree_sum_{int(p):.0e}_s"
             wire = hops * 8 * p
@@ -251,7 +297,7 @@ def main(argv=None):
     ap.add_argument("--params", type=float, nargs="+", default=[1e6, 1e7])
     ap.add_argument("--max-iter", type=int, default=20, help="L-BFGS iterations per fit (tol=0: exactly these)")
     ap.add_argument("--mlp-hidden", type=int, default=256, help="hidden units of the MLP whose ddp step is timed")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--tree-repeat", type=int, default=7,
                     help="tree-sums timed per size (they take a second at most; the CPU-bound ones vary most)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -264,16 +310,16 @@ def main(argv=None):
     warnings.filterwarnings("ignore", message="Stochastic Optimizer")
     rows = []
     for n_hosts in args.hosts:
-        for rate in args.rates:
-            rows.append(run_one(n_hosts, rate, X, y, args.params, args.repeat, args.max_iter, args.mlp_hidden,
-                               args.tree_repeat))
-            print(json.dumps(rows[-1]), flush=True)
+        for row in run_hosts(n_hosts, args.rates, X, y, args.params, args.repeat, args.max_iter,
+                             args.mlp_hidden, args.tree_repeat):
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "samples"}), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"rows": args.rows, "features": args.features, "max_iter": args.max_iter, "repeat": args.repeat,
             "tree_repeat": args.tree_repeat}
     mrows = model(rows, args.params, X.nbytes + y.nbytes)
     (args.out / "hosts.json").write_text(json.dumps({"args": meta, "rows": rows, "model": mrows}, indent=1))
-    title = "The cost model (placement: the slower of links and CPU; tree-sum: wire plus CPU, see model()):"
+    title = "The cost model (placement: a two-stage pipeline of links and CPU; tree-sum: wire plus CPU; see model()):"
     md = _table(rows, args.params) + f"\n\n{title}\n\n" + _model_table(mrows)
     (args.out / "hosts.md").write_text(md + "\n")
     print(md)

@@ -115,14 +115,30 @@ class SimulatedHosts:
             _ip("addr", "add", f"{self.host_ip(i)}/24", "dev", "eth0", ns=ns)
             _ip("link", "set", "eth0", "up", ns=ns)
             _ip("link", "set", "lo", "up", ns=ns)
-            if self.rate:
-                self._limit(veth, None)
-                self._limit("eth0", ns)
+        if self.rate:
+            self.set_rate(self.rate)
 
-    def _limit(self, dev, ns):
-        tc = ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate, "burst", "1mb", "latency", "100ms"]
+    def set_rate(self, rate: str | None):
+        """Limit every link, both directions, to ``rate`` (a ``tc`` rate such as ``"1gbit"``); None: no limit.
+
+        The hosts, workers and connections stay as they are, so one cluster can be measured at several rates
+        in turn (the same processes, at nearly the same time).
+        """
+        for i, veth in enumerate(self.veths):
+            for dev, ns in ((veth, None), ("eth0", self.netns[i])):
+                self._limit(dev, ns, rate)
+        self.rate = rate
+
+    def _limit(self, dev, ns, rate):
+        if rate:
+            tc = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", "1mb",
+                  "latency", "100ms"]
+        else:  # back to the device's default queue; fine when it had no limit
+            tc = ["tc", "qdisc", "del", "dev", dev, "root"]
         cmd = ["ip", "netns", "exec", ns, *tc] if ns else tc
-        subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        if out.returncode and (rate or "No such file" not in out.stderr and "Cannot delete" not in out.stderr):
+            raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
 
     def _scheduler(self):
         import distributed

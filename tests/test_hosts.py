@@ -128,6 +128,41 @@ def test_a_rate_limited_link_bounds_the_transfer_and_teardown_removes_everything
         assert subprocess.run(["ip", "link", "show", dev], capture_output=True).returncode != 0
 
 
+def _qdiscs(h):
+    """The root qdisc of every link's two ends: (kind, rate) pairs, e.g. ("tbf", "50Mbit"), ("noqueue", None)."""
+    import subprocess
+
+    out = []
+    for i, veth in enumerate(h.veths):
+        for cmd in (["tc", "qdisc", "show", "dev", veth], ["ip", "netns", "exec", h.netns[i], "tc", "qdisc",
+                                                           "show", "dev", "eth0"]):
+            words = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
+            out.append((words[1], words[words.index("rate") + 1] if "rate" in words else None))
+    return out
+
+
+def test_a_link_limit_can_be_set_and_lifted_on_running_hosts():
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    with SimulatedHosts(2) as h:
+        assert all(kind != "tbf" for kind, _ in _qdiscs(h))
+        h.set_rate("50mbit")
+        assert _qdiscs(h) == [("tbf", "50Mbit")] * 4
+        w = h.workers()[1]
+        payload = np.ones(1 << 20)  # 8 MiB: at 50 Mbit/s past the 1 MB burst, at least 1.1 s
+        t0 = time.monotonic()
+        [f] = h.client.scatter([payload], workers=[w], direct=True)
+        assert h.client.submit(np.sum, f, pure=False).result() == payload.size
+        assert time.monotonic() - t0 > 0.9  # the running workers' connections are limited too
+        h.set_rate("10gbit")
+        assert _qdiscs(h) == [("tbf", "10Gbit")] * 4
+        h.set_rate(None)
+        assert all(kind != "tbf" for kind, _ in _qdiscs(h))
+        h.set_rate(None)  # lifting no limit is fine
+        assert h.client.submit(np.sum, f, pure=False).result() == payload.size
+
+
 def test_process_identity_without_proc_is_a_per_process_nonce(monkeypatch):
     real_open = open
 
