@@ -220,22 +220,28 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
         return t
 
     def step(epoch, k):
-        if k == 0:  # the global batch sizes of this epoch: one allreduce per epoch
+        if k == 0:  # the epoch's batches, worked out once: their rows, and their global sizes in one allreduce
             counts, wsums = [0] * cfg.n_steps, [0.0] * cfg.n_steps  # Python numbers: no tensor op per step
+            rows_of = [[] for _ in range(cfg.n_steps)]  # step -> each shard's rows of that batch
             for shard in shards:
                 sw = shard.get("sample_weight")
                 for j in range(cfg.n_steps):
                     idx = M.batch_rows(shard, (cfg.seed, epoch, j, cfg.n_steps, cfg.shuffle))
+                    rows_of[j].append(idx)
                     counts[j] += idx.numel()
                     wsums[j] += idx.numel() if sw is None else float(sw[idx].sum())
-            rows = torch.tensor([counts, wsums], dtype=f64, device=dev)
-            per_step["rows"] = allreduce(rows).cpu().numpy()
-        n_b, w_b = per_step["rows"][:, k]
-        batch = (cfg.seed, epoch, k, cfg.n_steps, cfg.shuffle)
-        if kept_grads:  # the spec gathers the batch's rows itself
-            parts = [(s.get("X"), s.get("y"), s.get("sample_weight"), M.batch_rows(s, batch)) for s in shards]
+            n_w = allreduce(torch.tensor([counts, wsums], dtype=f64, device=dev)).cpu().numpy()
+            per_step["n_w"] = list(zip(n_w[0].tolist(), n_w[1].tolist()))
+            if kept_grads:  # the spec gathers the batch's rows itself: each step's arguments, ready
+                data = [(s.get("X"), s.get("y"), s.get("sample_weight")) for s in shards]
+                per_step["parts"] = [[(*a, idx) for a, idx in zip(data, rows)] for rows in rows_of]
+            else:
+                per_step["rows_of"] = rows_of
+        n_b, w_b = per_step["n_w"][k]
+        if kept_grads:
+            parts = per_step["parts"][k]
         else:
-            parts = [M.take(s, M.batch_rows(s, batch)) for s in shards]
+            parts = [M.take(s, idx) for s, idx in zip(shards, per_step["rows_of"][k])]
         part = gradient(parts, w_b) / w_b
         # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
         if weights and cfg.alpha:
