@@ -177,8 +177,13 @@ def fit_ours(cell, X, y, client):
         wall = time.perf_counter() - t0
     st = est.fit_stats_
     epochs = sum(h["seconds"] for h in est.history_)
-    return dict(wall_s=wall, loss=float(est.loss_), strategy=st.get("strategy"), epochs_s=epochs,
-                outside_epochs_s=wall - epochs, kernel=st.get("kernel"))
+    out = dict(wall_s=wall, loss=float(est.loss_), strategy=st.get("strategy"), epochs_s=epochs,
+               outside_epochs_s=wall - epochs, kernel=st.get("kernel"))
+    if st.get("step_seconds"):  # ddp: rank 0's time in each part of a step, in us per step
+        steps = est.n_iter_ * st["steps_per_epoch"]
+        out["step_us"] = {k: None if v is None else 1e6 * v / steps for k, v in st["step_seconds"].items()}
+        out["step_us"]["epochs"] = 1e6 * epochs / steps
+    return out
 
 
 @contextlib.contextmanager
@@ -256,6 +261,19 @@ def markdown(out):
     if ok:
         lines.append(f"\nLowest ratio {min(ok):.2f}, median {statistics.median(ok):.2f}, highest {max(ok):.2f}; "
                      f"{sum(v >= 1.5 for v in ok)} of {len(ok)} cells at 1.5x or more.\n")
+    parts = ["batch", "gradient", "allreduce", "l2", "optimizer"]
+    steps = [(r, [o["step_us"] for o in r["ours"] if o.get("step_us")]) for r in out["cells"] if "error" not in r]
+    steps = [(r, s) for r, s in steps if s]
+    if steps:
+        lines.append("\nWhere ours' steps spend their time: rank 0's microseconds per step in each part "
+                     "(`fit_stats_['step_seconds']`; medians over the timed fits), and the epochs' time per step; "
+                     "the rest of a step is the loop's own.\n\n")
+        cols = ["cell", "kernel", *parts, "epochs / step"]
+        med = lambda runs, k: statistics.median(x[k] for x in runs) if runs[0][k] is not None else None  # noqa
+        fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+        rows = [[r["cell"], r["ours"][0].get("kernel"), *(fmt(med(s, k)) for k in parts), fmt(med(s, "epochs"))]
+                for r, s in steps]
+        lines.append(_table([dict(zip(cols, x)) for x in rows], cols))
     return "".join(lines)
 
 

@@ -19,6 +19,7 @@ the workers left, with the lost shards re-placed from their sources.
 from __future__ import annotations
 
 import contextlib
+import time
 
 import numpy as np
 import torch
@@ -167,6 +168,7 @@ class _FlatGradient:
 
     def __init__(self, spec, params, shm):
         self.spec, self.shm, self.work = spec, shm, {}  # work: the activations kept between steps
+        self.allreduce_s = 0.0  # seconds in the allreduce, over the run
         self.w = torch.nn.utils.parameters_to_vector(params).detach()
         self.g = torch.zeros_like(self.w)
         sizes, shapes = [p.numel() for p in params], [p.shape for p in params]
@@ -183,12 +185,14 @@ class _FlatGradient:
             for X, y, sw, rows in rest:
                 loss += float(self.spec.loss_grad_(self.w, X, y, sw, part_g, 1.0 / w_b, None, rows))
                 self.g.add_(part_g)
+        t0 = time.perf_counter()
         if self.shm is not None:
             self.shm.allreduce_(self.g)
         else:
             import torch.distributed as dist
 
             dist.all_reduce(self.g)
+        self.allreduce_s += time.perf_counter() - t0
         return float(loss)
 
     def flat(self):
@@ -214,12 +218,15 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
     l2_grads = [p.grad for p in weights] if kept_grads else None
     f64 = torch.float64
     per_step = {}
+    clock = time.perf_counter
+    spent = [0.0, 0.0, 0.0, 0.0]  # this rank's seconds in the steps' batch, gradient, L2 term and optimizer
 
     def allreduce(t):
         dist.all_reduce(t)
         return t
 
     def step(epoch, k):
+        t0 = clock()
         if k == 0:  # the epoch's batches, worked out once: their rows, and their global sizes in one allreduce
             counts, wsums = [0] * cfg.n_steps, [0.0] * cfg.n_steps  # Python numbers: no tensor op per step
             rows_of = [[] for _ in range(cfg.n_steps)]  # step -> each shard's rows of that batch
@@ -242,13 +249,20 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
             parts = per_step["parts"][k]
         else:
             parts = [M.take(s, idx) for s, idx in zip(shards, per_step["rows_of"][k])]
+        t1 = clock()
         part = gradient(parts, w_b) / w_b
+        t2 = clock()
         # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
         if weights and cfg.alpha:
             add_(l2_grads if kept_grads else [p.grad for p in weights], w_det, cfg.alpha / w_b)
         if k % comm.world_size == comm.rank and cfg.alpha:
             part += 0.5 * cfg.alpha * sum(float(torch.dot(v, v)) for v in w_flat) / w_b
+        t3 = clock()
         step_opt()
+        spent[0] += t1 - t0
+        spent[1] += t2 - t1
+        spent[2] += t3 - t2
+        spent[3] += clock() - t3
         return part * n_b
 
     def reduce_epoch(v):
@@ -275,6 +289,20 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
     if comm.rank != 0:
         return None
     out.w, out.opt_state = snapshot(), _cpu_state(opt, copy=False)  # the run is over: its tensors may go as they are
+    out.info["step_seconds"] = _step_seconds(spent, getattr(gradient, "allreduce_s", None))
+    return out
+
+
+def _step_seconds(spent, allreduce_s):
+    """Where a rank's steps spent their time: seconds in each part, over the run (see ``fit_stats_``).
+
+    ``allreduce_s``: the gradient's seconds in its allreduce, reported apart from the rest of the gradient;
+    None where the two cannot be told apart (``DistributedDataParallel`` sums inside its backward).
+    """
+    batch, grad, l2, opt = spent
+    out = {"batch": batch, "gradient": grad, "allreduce": None, "l2": l2, "optimizer": opt}
+    if allreduce_s is not None:
+        out["gradient"], out["allreduce"] = grad - allreduce_s, allreduce_s
     return out
 
 

@@ -565,7 +565,11 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         ``"hand-written"``, the network's own backward into one flat buffer; ``kernel``:
         ``"numba"``, one compiled call per step for float64 on CPU, or ``"torch"``, torch ops; for
         sparse X ``"csr-numba"``, the first layer's sparse products compiled, the rest torch ops, or
-        ``"csr-torch"``).
+        ``"csr-torch"``), and where the steps spent their time (``step_seconds``: rank 0's seconds over
+        the run in each part of a step: ``batch``, finding the batch's rows; ``gradient``, the forward and
+        backward; ``allreduce``, summing the gradients over the ranks, or None where
+        ``DistributedDataParallel`` sums inside the backward; ``l2``, the penalty; ``optimizer``, its
+        step).
 
     Examples
     --------

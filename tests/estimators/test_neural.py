@@ -229,6 +229,17 @@ def test_tree_and_ddp_take_the_same_steps(client, shared_memory):
     np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
 
 
+def test_ddp_reports_where_its_steps_spent_their_time(client):
+    X, y = _blobs(n=400, k=3)
+    ddp = _small("ddp", batch_size=50, max_iter=4, alpha=1e-3).fit(X, y)
+    parts = ddp.fit_stats_["step_seconds"]
+    assert set(parts) == {"batch", "gradient", "allreduce", "l2", "optimizer"}
+    assert all(v > 0 for v in parts.values()), parts
+    # the parts lie inside the steps, and the steps inside the epochs' seconds: nothing is counted twice
+    assert sum(parts.values()) < sum(h["seconds"] for h in ddp.history_)
+    assert "step_seconds" not in _small("tree", batch_size=50, max_iter=2).fit(X, y).fit_stats_  # no ranks
+
+
 # ----------------------------------------------------------- 5. early stopping
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_early_stopping_on_an_overfitting_problem(strategy):
