@@ -123,7 +123,10 @@ def _tanh_(a, er, tk, tk_bits, c, ci, pe, pm):  # pragma: no cover - numba
         q = pm[0]
         for j in range(1, len(pm)):
             q = q * u + pm[j]
-        e = q * u if abs(u) < lim else er[i] * tk[i] - c[6]
+        # both sides worked out, then one chosen: with the load of er and tk on one side only, LLVM did not
+        # vectorise this loop on AVX2 (no cheap masked loads; docs/performance.md)
+        big = er[i] * tk[i] - c[6]
+        e = q * u if abs(u) < lim else big
         a[i] = e / (e + two)
 
 
