@@ -27,6 +27,7 @@ own network and takes minutes at full size).  Writes ``hosts.json`` and
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -120,8 +121,8 @@ def _paired(h, rates, fn, repeat):
     """``{rate: [fn() of each repetition]}``, every repetition taking each rate in turn on the same hosts.
 
     The order of the rates turns with each repetition, so no rate is always first after a change.  Paired
-    this way, a measurement and the unlimited one the model takes its CPU term from see the same processes at
-    nearly the same time: on a 2-core machine that moves from minute to minute, separate clusters did not.
+    this way, a measurement and the unlimited one the model takes its CPU term from come from the same
+    processes at nearly the same time.
     """
     times = {r: [] for r in rates}
     for k in range(repeat):
@@ -204,7 +205,7 @@ def run_hosts(n_hosts, rates, X, y, params, repeat, max_iter, mlp_hidden, tree_r
         put("mlp_allreduce", {r: mlp.fit_stats_.get("allreduce") for r in rates})
 
         for p in params:
-            seeds = iter(range(10**6))
+            seeds = itertools.count()
             measure(f"tree_sum_{int(p):.0e}_s", lambda: _tree_sum_time(c, ws, int(p), next(seeds)), tree_repeat)
     return [rows[r] for r in rates]
 
