@@ -199,8 +199,9 @@ class _CGBreakdown(Exception):
 @register("newton-cg")
 def _newton_cg(objective, x0, *, tol, max_iter, callback=None):
     """scipy's trust-ncg, guarded: its inner CG loop has no iteration limit and, on a badly scaled problem,
-    can loop forever once a Hessian-vector product overflows.  A non-finite product, or more products than
-    ``max_iter * (2 * n_params + 10)``, ends the solve at the best point seen (status 2).
+    can loop forever once a Hessian-vector product overflows.  A non-finite product, a non-finite CG iterate
+    (which scipy's norm refuses), or more products than ``max_iter * (2 * n_params + 10)``, ends the solve at
+    the best point seen (status 2).
 
     It stops, as scikit-learn's newton-cg and L-BFGS-B do, once the largest absolute entry of the gradient
     is at most ``tol``, tested at the start too; trust-ncg's own ``gtol`` bounds the gradient's Euclidean
@@ -252,7 +253,11 @@ def _newton_cg(objective, x0, *, tol, max_iter, callback=None):
         if cb.stopped:  # our stop (see above), which scipy reports as a callback's request (status 99)
             res.update(success=True, status=0,
                        message="Optimization terminated successfully (largest absolute gradient entry at most tol).")
-    except _CGBreakdown:
+    except (_CGBreakdown, ValueError) as e:
+        # scipy's own finiteness check inside the CG loop (its norm of an iterate that overflowed, after r.r
+        # did) is the same breakdown, met before any product was non-finite; any other ValueError is not
+        if isinstance(e, ValueError) and "must not contain infs or NaNs" not in str(e):
+            raise
         res = optimize.OptimizeResult(
             x=best["x"], fun=best["f"], jac=best["g"], nit=0, nfev=best["nfev"], status=2, success=False,
             message="The conjugate-gradient steps broke down (a non-finite or endless Hessian product).",
