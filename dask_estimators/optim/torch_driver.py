@@ -187,7 +187,7 @@ class TrainResult:
     t: int  # samples seen, warm starts included (SGD's "invscaling" rate)
     n_epochs: int  # epochs run
     monitor: Monitor  # the stopping rule's state and the curves
-    w: np.ndarray | None = None  # the flat parameters at the end
+    w: np.ndarray | None = None  # the flat parameters at the end (ddp: in the network's dtype)
     opt_state: dict | None = None  # the optimizer's state dict (NumPy-free, torch tensors on the CPU)
     info: dict = field(default_factory=dict)  # how it ran: "allreduce", "gradient", "kernel" (ddp)
     callbacks: list = field(default_factory=list)  # the loop callbacks as the run left them (rank 0's with ddp)

@@ -337,6 +337,55 @@ def test_ddp_resumes_after_a_worker_is_killed_mid_epoch(fc, faulty, monkeypatch,
     de.MLPClassifier((4,), strategy="tree", max_iter=2, random_state=0, client=fc).fit(X[:300], y[:300])
 
 
+def test_ddp_epoch_state_is_each_epochs_own_and_the_next_epoch_never_writes_over_it():
+    """The state a rank keeps at an epoch's end (reused buffers, two sets in turn): what ``_CHECKPOINTS`` holds
+    after epoch e is epoch e's, also while epoch e+1 writes its own, and a survivor hands it out as copies."""
+    import torch
+
+    from dask_estimators.engine import ddp
+    from dask_estimators.optim.torch_driver import Monitor
+
+    torch.manual_seed(0)
+    w = torch.randn(50, dtype=torch.float32)
+    params = [w[:40].view(8, 5).requires_grad_(), w[40:].requires_grad_()]
+    opt = torch.optim.Adam(params, lr=0.1)
+    keep = ddp._Checkpoints("t-key", opt, Monitor(0.0, 10, False), [], lambda: w)
+
+    def epoch():
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt.step()
+        return w.clone(), {k: {n: v.clone() for n, v in s.items()} for k, s in opt.state_dict()["state"].items()}
+
+    try:
+        seen = []
+        for e in range(4):
+            w_e, state_e = epoch()
+            keep([{"epoch": e + 1}], False, e)
+            seen.append((ddp._CHECKPOINTS["t-key"], w_e, state_e))
+        # the two latest epochs' entries are intact (each set is written every other epoch only)
+        for held, w_e, state_e in seen[-2:]:
+            torch.testing.assert_close(held["w"], w_e, rtol=0, atol=0)
+            for k, s in state_e.items():
+                for n, v in s.items():
+                    torch.testing.assert_close(held["opt_state"]["state"][k][n], v, rtol=0, atol=0)
+        assert seen[-1][0]["w"].data_ptr() == seen[-3][0]["w"].data_ptr()  # buffers reused, not made anew
+        out = ddp._checkpoint("t-key")
+        assert out["w"].dtype == np.float32 and out["history"] == [{"epoch": 4}] and out["t"] == 3
+        np.testing.assert_array_equal(out["w"], seen[-1][1].numpy())
+        exp_avg = out["opt_state"]["state"][0]["exp_avg"]
+        assert exp_avg.data_ptr() != ddp._CHECKPOINTS["t-key"]["opt_state"]["state"][0]["exp_avg"].data_ptr()
+        w_e, _ = epoch()  # what was handed out does not move with the run
+        keep([{"epoch": 5}], False, 4)
+        np.testing.assert_array_equal(out["w"], seen[-1][1].numpy())
+        # a resumed optimizer takes it as it is
+        fresh = torch.optim.Adam([torch.zeros(8, 5, requires_grad=True), torch.zeros(10, requires_grad=True)])
+        fresh.load_state_dict(out["opt_state"])
+        assert ddp._checkpoint("no-such-key") is None
+    finally:
+        ddp._drop_checkpoints("t-key")
+
+
 def test_ddp_without_a_worker_left_is_a_clear_error_not_a_hang(fc, monkeypatch):
     """No worker to resume on (recovery finds none): the fit ends in WorkerLostError, bounded in time."""
     from dask_estimators.engine import placement as pl
