@@ -291,7 +291,7 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
         return None
     # the run is over: its tensors may go as they are; the parameters in their own dtype (half the bytes to
     # send back of a float32 network's; the estimator takes them as float64)
-    out.w, out.opt_state = gradient.flat().detach().to("cpu", copy=True).numpy(), _cpu_state(opt)
+    out.w, out.opt_state = _cpu_copy(gradient.flat()).numpy(), _cpu_state(opt)
     out.info["step_seconds"] = _step_seconds(spent, gradient.allreduce_s)
     return out
 
@@ -329,11 +329,11 @@ class _Checkpoints:
     CPU buffers in turn, in their own dtype, made at the first epoch's end:
     an epoch's end then costs copies only, not new arrays and a float64
     conversion (the 500-1024-1024 float32 network's fit, 5 epochs on 4,000
-    rows: 0.2 s less outside its epochs, docs/performance.md).  The set an epoch writes is never the one
-    ``_CHECKPOINTS`` points to, so a survivor's state read after a loss
-    (:func:`_checkpoint`, on the worker's event loop) is always a whole epoch's:
-    to write the other set again the rank would have to finish another epoch,
-    which needs the lost peer.
+    rows: 0.2 s less outside its epochs, docs/performance.md).  The set an
+    epoch writes is never the one ``_CHECKPOINTS`` points to, so a
+    survivor's state read after a loss (:func:`_checkpoint`, on the worker's
+    event loop) is always a whole epoch's: to write the other set again the
+    rank would have to finish another epoch, which needs the lost peer.
     """
 
     def __init__(self, key, opt, monitor, callbacks, flat):
