@@ -76,8 +76,8 @@ def _checkpoints_kept():
 
 def _checkpoints_kept_by_survivors(client, pids, killed):
     """Epoch states the workers that outlived a SIGKILL of ``killed`` keep.  Only those are asked: the nanny is
-    restarting the killed one, and a ``client.run`` over every worker raced that restart once in CI (the
-    scheduler's broadcast to the new worker failed with CommClosedError)."""
+    restarting the killed one, and a ``client.run`` over every worker failed once in CI with CommClosedError
+    from the scheduler's broadcast, during that restart (which worker's comm closed, the log did not show)."""
     survivors = [address for address, pid in pids.items() if pid != killed]
     return set(client.run(_checkpoints_kept, workers=survivors).values())
 
