@@ -1,6 +1,6 @@
 # Two commands for a fresh machine; each sets itself up first.
 #   make demo   fit the estimators on the embedded Dask cluster, next to scikit-learn
-#   make test   build the docs (warnings are errors), then run the test suite on a real process-based LocalCluster
+#   make test   build the docs (warnings are errors), then run the test suite (in two processes) on a real process-based LocalCluster
 #               (it includes tests/upstream: scikit-learn's own tests run against our estimators, docs/fidelity.md),
 #               then .ci/floors: a fast subset in a second venv holding the oldest versions pyproject.toml declares
 #   make test-upstream   only tests/upstream, with its per-module counts
@@ -26,8 +26,11 @@ demo: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[examples]"
 	$(PY) examples/demo.py
 
+# test: two pytest processes (pytest-xdist), a whole file to each at a time (--dist loadfile), so that a
+# file's module fixtures (the process clusters of test_faults and test_churn, test_hosts' namespaces) stay
+# in one process; each process has its own session LocalCluster
 test: docs
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 	# the floor job: the oldest versions pyproject.toml admits, in .venv-floors, on a fast subset
 	PYTHON=$(PYTHON) .ci/floors
 

@@ -12,6 +12,26 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_configure(config):
+    """Under pytest-xdist the controller collects nothing, so it would never load tests/upstream/conftest.py,
+    whose summary of scikit-learn's own tests it must print: load it here (the workers load it as usual)."""
+    if getattr(config, "workerinput", None) is not None or getattr(config.option, "dist", "no") == "no":
+        return
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    upstream = Path(__file__).parent / "upstream"
+    loaded = {Path(getattr(plugin, "__file__", "") or "") for plugin in config.pluginmanager.get_plugins()}
+    if upstream / "conftest.py" in loaded:  # the arguments named tests/upstream: pytest loaded it already
+        return
+    sys.path.insert(0, str(upstream))  # its imports: upstream_loader, upstream_skips
+    spec = importlib.util.spec_from_file_location("upstream_conftest", upstream / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config.pluginmanager.register(module, "upstream-report")
+
+
 @pytest.fixture(scope="session")
 def cluster():
     from distributed import LocalCluster

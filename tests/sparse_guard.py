@@ -3,37 +3,57 @@
 Shared by the sparse tests (tests/ is on ``sys.path`` under pytest, and the
 session cluster's spawned workers inherit that path, so ``client.run`` can
 send it to them).
+
+The state lives on the patched classes themselves: a refusal carries the
+method it replaced.  A module-level registry of originals would be a second
+copy of that state, and a copy can disagree with the classes (a function
+pickled by value carries a snapshot of its module's globals), after which
+"on" would install nothing.
 """
 
 from __future__ import annotations
 
-#: The patched methods' originals, per (owner, name), while the patch is on.
-_SAVED: dict = {}
 
-
-def forbid_densify(on: bool) -> bool:
-    """Make ``toarray``/``todense`` of scipy.sparse and ``torch.Tensor.to_dense`` raise ``AssertionError``
-    in this process (``on``), or restore them; returns True (for ``client.run``)."""
+def _targets():
     import scipy.sparse._base as base
     import scipy.sparse._compressed as compressed
     import scipy.sparse._coo as coo
     import torch
 
-    targets = [(base._spbase, "toarray"), (base._spbase, "todense"), (compressed._cs_matrix, "toarray"),
-               (coo._coo_base, "toarray"), (torch.Tensor, "to_dense")]
-    for owner, name in targets:
-        key = (owner, name)
-        if on and key not in _SAVED:
-            _SAVED[key] = owner.__dict__.get(name)
+    return [(base._spbase, "toarray"), (base._spbase, "todense"), (compressed._cs_matrix, "toarray"),
+            (coo._coo_base, "toarray"), (torch.Tensor, "to_dense")]
 
-            def refuse(self, *args, _name=name, **kwargs):
-                raise AssertionError(f"{_name} was called: a sparse matrix was densified")
 
-            setattr(owner, name, refuse)
-        elif not on and key in _SAVED:
-            original = _SAVED.pop(key)
-            if original is None:
+def _refusal(name: str, original):
+    def refuse(self, *args, **kwargs):
+        raise AssertionError(f"{name} was called: a sparse matrix was densified")
+
+    refuse.replaced = original  # None: the class had no method of its own (it inherited one)
+    return refuse
+
+
+def forbid_densify(on: bool) -> bool:
+    """Make ``toarray``/``todense`` of scipy.sparse and ``torch.Tensor.to_dense`` raise ``AssertionError``
+    in this process (``on``), or restore them; returns True (for ``client.run``).
+
+    Idempotent both ways; "on" checks that a CSR matrix then refuses to densify."""
+    for owner, name in _targets():
+        current = owner.__dict__.get(name)
+        installed = current is not None and hasattr(current, "replaced")
+        if on and not installed:
+            setattr(owner, name, _refusal(name, current))
+        elif not on and installed:
+            if current.replaced is None:
                 delattr(owner, name)
             else:
-                setattr(owner, name, original)
+                setattr(owner, name, current.replaced)
+    if on:
+        import numpy as np
+        import scipy.sparse as sp
+
+        try:
+            sp.csr_matrix(np.eye(2)).toarray()
+        except AssertionError:
+            return True
+        raise RuntimeError("forbid_densify(True) did not take effect: csr_matrix.toarray still densifies")
     return True

@@ -10,7 +10,9 @@ conftest
   not apply and marks the ones that fail because of our defects
   (``upstream_skips``);
 - prints the per-module counts at the end of the run (and writes them as JSON
-  to ``$UPSTREAM_REPORT_JSON`` when set).
+  to ``$UPSTREAM_REPORT_JSON`` when set).  Under pytest-xdist the workers
+  collect and run, and ``tests/conftest.py`` loads this file into the
+  controller too, which merges the workers' parts and prints them.
 
 The tests run on the session's LocalCluster of ``tests/conftest.py``.
 """
@@ -158,6 +160,24 @@ def pytest_runtest_logreport(report):
         else:
             outcome = report.outcome
         _OUTCOMES.setdefault(report.nodeid, outcome)
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: its part goes to the controller, which prints
+        workeroutput["upstream"] = json.dumps({"classes": _CLASSES, "outcomes": _OUTCOMES, "unused": sorted(_UNUSED)})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The xdist controller (which collects nothing) merges each worker's classes and outcomes."""
+    part = getattr(node, "workeroutput", {}).get("upstream")
+    if part is None:
+        return
+    part = json.loads(part)
+    _CLASSES.update({nodeid: tuple(c) for nodeid, c in part["classes"].items()})
+    _OUTCOMES.update(part["outcomes"])
+    _UNUSED.update(tuple(u) for u in part["unused"])
 
 
 def upstream_counts() -> dict:
