@@ -26,8 +26,8 @@ import torch
 
 from .. import _torch_api
 from ..objectives import module as M
-from ..optim.torch_driver import (Monitor, TrainConfig, TrainResult, fast_step, make_optimizer, run_epochs,
-                                  torch_state)
+from ..optim.torch_driver import (Monitor, TrainConfig, TrainResult, _FusedAdamStep, fast_step, make_optimizer,
+                                  run_epochs, torch_state)
 from . import _shm_allreduce
 
 __all__ = ["ddp_rank", "train_ddp"]
@@ -214,7 +214,9 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
     w_flat = [v.view(-1) for v in w_det]
     # the flat path's gradients stay the same tensors between steps; DDP's are made anew by each backward
     kept_grads = isinstance(gradient, _FlatGradient)
-    step_opt = fast_step(opt) if kept_grads else opt.step
+    step_opt = fast_step(opt, l2=weights) if kept_grads else opt.step
+    # the fused Adam step adds the L2 term to the weights' gradients as it reads them (no pass of its own)
+    l2_in_step = isinstance(step_opt, _FusedAdamStep)
     add_ = _torch_api.foreach_add_fn()
     l2_grads = [p.grad for p in weights] if kept_grads else None
     f64 = torch.float64
@@ -254,12 +256,16 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
         part = gradient(parts, w_b) / w_b
         t2 = clock()
         # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
-        if weights and cfg.alpha:
-            add_(l2_grads if kept_grads else [p.grad for p in weights], w_det, cfg.alpha / w_b)
+        decay = cfg.alpha / w_b if weights and cfg.alpha else 0.0
+        if decay and not l2_in_step:
+            add_(l2_grads if kept_grads else [p.grad for p in weights], w_det, decay)
         if k % comm.world_size == comm.rank and cfg.alpha:
             part += 0.5 * cfg.alpha * sum(float(torch.dot(v, v)) for v in w_flat) / w_b
         t3 = clock()
-        step_opt()
+        if l2_in_step:
+            step_opt(decay)
+        else:
+            step_opt()
         spent[0] += t1 - t0
         spent[1] += t2 - t1
         spent[2] += t3 - t2

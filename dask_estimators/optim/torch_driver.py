@@ -103,30 +103,55 @@ class _FusedAdamStep:
     optimizer and its ``state_dict`` stay torch.optim's.  Only for what it
     covers (:func:`fast_step`); a ``load_state_dict`` after the first call
     needs a new one.
+
+    ``l2``: the parameters an L2 term applies to (the weights, not the
+    biases).  A call with ``decay`` then steps as if ``decay * p`` had been
+    added to each of their gradients first, but the kernel adds it as it
+    reads them (its ``weight_decay``), which saves a pass over the
+    parameters and the gradients a step; the gradients are left as they
+    were.  The same bits as ``foreach_add_`` then ``opt.step()`` where
+    torch's two kernels round alike (``test_fused_l2_equals_the_added_term``).
     """
 
-    def __init__(self, opt):
-        self.opt, self.state = opt, None
+    def __init__(self, opt, l2=()):
+        self.opt, self.state, self.l2 = opt, None, {id(p) for p in l2}
 
-    def __call__(self):
+    def __call__(self, decay=0.0):
         if self.state is None:
-            self.opt.step()
             params = self.opt.param_groups[0]["params"]
-            st = [self.opt.state[p] for p in params]
-            self.state = (params, [p.grad for p in params], [s["exp_avg"] for s in st],
-                          [s["exp_avg_sq"] for s in st], [s["step"] for s in st])
+            if decay:
+                decayed = [p for p in params if id(p) in self.l2]
+                _torch_api.foreach_add_([p.grad for p in decayed], [p.detach() for p in decayed], decay)
+            self.opt.step()
+            st = self.opt.state
+            parts = ([p for p in params if id(p) in self.l2], [p for p in params if id(p) not in self.l2])
+            self.state = (
+                [s["step"] for s in (st[p] for p in params)],
+                [(ps, [p.grad for p in ps], [st[p]["exp_avg"] for p in ps], [st[p]["exp_avg_sq"] for p in ps],
+                  [st[p]["step"] for p in ps]) for ps in parts if ps],
+                (params, [p.grad for p in params], [st[p]["exp_avg"] for p in params],
+                 [st[p]["exp_avg_sq"] for p in params], [st[p]["step"] for p in params]),
+            )
             return
         g = self.opt.param_groups[0]
-        params, grads, m, v, steps = self.state
-        torch._foreach_add_(steps, 1)
-        torch._fused_adam_(params, grads, m, v, [], steps, lr=g["lr"], beta1=g["betas"][0], beta2=g["betas"][1],
-                           weight_decay=g["weight_decay"], eps=g["eps"], amsgrad=False, maximize=False)
+        all_steps, parts, whole = self.state
+        torch._foreach_add_(all_steps, 1)
+        kw = dict(lr=g["lr"], beta1=g["betas"][0], beta2=g["betas"][1], eps=g["eps"], amsgrad=False, maximize=False)
+        if not decay:  # one call over every parameter
+            torch._fused_adam_(*whole[:4], [], whole[4], weight_decay=g["weight_decay"], **kw)
+            return
+        for params, grads, m, v, steps in parts:
+            wd = decay if id(params[0]) in self.l2 else 0.0
+            torch._fused_adam_(params, grads, m, v, [], steps, weight_decay=g["weight_decay"] + wd, **kw)
 
 
-def fast_step(opt):
+def fast_step(opt, l2=()):
     """A callable doing ``opt.step()``: :class:`_FusedAdamStep` for a plain fused Adam, else ``opt.step`` itself.
 
     The gradients must stay the same tensors between steps (updated in place).
+    ``l2``: the parameters a ``decay`` argument of the fused step applies to;
+    ``opt.step`` takes no such argument, so a caller tells them apart with
+    ``isinstance(step, _FusedAdamStep)`` (see ``engine/ddp.py``).
     """
     from torch.optim import optimizer as _optimizer
 
@@ -144,7 +169,7 @@ def fast_step(opt):
         and not isinstance(opt.defaults.get("lr"), torch.Tensor)
         and all(h is not None and not h for h in hooks)
     ):
-        return _FusedAdamStep(opt)
+        return _FusedAdamStep(opt, l2)
     return opt.step
 
 

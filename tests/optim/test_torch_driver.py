@@ -354,6 +354,46 @@ def test_fused_adam_step_equals_torch_optim(dtype):
     assert fast_step(hooked) == hooked.step
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_l2_equals_the_added_term(dtype):
+    """The fused step's ``decay`` (the L2 term taken inside the kernel, for the weights only) steps as adding
+    ``decay * w`` to the weights' gradients and then ``opt.step()``, to the bit, the first step (which makes
+    the state) included, with the decay changing between steps and a step without it; the gradients are left
+    as they were."""
+    rng = torch.Generator().manual_seed(1)
+    shapes = [(300, 7), (300,), (1, 300), (1,)]  # long enough for the kernels' vector loops and their tails
+
+    def make():
+        params = [torch.randn(s, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(dtype)
+                  .requires_grad_() for s in shapes]
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        return params, make_optimizer(params, TrainConfig(solver="adam", learning_rate_init=0.05))
+
+    ref_params, ref = make()
+    params, opt = make()
+    ref_w, w = ref_params[0::2], params[0::2]
+    step = fast_step(opt, l2=w)
+    for k, decay in enumerate([1e-3, 1e-3, 0.0, 2.5e-4, 1e-3 / 3]):
+        for p, q in zip(ref_params, params):
+            g = torch.randn(p.shape, generator=rng, dtype=torch.float64).to(dtype)
+            p.grad.copy_(g)
+            q.grad.copy_(g)
+        if decay:
+            for p in ref_w:
+                p.grad.add_(p.detach(), alpha=decay)
+        ref.step()
+        step(decay)
+        for p, q in zip(ref_params, params):
+            assert torch.equal(p, q), k
+        if k > 0:  # after the first step the kernel takes the term: the weights' gradients are as computed
+            assert not decay or not torch.equal(ref_w[0].grad, w[0].grad)
+    a, b = ref.state_dict(), opt.state_dict()
+    for i in a["state"]:
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(a["state"][i][key], b["state"][i][key])
+
+
 @pytest.mark.parametrize("solver", ["sgd", "adam"])
 def test_full_batch_steps_match_sklearn_optimizers(solver):
     """Full-batch epochs (n_steps=1, no shuffle) step as scikit-learn's own SGDOptimizer (Nesterov momentum)
