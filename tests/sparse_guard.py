@@ -15,13 +15,20 @@ from __future__ import annotations
 
 
 def _targets():
-    import scipy.sparse._base as base
-    import scipy.sparse._compressed as compressed
-    import scipy.sparse._coo as coo
+    """(class, method) pairs to patch: every class in the MRO of scipy.sparse's public matrix and array classes
+    that defines ``toarray`` or ``todense`` itself (found from the live classes, not private module paths),
+    and ``torch.Tensor.to_dense``."""
+    import scipy.sparse as sp
     import torch
 
-    return [(base._spbase, "toarray"), (base._spbase, "todense"), (compressed._cs_matrix, "toarray"),
-            (coo._coo_base, "toarray"), (torch.Tensor, "to_dense")]
+    found = {}
+    for fmt in ("csr", "csc", "coo", "bsr", "dia", "dok", "lil"):
+        for kind in ("matrix", "array"):
+            for owner in getattr(sp, f"{fmt}_{kind}").__mro__:
+                for name in ("toarray", "todense"):
+                    if name in owner.__dict__:
+                        found[(owner, name)] = None
+    return [*found, (torch.Tensor, "to_dense")]
 
 
 def _refusal(name: str, original):
@@ -55,5 +62,8 @@ def forbid_densify(on: bool) -> bool:
             sp.csr_matrix(np.eye(2)).toarray()
         except AssertionError:
             return True
-        raise RuntimeError("forbid_densify(True) did not take effect: csr_matrix.toarray still densifies")
+        where = [f"{c.__module__}.{c.__qualname__} (id {id(c)}): {c.__dict__['toarray']!r}"
+                 for c in sp.csr_matrix.__mro__ if "toarray" in c.__dict__]
+        raise RuntimeError("forbid_densify(True) did not take effect: csr_matrix.toarray still densifies; "
+                           f"toarray is defined by {where}")
     return True
