@@ -5,10 +5,12 @@ session cluster's spawned workers inherit that path, so ``client.run`` can
 send it to them).
 
 The state lives on the patched classes themselves: a refusal carries the
-method it replaced.  A module-level registry of originals would be a second
-copy of that state, and a copy can disagree with the classes (a function
-pickled by value carries a snapshot of its module's globals), after which
-"on" would install nothing.
+method it replaced, so "on" and "off" read what is installed, not a registry
+beside it.  The targets are every class of the public classes' MROs that
+defines the method itself: a subclass's own copy (a test that "restored" an
+inherited method by assigning it back made one on a worker once) would
+otherwise hide a patch of its base, and "on" checks that a CSR matrix then
+refuses.
 """
 
 from __future__ import annotations

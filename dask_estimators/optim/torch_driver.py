@@ -119,30 +119,32 @@ class _FusedAdamStep:
     def __call__(self, decay=0.0):
         if self.state is None:
             params = self.opt.param_groups[0]["params"]
+            decayed = [p for p in params if id(p) in self.l2]
             if decay:
-                decayed = [p for p in params if id(p) in self.l2]
                 _torch_api.foreach_add_([p.grad for p in decayed], [p.detach() for p in decayed], decay)
             self.opt.step()
             st = self.opt.state
-            parts = ([p for p in params if id(p) in self.l2], [p for p in params if id(p) not in self.l2])
-            self.state = (
-                [s["step"] for s in (st[p] for p in params)],
-                [(ps, [p.grad for p in ps], [st[p]["exp_avg"] for p in ps], [st[p]["exp_avg_sq"] for p in ps],
-                  [st[p]["step"] for p in ps]) for ps in parts if ps],
-                (params, [p.grad for p in params], [st[p]["exp_avg"] for p in params],
-                 [st[p]["exp_avg_sq"] for p in params], [st[p]["step"] for p in params]),
-            )
+
+            def kernel_args(ps):  # _fused_adam_'s tensor lists for the parameters ps
+                return (ps, [p.grad for p in ps], [st[p]["exp_avg"] for p in ps], [st[p]["exp_avg_sq"] for p in ps],
+                        [st[p]["step"] for p in ps])
+
+            rest = [p for p in params if id(p) not in self.l2]
+            # every parameter in one call (no decay); the weights with the decay and the rest without
+            self.state = (kernel_args(params), [(True, kernel_args(decayed)), (False, kernel_args(rest))])
             return
         g = self.opt.param_groups[0]
-        all_steps, parts, whole = self.state
-        torch._foreach_add_(all_steps, 1)
+        whole, split = self.state
+        torch._foreach_add_(whole[4], 1)
         kw = dict(lr=g["lr"], beta1=g["betas"][0], beta2=g["betas"][1], eps=g["eps"], amsgrad=False, maximize=False)
         if not decay:  # one call over every parameter
-            torch._fused_adam_(*whole[:4], [], whole[4], weight_decay=g["weight_decay"], **kw)
+            params, grads, m, v, steps = whole
+            torch._fused_adam_(params, grads, m, v, [], steps, weight_decay=g["weight_decay"], **kw)
             return
-        for params, grads, m, v, steps in parts:
-            wd = decay if id(params[0]) in self.l2 else 0.0
-            torch._fused_adam_(params, grads, m, v, [], steps, weight_decay=g["weight_decay"] + wd, **kw)
+        for is_decayed, (params, grads, m, v, steps) in split:
+            if params:
+                torch._fused_adam_(params, grads, m, v, [], steps,
+                                   weight_decay=g["weight_decay"] + (decay if is_decayed else 0.0), **kw)
 
 
 def fast_step(opt, l2=()):
