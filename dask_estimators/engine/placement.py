@@ -318,53 +318,68 @@ class Placement:
 
         Each rebuilt shard goes to the surviving worker holding the fewest
         shards (a worker may then hold two, each with its own actor), and every
-        :meth:`map` / :meth:`map_each` call made so far is replayed on it.
+        :meth:`map` / :meth:`map_each` call made so far is replayed on it.  A
+        worker lost while it takes a shard over (such as a worker its nanny
+        had just restarted) is one more loss: its shards go to the workers
+        left, up to ``dask-estimators.max-recoveries`` (3) such losses.
         Returns the indices of the rebuilt shards.  Raises
         :class:`~dask_estimators.engine.WorkerLostError` when no worker is left
         (after waiting ``wait_s`` seconds, default the dask config
-        ``dask-estimators.recovery-wait``, 10 s, for one to join, such as a
-        worker restarted by its nanny).
+        ``dask-estimators.recovery-wait``, 10 s, for one to join).
         """
         import time
 
         import dask
 
         lost = set(lost)
-        self._lost |= lost
-        idx = [i for i, w in enumerate(self.workers) if w in self._lost]
-        if not idx:
-            return []
-        if self.sources is None:
-            raise WorkerLostError(lost, f"Lost the Dask worker(s) {sorted(lost)}; this placement cannot be rebuilt.")
         if wait_s is None:
             wait_s = float(dask.config.get("dask-estimators.recovery-wait", 10))
+        max_losses = int(dask.config.get("dask-estimators.max-recoveries", 3))
         t0 = time.perf_counter()
-        survivors = self._survivors(wait_s)
-        for i in idx:
-            old = [self.shards[i]] + ([self._actor_futures[i]] if self._actor_futures else [])
-            _watch._cancel(self.client, old)
-            target = min(survivors, key=lambda w: (self.workers.count(w), w))
-            shard = _build_from_source(self.client, self.sources[i], target, self.device, self._buffers,
-                                       self.timeout)
-            self.shards[i], self.workers[i] = shard, target
-            if self.transport == "actors":
-                fut = self.client.submit(
-                    ShardActor, shard, workers=[target], allow_other_workers=False, actor=True, pure=False
-                )
-                self._actor_futures[i] = fut
-                with self.client.as_current():
-                    [self.actors[i]] = self._wait([fut], [target])
-            [n] = self._wait([self._submit_one(i, _rows, ())], [target])
-            if n != self.n_rows[i]:
-                raise RuntimeError(
-                    f"A shard rebuilt after a worker loss has {n} rows, the lost one had {self.n_rows[i]}: "
-                    "the input is not deterministic."
-                )
-            for fn, args, per_shard in self._log:
-                self._wait([self._submit_one(i, fn, args[i] if per_shard else args)], [target])
-            self.recoveries.append({"shard": i, "lost": sorted(lost), "to": target,
-                                    "seconds": time.perf_counter() - t0})
-        return idx
+        rebuilt: set = set()
+        for attempt in range(max_losses + 1):
+            self._lost |= lost
+            idx = [i for i, w in enumerate(self.workers) if w in self._lost]
+            if not idx:
+                break
+            if self.sources is None:
+                raise WorkerLostError(lost, f"Lost the Dask worker(s) {sorted(lost)}; this placement cannot be "
+                                      "rebuilt.")
+            survivors = self._survivors(wait_s)
+            try:
+                for i in idx:
+                    target = min(survivors, key=lambda w: (self.workers.count(w), w))
+                    self._rebuild(i, target)
+                    rebuilt.add(i)
+                    self.recoveries.append({"shard": i, "lost": sorted(lost), "to": target,
+                                            "seconds": time.perf_counter() - t0})
+            except WorkerLostError as e:
+                lost = e.workers - self._lost
+                if not lost or attempt == max_losses:
+                    raise
+        return sorted(rebuilt)
+
+    def _rebuild(self, i, target) -> None:
+        """Shard ``i`` built again from its source on ``target``, with its actor, its checks and the replayed calls."""
+        old = [self.shards[i]] + ([self._actor_futures[i]] if self._actor_futures else [])
+        _watch._cancel(self.client, old)
+        shard = _build_from_source(self.client, self.sources[i], target, self.device, self._buffers, self.timeout)
+        self.shards[i], self.workers[i] = shard, target
+        if self.transport == "actors":
+            fut = self.client.submit(
+                ShardActor, shard, workers=[target], allow_other_workers=False, actor=True, pure=False
+            )
+            self._actor_futures[i] = fut
+            with self.client.as_current():
+                [self.actors[i]] = self._wait([fut], [target])
+        [n] = self._wait([self._submit_one(i, _rows, ())], [target])
+        if n != self.n_rows[i]:
+            raise RuntimeError(
+                f"A shard rebuilt after a worker loss has {n} rows, the lost one had {self.n_rows[i]}: "
+                "the input is not deterministic."
+            )
+        for fn, args, per_shard in self._log:
+            self._wait([self._submit_one(i, fn, args[i] if per_shard else args)], [target])
 
     def release(self) -> None:
         """Drop the shards (and their actors) from the workers; bounded in time, also after a failure."""

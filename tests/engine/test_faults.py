@@ -228,6 +228,54 @@ def test_worker_killed_during_placement_places_on_the_others(fc, monkeypatch):
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6)
 
 
+@pytest.mark.parametrize("transport", ["actors", "tasks"])
+def test_worker_lost_while_taking_a_shard_over_passes_it_on(fc, monkeypatch, transport):
+    """The worker chosen to rebuild a lost shard dies before it holds it (CI once saw a worker restarted by its
+    nanny leave the cluster at that moment): that is one more loss, and the shards go to the workers left."""
+    from dask_estimators.engine import place
+    from dask_estimators.engine import placement as pl
+
+    X, y = _data("regression")
+    want = X.T @ y
+    original = pl._build_from_source
+    seen = {}
+
+    def _build_from_source(client, source, worker, *args):
+        if not seen:  # the first taker dies before its shard is built
+            seen["holders"] = list(p.workers)
+            pid = _pid_of(client, worker)
+            os.kill(pid, signal.SIGKILL)
+            _wait_dead(pid)
+            seen["taker"] = worker
+        return original(client, source, worker, *args)
+
+    with dask.config.set({"dask-estimators.transport": transport}):
+        p = place(fc, {"X": X, "y": y})
+    try:
+        ev = DistributedEvaluator(p)
+        np.testing.assert_allclose(ev(_xty), want, rtol=1e-12)
+        monkeypatch.setattr(pl, "_build_from_source", _build_from_source)
+        first = p.workers[0]
+        pid = _pid_of(fc, first)
+        os.kill(pid, signal.SIGKILL)
+        _wait_dead(pid)
+        np.testing.assert_allclose(ev(_xty), want, rtol=1e-12)
+        taker = seen["taker"]
+        assert ev.stats.recoveries == 1  # one round met a loss; the second loss was met inside its recovery
+        assert first not in p.workers and taker not in p.workers
+        assert set(p.workers) <= _alive(fc)
+        moved = {0} | {i for i, w in enumerate(seen["holders"]) if w == taker}
+        assert {r["shard"] for r in p.recoveries} == moved
+    finally:
+        p.release()
+
+
+def _alive(client):
+    from dask_estimators.engine._watch import alive_workers
+
+    return alive_workers(client)
+
+
 def test_without_recovery_a_killed_worker_is_a_clear_error(fc, monkeypatch):
     """The engine-level switch: recover=False raises WorkerLostError naming the worker, promptly."""
     from dask_estimators.engine import place
