@@ -557,6 +557,45 @@ def test_mlp_batch_size_one_is_sklearns_sgd(strategy):
     np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-9)
 
 
+def _three_outputs(n=120):
+    X, y = load_diabetes(return_X_y=True)
+    X = StandardScaler().fit_transform(X[:n])
+    Y = np.column_stack([y[:n], 50 * X[:, 2] + 0.3 * y[:n], -y[:n]])
+    return X, (Y - Y.mean(0)) / Y.std(0)
+
+
+@pytest.mark.parametrize("strategy", MLP_STRATEGIES)
+def test_mlp_several_outputs_report_and_stop_on_sklearns_loss(strategy):
+    """scikit-learn reports the squared error of several outputs as their mean (its gradient is that of the
+    sum), and its stopping rule compares that loss with tol: the same loss curve, and the same epoch to stop
+    at (tol=1e-2 stops it at 25 of 60 epochs; on the sum, three times the decrease, it would go on longer)."""
+    X, Y = _three_outputs()
+    kw = dict(hidden_layer_sizes=(5,), batch_size=200, shuffle=False, max_iter=60, random_state=0, tol=1e-2,
+              n_iter_no_change=3, learning_rate_init=0.01)
+    ours = _quiet(de.MLPRegressor(strategy=strategy, **kw).fit, X, Y)
+    ref = _quiet(sk_nn.MLPRegressor(**kw).fit, X, Y)
+    assert ref.n_iter_ < kw["max_iter"]
+    assert ours.n_iter_ == ref.n_iter_
+    # to Adam's rounding: torch adds epsilon to the bias-corrected root, scikit-learn to the raw one
+    np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-5)
+    assert ours.loss_ == ours.loss_curve_[-1] and ours.best_loss_ == pytest.approx(ref.best_loss_, rel=1e-5)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_mlp_lbfgs_several_outputs_is_sklearns():
+    """L-BFGS-B gets scikit-learn's value (the mean over the outputs) with its gradient (of the sum): the same
+    iterations, loss_ and weights."""
+    X, Y = _three_outputs()
+    kw = dict(hidden_layer_sizes=(5,), solver="lbfgs", max_iter=30, random_state=0)
+    ours = _quiet(de.MLPRegressor(**kw).fit, X, Y)
+    ref = _quiet(sk_nn.MLPRegressor(**kw).fit, X, Y)
+    assert ours.n_iter_ == ref.n_iter_
+    assert ours.loss_ == pytest.approx(ref.loss_, rel=1e-8)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+
+
 def test_early_stopping_validation_split_is_stratified_for_classifiers():
     """As scikit-learn's train_test_split(stratify=y): each class's share of the validation rows is its share
     of the rows (within a row, per shard); regressors and multilabel targets are not stratified."""
