@@ -28,9 +28,10 @@ demo: $(VENV)/.installed
 
 # test: two pytest processes (pytest-xdist), a whole file to each at a time (--dist loadfile), so that a
 # file's module fixtures (the process clusters of test_faults and test_churn, test_hosts' namespaces) stay
-# in one process; each process has its own session LocalCluster
+# in one process; each process has its own session LocalCluster.  --durations lists the 25 slowest tests,
+# so that the run's share of CI's 45-minute budget can be watched from its log
 test: docs
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 	# the floor job: the oldest versions pyproject.toml admits, in .venv-floors, on a fast subset
 	PYTHON=$(PYTHON) .ci/floors
 
