@@ -15,7 +15,9 @@ receives the events the workers send while they run.
   pid namespace, pid), not by the bare pid, which containers repeat.
 - A worker process holds one default process group at a time: a lock makes a
   second collective on the same worker wait (with a timeout) for the first.
-- The group is destroyed when the call ends, also when it fails.
+- The group is destroyed when the call ends, also when it fails; after a
+  call that succeeds, the hand-written ddp loop leaves that to a thread
+  (:func:`process_group`'s ``teardown_behind``) and returns its result first.
 """
 
 from __future__ import annotations
@@ -121,8 +123,19 @@ class Comm:
 
 
 @contextlib.contextmanager
-def process_group(comm: Comm, device: str = "cpu"):
-    """Join the default ``torch.distributed`` group described by ``comm`` for the length of the block."""
+def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False):
+    """Join the default ``torch.distributed`` group described by ``comm`` for the length of the block.
+
+    With ``teardown_behind``, a block that ends without an error leaves the
+    group's teardown to a thread of this process, and the call returns at
+    once: a gloo group takes about 20 ms to destroy (it joins its threads,
+    with the GIL released), which would otherwise delay the result of every
+    collective fit.  The worker's group lock stays held until the group is
+    gone, so the next group on this worker waits for it.  Only for a group
+    that nothing else holds once the block ends (the DDP wrapper's reducer
+    does, see :func:`~dask_estimators.engine.ddp.ddp_rank`); a block that
+    fails destroys its group before the error leaves.
+    """
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -131,6 +144,7 @@ def process_group(comm: Comm, device: str = "cpu"):
         raise TimeoutError(
             f"Another collective fit held this worker's process group for more than {comm.timeout:g} s."
         )
+    behind = False
     try:
         if dist.is_initialized():
             raise RuntimeError(
@@ -146,9 +160,28 @@ def process_group(comm: Comm, device: str = "cpu"):
             dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.world_size, timeout=td)
         try:
             yield
-        finally:
+        except BaseException:
             dist.destroy_process_group()
-            del store
+            raise
+        if teardown_behind and backend == "gloo":
+            threading.Thread(target=_destroy_and_unlock, args=([store],), name="dask-estimators-pg-teardown",
+                             daemon=True).start()
+            behind = True
+        else:
+            dist.destroy_process_group()
+        del store
+    finally:
+        if not behind:
+            _PG_LOCK.release()
+
+
+def _destroy_and_unlock(held: list) -> None:
+    """Destroy the default group, drop its store (``held``, emptied: rank 0's server), release the group lock."""
+    import torch.distributed as dist
+
+    try:
+        dist.destroy_process_group()
+        held.clear()
     finally:
         _PG_LOCK.release()
 
@@ -220,11 +253,12 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     if timeout is None:
         timeout = getattr(placement, "timeout", None)
     timeout = _timeout_s() if timeout is None else float(timeout)
-    identity = client.run(process_identity, workers=sorted(set(placement.workers)))
     w0 = placement.workers[0]
     host = get_address_host(w0)
-    [port] = placement.wait([client.submit(free_port, host, workers=[w0], allow_other_workers=False, pure=False)],
-                            timeout=timeout)
+    # one round for both: each worker's process, and a port free on rank 0's worker
+    found = client.run(_identity_and_port, w0, host, workers=sorted(set(placement.workers)))
+    identity = {w: ident for w, (ident, _) in found.items()}
+    port = found[w0][1]
     topic = None
     if on_event is not None:
         topic = f"dask-estimators-{uuid.uuid4().hex[:12]}"
@@ -262,6 +296,12 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
         if topic is not None:
             with contextlib.suppress(Exception):
                 client.unsubscribe_topic(topic)
+
+
+def _identity_and_port(rank0: str, host: str, dask_worker=None) -> tuple:
+    """(:func:`process_identity`, a port free on ``host`` on the worker ``rank0``, else None), run on a worker."""
+    port = free_port(host) if dask_worker is not None and dask_worker.address == rank0 else None
+    return process_identity(), port
 
 
 def _lost_soon(placement, grace=3.0) -> set:

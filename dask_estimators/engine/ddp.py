@@ -63,7 +63,8 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
 
     setup_threads()
     shards = comm.local_shards(shard)
-    with process_group(comm, shard.device):
+    # nothing holds the group after a hand-written loop: its teardown need not delay the result
+    with process_group(comm, shard.device, teardown_behind=spec.hand_gradient):
         try:
             out = _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key)
             dist.barrier()  # no collective of this fit is still in flight

@@ -1,0 +1,84 @@
+"""The collective mode's rendezvous and group teardown, on the session cluster (two worker processes)."""
+
+import socket
+
+import numpy as np
+import pytest
+from distributed.comm import get_address_host
+
+from dask_estimators.engine import place
+from dask_estimators.engine.collective import _identity_and_port, process_group, run_collective
+
+
+@pytest.fixture
+def two_ranks(client):
+    with place(client, {"X": np.zeros((4, 1))}) as p:
+        assert len(p.shards) == 2
+        yield p
+
+
+def _sum_ranks(shard, comm):
+    import torch
+    import torch.distributed as dist
+
+    with process_group(comm, teardown_behind=True):
+        t = torch.full((3,), float(comm.rank + 1))
+        dist.all_reduce(t)
+        return t.tolist()
+
+
+def _group_after_lock():
+    """(whether this worker's group lock could be taken, whether a default group exists then)."""
+    import torch.distributed as dist
+
+    from dask_estimators.engine.collective import _PG_LOCK
+
+    got = _PG_LOCK.acquire(timeout=30)
+    try:
+        return got, dist.is_initialized()
+    finally:
+        if got:
+            _PG_LOCK.release()
+
+
+def test_groups_torn_down_behind_follow_each_other_and_are_gone_once_the_lock_is_free(two_ranks):
+    # back to back: each group on a worker waits for the teardown of the one before
+    for _ in range(4):
+        assert run_collective(two_ranks, _sum_ranks) == [[3.0] * 3] * 2
+    states = two_ranks.client.run(_group_after_lock, workers=sorted(set(two_ranks.workers)))
+    assert list(states.values()) == [(True, False)] * 2
+
+
+def _fail_in_group(shard, comm):
+    """Leave the block with an error; report the group and the lock as the error leaves it."""
+    import torch.distributed as dist
+
+    from dask_estimators.engine.collective import _PG_LOCK
+
+    try:
+        with process_group(comm, teardown_behind=True):
+            raise ValueError("boom")
+    except ValueError:
+        return _PG_LOCK.locked(), dist.is_initialized()
+
+
+def test_a_block_that_fails_destroys_its_group_before_the_error_leaves(two_ranks):
+    assert run_collective(two_ranks, _fail_in_group) == [(False, False)] * 2
+    assert run_collective(two_ranks, _sum_ranks) == [[3.0] * 3] * 2  # and the next group forms
+
+
+def test_one_round_names_each_process_and_a_port_free_on_rank_zeros_worker(client):
+    workers = sorted(client.scheduler_info()["workers"])
+    host = get_address_host(workers[0])
+    found = client.run(_identity_and_port, workers[0], host, workers=workers)
+    port = found[workers[0]][1]
+    assert isinstance(port, int) and 0 < port < 65536
+    assert [found[w][1] for w in workers[1:]] == [None] * (len(workers) - 1)
+    assert len({ident for ident, _ in found.values()}) == len(workers)  # one process per worker
+
+    def bind(dask_worker=None):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, port))  # free there: a server can listen on it
+            return True
+
+    assert client.run(bind, workers=[workers[0]]) == {workers[0]: True}
