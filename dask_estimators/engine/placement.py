@@ -171,6 +171,7 @@ class Placement:
                 self.n_rows = self._wait([self._submit_one(i, _rows, ()) for i in range(len(self.shards))])
         except BaseException:
             _watch._cancel(client, self._actor_futures)
+            _raise_first_error(self.shards)  # a shard that failed to build (its actor failed with it): its own error
             raise
         keep = [i for i, n in enumerate(self.n_rows) if n > 0] or [0]
         if len(keep) < len(self.shards):  # empty partitions make empty shards: drop them
@@ -508,7 +509,9 @@ def _place_once(client, arrays, check, device, ws, transport, timeout):
             shards, used, sources, ranges = _place_dask(client, arrays, check, device, ws)
         else:
             shm = dask.config.get("dask-estimators.shared-memory", True)
-            shards, used, sources, ranges = _place_numpy(client, arrays, device, ws, buffers, shared_memory=shm)
+            # the actors go in behind the shards they hold (Placement), and their wait is the shards' wait
+            shards, used, sources, ranges = _place_numpy(client, arrays, device, ws, buffers, shared_memory=shm,
+                                                         wait=transport != "actors")
     except BaseException:
         _shm.release(buffers)
         raise
@@ -521,7 +524,7 @@ def _place_once(client, arrays, check, device, ws, transport, timeout):
         raise
 
 
-def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True):
+def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait=True):
     # sparse input as canonical CSR once, then cut into row ranges that are views of its arrays
     arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v for k, v in arrays.items()}
     n = {k: np.shape(v)[0] for k, v in arrays.items()}
@@ -538,12 +541,13 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True):
     sent = [i for i in range(n_parts) if shards[i] is None]  # not on this host (or no /dev/shm): send the bytes
     for i, fut in zip(sent, _scatter_parts(client, [parts[i] for i in sent], [used[i] for i in sent], device)):
         shards[i] = fut
-    _watch.wait_done(shards, client, used)  # the shards stay on the workers: never fetch them
-    try:
-        _raise_first_error(shards)
-    except BaseException:
-        _watch._cancel(client, shards)
-        raise
+    if wait:
+        _watch.wait_done(shards, client, used)  # the shards stay on the workers: never fetch them
+        try:
+            _raise_first_error(shards)
+        except BaseException:
+            _watch._cancel(client, shards)
+            raise
     ranges = [[(int(bounds[i]), int(bounds[i + 1]))] for i in range(n_parts)]
     return shards, used, [("numpy", part) for part in parts], ranges
 
