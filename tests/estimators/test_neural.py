@@ -229,6 +229,53 @@ def test_tree_and_ddp_take_the_same_steps(client, shared_memory):
     np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
 
 
+def _count_gloo_allreduces(on):
+    """On a worker: count the calls of torch.distributed.all_reduce from now (on) or stop and return the count."""
+    import torch.distributed as dist
+
+    if on:
+        real = dist.all_reduce
+
+        def counted(*args, **kwargs):
+            counted.n += 1
+            return real(*args, **kwargs)
+
+        counted.n, counted.real = 0, real
+        dist.all_reduce = counted
+        return 0
+    counted = dist.all_reduce
+    dist.all_reduce = counted.real
+    return counted.n
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm-allreduce", "gloo-allreduce"])
+def test_ranks_on_one_host_sum_everything_through_shared_memory(client, shared_memory):
+    """The epoch's batch sizes, its loss and the validation sums go where the gradients go: with the shared
+    memory, no gloo allreduce at all (each took 1-2 ms, more than an epoch of a small network)."""
+    X, y = _blobs(n=300, k=3)
+    kw = dict(batch_size=50, max_iter=6, early_stopping=True, n_iter_no_change=100)
+
+    def switch(on):
+        import dask
+
+        dask.config.set({"dask-estimators.shared-memory": on})
+
+    client.run(switch, shared_memory)
+    client.run(_count_gloo_allreduces, True)
+    try:
+        ddp = _small("ddp", **kw).fit(X, y)
+    finally:
+        counts = client.run(_count_gloo_allreduces, False)
+        client.run(switch, True)
+    assert ddp.fit_stats_["allreduce"] == ("shared memory" if shared_memory else "gloo")
+    steps = 6 * ddp.fit_stats_["steps_per_epoch"]
+    # per epoch: the batch sizes, the loss and the validation sums, besides each step's gradient
+    assert list(counts.values()) == ([0, 0] if shared_memory else [steps + 3 * 6] * 2)
+    tree = _small("tree", **kw).fit(X, y)
+    assert _max_diff(tree, ddp) < 1e-10
+    np.testing.assert_allclose(tree.validation_scores_, ddp.validation_scores_, rtol=1e-12)
+
+
 def test_ddp_reports_where_its_steps_spent_their_time(client):
     X, y = _blobs(n=400, k=3)
     ddp = _small("ddp", batch_size=50, max_iter=4, alpha=1e-3).fit(X, y)
