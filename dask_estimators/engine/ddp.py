@@ -268,7 +268,7 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
         else:
             parts = [M.take(s, idx) for s, idx in zip(shards, per_step["rows_of"][k])]
         t1 = clock()
-        part = gradient(parts, w_b) * (cfg.loss_scale / w_b)
+        part = gradient(parts, w_b) / w_b * spec.loss_scale  # 1.0: the bits of the plain mean
         t2 = clock()
         # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
         decay = cfg.alpha / w_b if weights and cfg.alpha else 0.0

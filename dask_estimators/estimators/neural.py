@@ -294,7 +294,6 @@ class _BaseMLP(DistributedEstimator):
             t0=self.t_,
             incremental=incremental,
             send_params=any(cb.needs_params for cb in client_callbacks),
-            loss_scale=self._loss_scale(spec),
         )
         monitor = self._monitor(early_stopping, reset)
         opt_state = self._optimizer_state if incremental else None
@@ -317,12 +316,6 @@ class _BaseMLP(DistributedEstimator):
         if self.batch_size > n_train:
             warnings.warn("Got `batch_size` less than 1 or larger than sample size. It is going to be clipped")
         return int(np.clip(self.batch_size, 1, n_train))
-
-    @staticmethod
-    def _loss_scale(spec) -> float:
-        """The factor on the data term of the loss this estimator reports (``loss_``, ``loss_curve_``) and
-        stops on: scikit-learn's squared error is the mean over the outputs, its gradient that of the sum."""
-        return 1.0 / spec.n_outputs if spec.out == "identity" else 1.0
 
     def _monitor(self, early_stopping, reset):
         m = Monitor(self.tol, self.n_iter_no_change, early_stopping)
@@ -374,7 +367,7 @@ class _BaseMLP(DistributedEstimator):
         try:
             res, curve = minimize_lbfgs(
                 evaluator, spec, w0, alpha=self.alpha, max_iter=self.max_iter, max_fun=self.max_fun, tol=self.tol,
-                report=progress, loss_scale=self._loss_scale(spec),
+                report=progress,
             )
         finally:
             progress.close()

@@ -86,6 +86,10 @@ class NetworkProblem(Protocol):
     def torch_dtype(self) -> torch.dtype: ...
 
     @property
+    def loss_scale(self) -> float:
+        """The factor on the data term of the loss the loops report and stop on (the gradient keeps the sum)."""
+
+    @property
     def n_params(self) -> int: ...
 
     def build(self, device="cpu", dtype=None) -> torch.nn.Module:
@@ -142,6 +146,12 @@ class MLPSpec:
     @property
     def torch_dtype(self):
         return getattr(torch, self.dtype)
+
+    @property
+    def loss_scale(self) -> float:
+        """scikit-learn reports (and stops on) the squared error as a mean over the outputs, its gradient being
+        that of the sum: 1 / n_outputs for the identity output, 1 for the others (they sum over the outputs)."""
+        return 1.0 / self.n_outputs if self.out == "identity" else 1.0
 
     # The NetworkProblem interface the training loops use.
     def build(self, device="cpu", dtype=None) -> torch.nn.Module:

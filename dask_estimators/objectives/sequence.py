@@ -70,6 +70,8 @@ class CharLSTMSpec:
 
     #: No hand-written backward: autograd (see :class:`~.module.NetworkProblem`).
     hand_gradient: ClassVar[bool] = False
+    #: The loss reported is the plain sum over the symbols (see :class:`~.module.NetworkProblem`).
+    loss_scale: ClassVar[float] = 1.0
 
     @property
     def torch_dtype(self):

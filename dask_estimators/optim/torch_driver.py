@@ -69,9 +69,6 @@ class TrainConfig:
     t0: int = 0  # samples seen so far (invscaling)
     incremental: bool = False  # partial_fit: one epoch
     send_params: bool = False  # add the flat parameters (float64 bytes) to each reported record (checkpoints)
-    # the factor on the data term of the reported loss (the gradient keeps the plain sum): scikit-learn reports
-    # the squared error as a mean over the outputs, 1 / n_outputs, and its stopping rule reads that loss
-    loss_scale: float = 1.0
 
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -339,7 +336,7 @@ def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
             return 0.0
         wm = w * mask
         g = torch.as_tensor(g) / sw + cfg.alpha * wm / sw
-        batch_loss = cfg.loss_scale * loss / sw + 0.5 * cfg.alpha * float(wm @ wm) / sw  # inf, NaN: see run_epochs
+        batch_loss = spec.loss_scale * loss / sw + 0.5 * cfg.alpha * float(wm @ wm) / sw  # inf, NaN: see run_epochs
         _grads_into(params, g)
         opt.step()
         return batch_loss * n
@@ -353,13 +350,12 @@ def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, mon
     return out
 
 
-def minimize_lbfgs(evaluator, spec: M.MLPSpec, w0: np.ndarray, *, alpha, max_iter, max_fun, tol, report=None,
-                   loss_scale=1.0):
+def minimize_lbfgs(evaluator, spec: M.MLPSpec, w0: np.ndarray, *, alpha, max_iter, max_fun, tol, report=None):
     """Full-batch L-BFGS-B (scipy), one engine round per evaluation, as scikit-learn's ``solver="lbfgs"``.
 
-    ``loss_scale`` multiplies the data term of the value, not of the gradient, as scikit-learn's does for the
-    squared error of several outputs (its value is the mean over the outputs, its gradient that of the sum):
-    the same pair goes to L-BFGS-B, so the iterations are scikit-learn's.
+    ``spec.loss_scale`` multiplies the data term of the value, not of the gradient, as scikit-learn's does for
+    the squared error of several outputs (its value is the mean over the outputs, its gradient that of the
+    sum): the same pair goes to L-BFGS-B, so the iterations are scikit-learn's.
     """
     from scipy import optimize
 
@@ -370,7 +366,7 @@ def minimize_lbfgs(evaluator, spec: M.MLPSpec, w0: np.ndarray, *, alpha, max_ite
         loss, g, sw, _ = evaluator(M.value_grad, w, spec, None)
         wm = w * mask
         # inf or NaN: L-BFGS-B backtracks or stops, as in sklearn
-        f = loss_scale * loss / sw + 0.5 * alpha * float(wm @ wm) / sw
+        f = spec.loss_scale * loss / sw + 0.5 * alpha * float(wm @ wm) / sw
         state["sw"] = sw
         return f, np.asarray(g) / sw + alpha * wm / sw
 
