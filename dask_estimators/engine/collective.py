@@ -164,10 +164,11 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
             dist.destroy_process_group()
             raise
         if teardown_behind and backend == "gloo":
-            threading.Thread(target=_destroy_and_unlock, args=([store],), name="dask-estimators-pg-teardown",
-                             daemon=True).start()
-            behind = True
-        else:
+            with contextlib.suppress(RuntimeError):  # no thread to be had: the teardown is done here
+                threading.Thread(target=_destroy_and_unlock, args=([store],), name="dask-estimators-pg-teardown",
+                                 daemon=True).start()
+                behind = True
+        if not behind:
             dist.destroy_process_group()
         del store
     finally:

@@ -511,7 +511,7 @@ def _place_once(client, arrays, check, device, ws, transport, timeout):
             shm = dask.config.get("dask-estimators.shared-memory", True)
             # the actors go in behind the shards they hold (Placement), and their wait is the shards' wait
             shards, used, sources, ranges = _place_numpy(client, arrays, device, ws, buffers, shared_memory=shm,
-                                                         wait=transport != "actors")
+                                                         wait_builds=transport != "actors")
     except BaseException:
         _shm.release(buffers)
         raise
@@ -524,7 +524,7 @@ def _place_once(client, arrays, check, device, ws, transport, timeout):
         raise
 
 
-def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait=True):
+def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_builds=True):
     # sparse input as canonical CSR once, then cut into row ranges that are views of its arrays
     arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v for k, v in arrays.items()}
     n = {k: np.shape(v)[0] for k, v in arrays.items()}
@@ -541,7 +541,7 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait=T
     sent = [i for i in range(n_parts) if shards[i] is None]  # not on this host (or no /dev/shm): send the bytes
     for i, fut in zip(sent, _scatter_parts(client, [parts[i] for i in sent], [used[i] for i in sent], device)):
         shards[i] = fut
-    if wait:
+    if wait_builds:
         _watch.wait_done(shards, client, used)  # the shards stay on the workers: never fetch them
         try:
             _raise_first_error(shards)
