@@ -2,19 +2,9 @@
 
 import socket
 
-import numpy as np
-import pytest
 from distributed.comm import get_address_host
 
-from dask_estimators.engine import place
 from dask_estimators.engine.collective import _identity_and_port, process_group, run_collective
-
-
-@pytest.fixture
-def two_ranks(client):
-    with place(client, {"X": np.zeros((4, 1))}) as p:
-        assert len(p.shards) == 2
-        yield p
 
 
 def _sum_ranks(shard, comm):

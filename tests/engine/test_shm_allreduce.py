@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from dask_estimators.engine import _shm, place
+from dask_estimators.engine import _shm
 from dask_estimators.engine import _shm_allreduce as A
 from dask_estimators.engine.collective import process_group, run_collective
 
@@ -51,13 +51,6 @@ def _rank_body(shard, comm, sizes, shared_memory):
             return out
         finally:
             ar.close()
-
-
-@pytest.fixture
-def two_ranks(client):
-    with place(client, {"X": np.zeros((4, 1))}) as p:
-        assert len(p.shards) == 2
-        yield p
 
 
 def test_sums_equal_gloos_and_every_rank_gets_the_same_bits(two_ranks):

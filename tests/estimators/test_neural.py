@@ -204,6 +204,13 @@ def test_consecutive_ddp_fits_do_not_hang():
     assert est.fit_stats_["strategy"] == "ddp"
 
 
+def _set_shared_memory(on):
+    """On a worker: the ddp ranks' shared-memory allreduce on or off (``dask-estimators.shared-memory``)."""
+    import dask
+
+    dask.config.set({"dask-estimators.shared-memory": on})
+
+
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shm-allreduce", "gloo-allreduce"])
 def test_tree_and_ddp_take_the_same_steps(client, shared_memory):
     """Both strategies share the seeded batches and the objective: the same weights up to rounding, whether
@@ -212,16 +219,11 @@ def test_tree_and_ddp_take_the_same_steps(client, shared_memory):
     kw = dict(batch_size=50, max_iter=5)
     tree = _small("tree", **kw).fit(X, y)
 
-    def switch(on):
-        import dask
-
-        dask.config.set({"dask-estimators.shared-memory": on})
-
-    client.run(switch, shared_memory)
+    client.run(_set_shared_memory, shared_memory)
     try:
         ddp = _small("ddp", **kw).fit(X, y)
     finally:
-        client.run(switch, True)
+        client.run(_set_shared_memory, True)
     assert ddp.fit_stats_["allreduce"] == ("shared memory" if shared_memory else "gloo")
     assert ddp.fit_stats_["gradient"] == "hand-written"  # the flat-buffer step, not the DDP wrapper
     assert ddp.fit_stats_["kernel"] == ("numba" if _fused_mlp.AVAILABLE else "torch")  # float64 on CPU workers
@@ -255,18 +257,13 @@ def test_ranks_on_one_host_sum_everything_through_shared_memory(client, shared_m
     X, y = _blobs(n=300, k=3)
     kw = dict(batch_size=50, max_iter=6, early_stopping=True, n_iter_no_change=100)
 
-    def switch(on):
-        import dask
-
-        dask.config.set({"dask-estimators.shared-memory": on})
-
-    client.run(switch, shared_memory)
+    client.run(_set_shared_memory, shared_memory)
     client.run(_count_gloo_allreduces, True)
     try:
         ddp = _small("ddp", **kw).fit(X, y)
     finally:
         counts = client.run(_count_gloo_allreduces, False)
-        client.run(switch, True)
+        client.run(_set_shared_memory, True)
     assert ddp.fit_stats_["allreduce"] == ("shared memory" if shared_memory else "gloo")
     steps = 6 * ddp.fit_stats_["steps_per_epoch"]
     # per epoch: the batch sizes, the loss and the validation sums, besides each step's gradient
