@@ -60,12 +60,17 @@ class SharedMemoryAllreduce:
     Made by :func:`create` on every rank at once; :meth:`close` unmaps it.
     """
 
-    def __init__(self, mm: mmap.mmap, rank: int, world: int, capacity: int, pids: list, timeout: float):
+    def __init__(self, mm: mmap.mmap, rank: int, world: int, capacity: int, pids: list, timeout: float,
+                 shared_bytes: int = 0):
         self.rank, self.world, self.capacity, self.pids, self.timeout = rank, world, capacity, pids, timeout
         self._mm = mm
         head = world * _LINE
         self._seqs = np.frombuffer(mm, dtype=np.int64, count=head // 8)[:: _LINE // 8]
-        self._slots = np.frombuffer(mm, dtype=np.uint8, offset=head).reshape(2, world, capacity)
+        self._slots = np.frombuffer(mm, dtype=np.uint8, offset=head, count=2 * world * capacity).reshape(
+            2, world, capacity)
+        #: ``shared_bytes`` of the mapping for the caller's own use (zero-filled, 64-byte aligned), or None
+        self.shared = np.frombuffer(mm, dtype=np.uint8, offset=_shared_offset(world, capacity),
+                                    count=shared_bytes) if shared_bytes else None
         self._seq = 0
         self._views = {}  # (slot set, bytes, dtype) -> the slots as arrays of that dtype
 
@@ -87,6 +92,15 @@ class SharedMemoryAllreduce:
             for r in range(2, self.world):
                 a += slots[r]
         return t
+
+    def barrier(self):
+        """Wait until every rank has called this (or made the same number of calls to this and ``allreduce_``).
+
+        What a rank wrote into :attr:`shared` before the call, every rank sees after it (x86-64 store order).
+        """
+        self._seq += 1
+        self._seqs[self.rank] = self._seq
+        self._wait(self._seq)
 
     def _wait(self, seq):
         seqs = self._seqs
@@ -111,7 +125,7 @@ class SharedMemoryAllreduce:
                     )
 
     def close(self):
-        self._seqs = self._slots = None
+        self._seqs = self._slots = self.shared = None
         self._views = {}
         mm, self._mm = self._mm, None
         if mm is not None:
@@ -138,11 +152,19 @@ def _same_host_token():
     return f"{boot}:{pid_ns}:{shm_dev}"
 
 
-def create(rank: int, world: int, capacity: int, timeout: float):
+def _shared_offset(world, capacity):
+    return -(-(world * _LINE + 2 * world * capacity) // _LINE) * _LINE
+
+
+def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: int = 0):
     """Set up on every rank of the default process group at once; None (on every rank) where gloo must stay.
 
+    ``shared_bytes``: the size of :attr:`SharedMemoryAllreduce.shared`, a region of the mapping every rank
+    reads and writes (none by default).
     Collective: it broadcasts the file's name from rank 0 and gathers every
-    rank's pid and whether it could map the file, through the group.
+    rank's pid and whether it could map the file, through the group.  The
+    file's pages are reserved when it is made: a /dev/shm too small for it
+    (a container's 64 MB) means gloo, not a SIGBUS at a later write.
     """
     import dask.config
     import torch.distributed as dist
@@ -156,14 +178,24 @@ def create(rank: int, world: int, capacity: int, timeout: float):
     dist.all_gather_object(flags, _same_host_token() if usable else None)
     if flags[0] is None or any(f != flags[0] for f in flags):  # off across hosts (or containers): gloo stays
         return None
-    nbytes = world * _LINE + 2 * world * capacity
+    nbytes = _shared_offset(world, capacity) + shared_bytes
     name = [None]
     fd = -1
     if rank == 0:
-        name[0] = os.path.join(_shm.SHM_DIR, f"dask-estimators-allreduce-{uuid.uuid4().hex}")
-        fd = os.open(name[0], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        os.ftruncate(fd, nbytes)  # zero-filled: every sequence number starts at 0
+        path = os.path.join(_shm.SHM_DIR, f"dask-estimators-allreduce-{uuid.uuid4().hex}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, nbytes)  # zero-filled: every sequence number starts at 0
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, nbytes)
+            name[0] = path
+        except OSError:  # no room: every rank is told by the empty name
+            os.close(fd)
+            fd = -1
+            _shm._unlink_path(path)
     dist.broadcast_object_list(name, src=0)
+    if name[0] is None:
+        return None
     mm = None
     try:
         if rank != 0:
@@ -182,4 +214,4 @@ def create(rank: int, world: int, capacity: int, timeout: float):
         if mm is not None:
             mm.close()
         return None
-    return SharedMemoryAllreduce(mm, rank, world, capacity, [pid for _, pid in seen], timeout)
+    return SharedMemoryAllreduce(mm, rank, world, capacity, [pid for _, pid in seen], timeout, shared_bytes)

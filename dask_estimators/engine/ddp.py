@@ -26,8 +26,8 @@ import torch
 
 from .. import _torch_api
 from ..objectives import module as M
-from ..optim.torch_driver import (Monitor, TrainConfig, TrainResult, _FusedAdamStep, fast_step, make_optimizer,
-                                  run_epochs, torch_state)
+from ..optim.torch_driver import (AdamPartStep, Monitor, TrainConfig, TrainResult, _FusedAdamStep, adam_zero_state,
+                                  fast_step, make_optimizer, run_epochs, steps_in_parts, torch_state)
 from . import _shm_allreduce
 
 __all__ = ["ddp_rank", "train_ddp"]
@@ -91,7 +91,9 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
     allreduce of that buffer per step does what ``DistributedDataParallel``
     does with its one bucket, without the autograd graph and reducer hooks
     around it (under half the time of autograd on a small step, before DDP's
-    own cost; docs/performance.md).
+    own cost; docs/performance.md)  With Adam, ranks that share a host
+    share the parameters and Adam's state instead, and each sums and steps
+    its part (:class:`_SharedAdam`).
     Other problems (the character LSTM) train through ``DistributedDataParallel``.
     """
     from torch.nn.parallel import DistributedDataParallel
@@ -101,15 +103,22 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
     module = spec.build(dev)
     params = list(module.parameters())
     torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=spec.torch_dtype, device=dev), params)
-    shm = None
-    if not dev.startswith("cuda"):  # ranks on one host sum the gradients through shared memory, not gloo's TCP
-        # slots for the gradient, and for the epoch's batch sizes (2 x n_steps float64) summed in the same place
-        capacity = max(sum(p.numel() * p.element_size() for p in params), 16 * cfg.n_steps, _SMALL_SUM_BYTES)
-        shm = _shm_allreduce.create(comm.rank, comm.world_size, capacity, comm.timeout)
     by_hand = spec.hand_gradient
+    shm = shared = None
+    if not dev.startswith("cuda"):  # ranks on one host sum the gradients through shared memory, not gloo's TCP
+        p_bytes = sum(p.numel() * p.element_size() for p in params)
+        # a hand-written Adam run on several ranks shares its parameters and Adam's state (_SharedAdam); the slots
+        # then hold the epoch's batch sizes (2 x n_steps float64) and the other small sums; else the gradient too
+        in_parts = by_hand and comm.world_size > 1 and steps_in_parts(cfg)
+        small = max(16 * cfg.n_steps, _SMALL_SUM_BYTES)
+        shm = _shm_allreduce.create(comm.rank, comm.world_size, small if in_parts else max(p_bytes, small),
+                                    comm.timeout, shared_bytes=_SharedAdam.nbytes(params, comm.world_size)
+                                    if in_parts else 0)
+        if shm is not None and in_parts:
+            shared = _SharedAdam(shm, params)
     try:
         if by_hand:
-            gradient = _FlatGradient(spec, params, shm)
+            gradient = _FlatGradient(spec, params, shm, shared)
         else:
             ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
             if shm is not None:
@@ -120,6 +129,7 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
         if out is not None:  # rank 0
             out.info["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
             out.info["gradient"] = "hand-written" if by_hand else "DistributedDataParallel"
+            out.info["optimizer"] = "in parts, state shared" if shared is not None else "whole on every rank"
             if by_hand:
                 out.info["kernel"] = M.loss_grad_kernel(shard.get("X"))
         return out
@@ -165,20 +175,114 @@ class _DDPGradient:
         return torch.nn.utils.parameters_to_vector(self.params).detach()
 
 
+class _SharedAdam:
+    """The ranks of one host share one copy of the parameters and of Adam's state, and each steps its own part.
+
+    ZeRO's first stage, in one shared-memory mapping (the allreduce's
+    :attr:`~._shm_allreduce.SharedMemoryAllreduce.shared`): a gradient slot
+    per rank, the flat parameters, Adam's ``exp_avg`` and ``exp_avg_sq``.
+    A step is: every rank writes its gradient into its slot; a barrier;
+    each rank sums its own part of the slots (in rank order) and steps that
+    part of the parameters and of Adam's state (:class:`AdamPartStep`); a
+    barrier, after which every rank reads the new parameters where they
+    are.  Against every rank copying its gradient into a slot, summing all
+    the slots and stepping everything, each rank moves under half the
+    memory a step; those passes are memory-bound, and the ranks of one
+    host share its memory bandwidth (docs/performance.md).
+
+    Each element is summed and stepped by one rank, so every rank sees the
+    same numbers.  The parts are cut at multiples of 64 elements from a
+    parameter's start, where the fused kernel steps a slice as it steps the
+    whole tensor: the same bits as one ``opt.step()``.
+    """
+
+    ALIGN = 64  # elements
+
+    def __init__(self, shm, params):
+        world, n = shm.world, sum(p.numel() for p in params)
+        self.shm, self.n = shm, n
+        dtype = params[0].dtype
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        stride = self._stride(n, np_dtype.itemsize)
+        flat = torch.from_numpy(shm.shared[: (world + 3) * stride * np_dtype.itemsize].view(np_dtype))
+        self.slots = flat[: world * stride].view(world, stride)[:, :n]
+        self.w, self.m, self.v = (flat[(world + i) * stride:][:n] for i in range(3))
+        cuts = self.cuts([p.numel() for p in params], world)
+        self.lo, self.hi = cuts[shm.rank], cuts[shm.rank + 1]
+
+    @staticmethod
+    def _stride(n, itemsize):  # each array starts on a cache line of its own
+        per_line = max(1, 64 // itemsize)
+        return -(-n // per_line) * per_line
+
+    @classmethod
+    def nbytes(cls, params, world):
+        itemsize = params[0].element_size()
+        return (world + 3) * cls._stride(sum(p.numel() for p in params), itemsize) * itemsize
+
+    @classmethod
+    def cuts(cls, sizes, world):
+        """The ranks' parts of the flat parameters: ``world + 1`` bounds, each near an equal share."""
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        n = int(starts[-1])
+        out = [0]
+        for r in range(1, world):
+            target = n * r // world
+            i = int(np.searchsorted(starts, target, side="right")) - 1  # the parameter holding the target
+            out.append(max(out[-1], int(starts[i]) + (target - int(starts[i])) // cls.ALIGN * cls.ALIGN))
+        return out + [n]
+
+    def sum_part_(self, g):
+        """Write this rank's part of the ranks' summed gradient into ``g`` (the other parts are left as they are)."""
+        lo, hi, slots = self.lo, self.hi, self.slots
+        torch.add(slots[0, lo:hi], slots[1, lo:hi], out=g[lo:hi])
+        for r in range(2, self.shm.world):
+            g[lo:hi] += slots[r, lo:hi]
+
+    def adopt(self, opt, l2):
+        """Put ``opt``'s Adam state into the shared arrays (this rank writes its part) and return its part's step.
+
+        Without state (a fresh run), the state a first ``step()`` starts from.  A barrier ends it: the
+        parameters and the state are then whole for every rank.
+        """
+        adam_zero_state(opt)
+        lo, hi, pos = self.lo, self.hi, 0
+        for p in opt.param_groups[0]["params"]:
+            st, k = opt.state[p], p.numel()
+            a, b = max(pos, lo), min(pos + k, hi)
+            for key, flat in (("exp_avg", self.m), ("exp_avg_sq", self.v)):
+                mine = flat[pos:pos + k]
+                if a < b:
+                    mine[a - pos:b - pos] = st[key].reshape(-1)[a - pos:b - pos]
+                st[key] = mine.view(p.shape)
+            pos += k
+        self.shm.barrier()
+        return AdamPartStep(opt, lo, hi, l2=l2)
+
+
 class _FlatGradient:
     """The step's gradient by the spec's own backward into one flat buffer, summed over the ranks in one allreduce.
 
     The optimizer gets leaf views of the flat parameters ``w`` shaped as the
     module's ``params`` (its per-layer layout, so its state is the same as
     with the other strategies), their ``.grad`` views of the gradient
-    buffer, which every step overwrites.
+    buffer, which every step overwrites.  With ``shared`` (a
+    :class:`_SharedAdam`), ``w`` is the ranks' shared copy, each rank's
+    gradient goes into its slot, and the step sums only this rank's part
+    of the gradient buffer.
     """
 
-    def __init__(self, spec, params, shm):
-        self.spec, self.shm, self.work = spec, shm, {}  # work: the activations kept between steps
+    def __init__(self, spec, params, shm, shared=None):
+        self.spec, self.shm, self.shared, self.work = spec, shm, shared, {}  # work: activations kept between steps
         self.allreduce_s = 0.0  # seconds in the allreduce, over the run
-        self.w = torch.nn.utils.parameters_to_vector(params).detach()
+        w = torch.nn.utils.parameters_to_vector(params).detach()
+        if shared is None:
+            self.w = w
+        else:  # this rank's part of the starting point (every rank has the same); adopt()'s barrier completes it
+            self.w = shared.w
+            self.w[shared.lo:shared.hi] = w[shared.lo:shared.hi]
         self.g = torch.zeros_like(self.w)
+        self.local = self.g if shared is None else shared.slots[shm.rank]  # where this rank's gradient goes
         sizes, shapes = [p.numel() for p in params], [p.shape for p in params]
         self.params = [v.view(s).detach().requires_grad_() for v, s in zip(self.w.split(sizes), shapes)]
         for p, gv in zip(self.params, self.g.split(sizes)):
@@ -187,19 +291,23 @@ class _FlatGradient:
     def __call__(self, parts, w_b):
         """``parts``: each shard's (X, y, sw, rows), the batch being those rows (gathered by the spec)."""
         (X, y, sw, rows), rest = parts[0], parts[1:]
-        loss = float(self.spec.loss_grad_(self.w, X, y, sw, self.g, 1.0 / w_b, self.work, rows))
+        g = self.local
+        loss = float(self.spec.loss_grad_(self.w, X, y, sw, g, 1.0 / w_b, self.work, rows))
         if rest:  # a rank holding several shards: their parts of the batch add up here first
-            part_g = torch.empty_like(self.g)
+            part_g = torch.empty_like(g)
             for X, y, sw, rows in rest:
                 loss += float(self.spec.loss_grad_(self.w, X, y, sw, part_g, 1.0 / w_b, None, rows))
-                self.g.add_(part_g)
+                g.add_(part_g)
         t0 = time.perf_counter()
-        if self.shm is not None:
-            self.shm.allreduce_(self.g)
+        if self.shared is not None:
+            self.shm.barrier()
+            self.shared.sum_part_(self.g)
+        elif self.shm is not None:
+            self.shm.allreduce_(g)
         else:
             import torch.distributed as dist
 
-            dist.all_reduce(self.g)
+            dist.all_reduce(g)
         self.allreduce_s += time.perf_counter() - t0
         return float(loss)
 
@@ -227,9 +335,17 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
     w_flat = [v.view(-1) for v in w_det]
     # the flat path's gradients stay the same tensors between steps; DDP's are made anew by each backward
     kept_grads = isinstance(gradient, _FlatGradient)
-    step_opt = fast_step(opt, l2=weights) if kept_grads else opt.step
+    shared = gradient.shared if kept_grads else None
+    if shared is not None:  # each rank steps its part; the barrier after it makes the new parameters whole
+        step_part = shared.adopt(opt, weights)
+
+        def step_opt(decay):
+            step_part(decay)
+            shared.shm.barrier()
+    else:
+        step_opt = fast_step(opt, l2=weights) if kept_grads else opt.step
     # the fused Adam step adds the L2 term to the weights' gradients as it reads them (no pass of its own)
-    l2_in_step = isinstance(step_opt, _FusedAdamStep)
+    l2_in_step = shared is not None or isinstance(step_opt, _FusedAdamStep)
     add_ = _torch_api.foreach_add_fn()
     l2_grads = [p.grad for p in weights] if kept_grads else None
     f64 = torch.float64
@@ -268,23 +384,28 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
         else:
             parts = [M.take(s, idx) for s, idx in zip(shards, per_step["rows_of"][k])]
         t1 = clock()
-        part = gradient(parts, w_b) / w_b * spec.loss_scale  # 1.0: the bits of the plain mean
+        # the L2 term's value, on one rank, each in turn; taken before the gradient, while no rank changes the
+        # parameters (ranks that share them step their parts after the gradient's barrier)
+        l2_value = 0.0
+        if cfg.alpha and k % comm.world_size == comm.rank:
+            l2_value = 0.5 * cfg.alpha * sum(float(torch.dot(v, v)) for v in w_flat) / w_b
         t2 = clock()
-        # the L2 term is the same on every rank: added after the sum; its value on one rank, each in turn
+        part = gradient(parts, w_b) / w_b * spec.loss_scale  # 1.0: the bits of the plain mean
+        t3 = clock()
+        # the L2 term is the same on every rank: added after the sum
         decay = cfg.alpha / w_b if weights and cfg.alpha else 0.0
         if decay and not l2_in_step:
             add_(l2_grads if kept_grads else [p.grad for p in weights], w_det, decay)
-        if k % comm.world_size == comm.rank and cfg.alpha:
-            part += 0.5 * cfg.alpha * sum(float(torch.dot(v, v)) for v in w_flat) / w_b
-        t3 = clock()
+        part += l2_value
+        t4 = clock()
         if l2_in_step:
             step_opt(decay)
         else:
             step_opt()
         spent[0] += t1 - t0
-        spent[1] += t2 - t1
-        spent[2] += t3 - t2
-        spent[3] += clock() - t3
+        spent[1] += t3 - t2
+        spent[2] += (t2 - t1) + (t4 - t3)
+        spent[3] += clock() - t4
         return part * n_b
 
     def reduce_epoch(v):
@@ -312,7 +433,7 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
         return None
     # the run is over: its tensors may go as they are; the parameters in their own dtype (half the bytes to
     # send back of a float32 network's; the estimator takes them as float64)
-    out.w, out.opt_state = _cpu_copy(gradient.flat()).numpy(), _cpu_state(opt)
+    out.w, out.opt_state = _cpu_copy(gradient.flat()).numpy(), _cpu_state(opt, copy=shared is not None)
     out.info["step_seconds"] = _step_seconds(spent, gradient.allreduce_s)
     return out
 
@@ -330,10 +451,11 @@ def _step_seconds(spent, allreduce_s):
     return out
 
 
-def _cpu_state(opt) -> dict:
-    """The optimizer's ``state_dict`` with its tensors on the CPU (the live ones where they are there already)."""
+def _cpu_state(opt, copy=False) -> dict:
+    """The optimizer's ``state_dict`` with its tensors on the CPU (the live ones where they are there already,
+    unless ``copy``: those in shared memory must not outlive its mapping)."""
     state = opt.state_dict()
-    state["state"] = {k: {n: (v.detach().to("cpu") if torch.is_tensor(v) else v) for n, v in s.items()}
+    state["state"] = {k: {n: (v.detach().to("cpu", copy=copy) if torch.is_tensor(v) else v) for n, v in s.items()}
                       for k, s in state["state"].items()}
     return state
 

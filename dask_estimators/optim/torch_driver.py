@@ -147,6 +147,26 @@ class _FusedAdamStep:
                                    weight_decay=g["weight_decay"] + (decay if is_decayed else 0.0), **kw)
 
 
+def _plain_fused_adam(opt) -> bool:
+    """Whether ``opt.step()`` is exactly one ``torch._fused_adam_`` call that :class:`_FusedAdamStep` may make."""
+    from torch.optim import optimizer as _optimizer
+
+    hooks = (getattr(opt, "_optimizer_step_pre_hooks", None), getattr(opt, "_optimizer_step_post_hooks", None),
+             getattr(_optimizer, "_global_optimizer_pre_hooks", None),
+             getattr(_optimizer, "_global_optimizer_post_hooks", None))
+    return (
+        type(opt) is torch.optim.Adam
+        and _torch_api.has("torch._fused_adam_")
+        and _torch_api.has("torch._foreach_add_")
+        and len(opt.param_groups) == 1
+        and bool(opt.defaults.get("fused"))
+        and not any(opt.defaults.get(k) for k in ("amsgrad", "maximize", "capturable", "differentiable",
+                                                    "decoupled_weight_decay", "weight_decay"))
+        and not isinstance(opt.defaults.get("lr"), torch.Tensor)
+        and all(h is not None and not h for h in hooks)
+    )
+
+
 def fast_step(opt, l2=()):
     """A callable doing ``opt.step()``: :class:`_FusedAdamStep` for a plain fused Adam, else ``opt.step`` itself.
 
@@ -155,24 +175,71 @@ def fast_step(opt, l2=()):
     ``opt.step`` takes no such argument, so a caller tells them apart with
     ``isinstance(step, _FusedAdamStep)`` (see ``engine/ddp.py``).
     """
-    from torch.optim import optimizer as _optimizer
+    return _FusedAdamStep(opt, l2) if _plain_fused_adam(opt) else opt.step
 
-    hooks = (getattr(opt, "_optimizer_step_pre_hooks", None), getattr(opt, "_optimizer_step_post_hooks", None),
-             getattr(_optimizer, "_global_optimizer_pre_hooks", None),
-             getattr(_optimizer, "_global_optimizer_post_hooks", None))
-    if (
-        type(opt) is torch.optim.Adam
-        and _torch_api.has("torch._fused_adam_")
-        and _torch_api.has("torch._foreach_add_")
-        and len(opt.param_groups) == 1
-        and opt.defaults.get("fused")
-        and not any(opt.defaults.get(k) for k in ("amsgrad", "maximize", "capturable", "differentiable",
-                                                    "decoupled_weight_decay", "weight_decay"))
-        and not isinstance(opt.defaults.get("lr"), torch.Tensor)
-        and all(h is not None and not h for h in hooks)
-    ):
-        return _FusedAdamStep(opt, l2)
-    return opt.step
+
+def steps_in_parts(cfg: TrainConfig) -> bool:
+    """Whether :func:`make_optimizer`'s optimizer for ``cfg`` can be stepped in parts (:class:`AdamPartStep`)."""
+    return cfg.solver == "adam" and _plain_fused_adam(make_optimizer([torch.zeros(1, requires_grad=True)], cfg))
+
+
+class AdamPartStep:
+    """``opt.step()`` of a plain fused ``torch.optim.Adam`` (:func:`steps_in_parts`) on one part of its numbers.
+
+    The part is the range ``[lo, hi)`` of the parameters laid end to end
+    (``parameters_to_vector``'s order).  Adam is elementwise, so steps of
+    parts that cover the parameters are one ``opt.step()``; to the bit
+    where each cut falls on a multiple of 64 elements from the start of
+    the parameter it cuts (the kernel's vector loop then meets the same
+    elements; other cuts round a few elements differently,
+    ``test_adam_in_parts_equals_torch_optim``).  This is how ranks that
+    share one copy of the parameters and of Adam's state step them, each
+    its own part (``engine/ddp.py``).  The optimizer's state must exist
+    (made by ``load_state_dict``, see :func:`adam_zero_state`); each call
+    adds 1 to every step counter (every rank keeps its own counters) and
+    calls the fused kernel on the part's slices of the parameters, their
+    gradients and ``exp_avg``/``exp_avg_sq``.  ``l2`` and ``decay`` are
+    :class:`_FusedAdamStep`'s.
+    """
+
+    def __init__(self, opt, lo, hi, l2=()):
+        self.opt = opt
+        st, decayed_ids = opt.state, {id(p) for p in l2}
+        params = opt.param_groups[0]["params"]
+        self.steps = [st[p]["step"] for p in params]
+        decayed, rest = [], []
+        pos = 0
+        for p in params:
+            a, b = max(pos, lo) - pos, min(pos + p.numel(), hi) - pos
+            if a < b:
+                (decayed if id(p) in decayed_ids else rest).append(
+                    (p.detach().view(-1)[a:b], p.grad.view(-1)[a:b], st[p]["exp_avg"].view(-1)[a:b],
+                     st[p]["exp_avg_sq"].view(-1)[a:b], st[p]["step"]))
+            pos += p.numel()
+        self._split = [(True, [list(t) for t in zip(*decayed)]), (False, [list(t) for t in zip(*rest)])]
+        self._whole = [list(t) for t in zip(*(decayed + rest))]
+
+    def __call__(self, decay=0.0):
+        g = self.opt.param_groups[0]
+        torch._foreach_add_(self.steps, 1)
+        kw = dict(lr=g["lr"], beta1=g["betas"][0], beta2=g["betas"][1], eps=g["eps"], amsgrad=False, maximize=False)
+        calls = [(False, self._whole)] if not decay else self._split
+        for is_decayed, lists in calls:
+            if lists:
+                params, grads, m, v, steps = lists
+                torch._fused_adam_(params, grads, m, v, [], steps,
+                                   weight_decay=g["weight_decay"] + (decay if is_decayed else 0.0), **kw)
+
+
+def adam_zero_state(opt) -> None:
+    """Give a torch.optim.Adam without state the state its first ``step()`` would start from, by ``load_state_dict``."""
+    if opt.state:
+        return
+    sd = opt.state_dict()
+    params = opt.param_groups[0]["params"]
+    sd["state"] = {i: {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+                   for i, p in enumerate(params)}
+    opt.load_state_dict(sd)
 
 
 def _set_lr(opt, lr):

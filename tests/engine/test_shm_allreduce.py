@@ -5,6 +5,7 @@ gloo's ``all_reduce`` of the same tensors in the same group.  The failure tests 
 over an anonymous mapping, with the other rank dead, a zombie, or silent.
 """
 
+import contextlib
 import mmap
 import os
 import subprocess
@@ -118,4 +119,68 @@ def test_one_rank_alone_sums_nothing_and_a_tensor_over_capacity_is_refused():
     assert ar.allreduce_(t) is t and t.tolist() == list(range(8))
     with pytest.raises(ValueError, match="72 bytes over slots of 64"):
         ar.allreduce_(torch.zeros(9, dtype=torch.float64))
+    ar.close()
+
+
+# ---------------------------------------------------------------- the shared region and the barrier
+def _shared_body(shard, comm, n):
+    """Each rank fills its half of the shared region between allreduces, then reads the whole after a barrier."""
+    with process_group(comm):
+        ar = A.create(comm.rank, comm.world_size, 64, comm.timeout, shared_bytes=8 * n)
+        if ar is None:
+            return None
+        try:
+            region = ar.shared.view(np.float64)
+            seen_zero = bool((region == 0).all())  # a fresh region is zero-filled
+            lo, hi = comm.rank * n // 2, (comm.rank + 1) * n // 2
+            out = []
+            for k in range(5):
+                region[lo:hi] = np.arange(lo, hi) + 1000.0 * k
+                ar.barrier()
+                out.append(region.copy())
+                t = torch.full((3,), float(comm.rank + k), dtype=torch.float64)
+                ar.allreduce_(t)  # the barrier and the allreduce share one sequence
+                out.append(t.numpy().copy())
+                ar.barrier()  # no rank writes the next k before every rank has read this one
+            return seen_zero, out
+        finally:
+            ar.close()
+
+
+def test_every_rank_sees_the_shared_region_whole_after_a_barrier(two_ranks):
+    n = 10_001
+    outs = run_collective(two_ranks, _shared_body, n)
+    assert all(o is not None for o in outs)
+    for seen_zero, out in outs:
+        assert seen_zero
+        for k in range(5):
+            np.testing.assert_array_equal(out[2 * k], np.arange(n) + 1000.0 * k)
+            np.testing.assert_array_equal(out[2 * k + 1], np.full(3, 2.0 * k + 1))
+
+
+def _no_room_body(shard, comm):
+    import errno
+    from unittest import mock
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with process_group(comm):
+        patch = mock.patch.object(A.os, "posix_fallocate", full) if comm.rank == 0 else contextlib.nullcontext()
+        before = set(os.listdir(_shm.SHM_DIR))
+        with patch:
+            ar = A.create(comm.rank, comm.world_size, 64, comm.timeout, shared_bytes=1 << 20)
+        return ar is None, sorted(set(os.listdir(_shm.SHM_DIR)) - before)
+
+
+def test_a_dev_shm_without_room_means_gloo_on_every_rank(two_ranks):
+    """A /dev/shm too small for the mapping (a container's 64 MB) is found when rank 0 reserves the file's
+    pages: every rank then keeps gloo, and no file is left; a SIGBUS at a later write is never risked."""
+    assert run_collective(two_ranks, _no_room_body) == [(True, []), (True, [])]
+
+
+def test_a_silent_rank_at_a_barrier_is_an_error_after_the_timeout():
+    ar = _one_rank([os.getpid(), os.getpid()], timeout=0.3)
+    with pytest.raises(RuntimeError, match=r"rank\(s\) \[1\] did not arrive within 0.3 s"):
+        ar.barrier()
     ar.close()

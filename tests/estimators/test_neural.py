@@ -227,8 +227,42 @@ def test_tree_and_ddp_take_the_same_steps(client, shared_memory):
     assert ddp.fit_stats_["allreduce"] == ("shared memory" if shared_memory else "gloo")
     assert ddp.fit_stats_["gradient"] == "hand-written"  # the flat-buffer step, not the DDP wrapper
     assert ddp.fit_stats_["kernel"] == ("numba" if _fused_mlp.AVAILABLE else "torch")  # float64 on CPU workers
+    # ranks on one host share one copy of the parameters and of Adam's state, and each steps its part
+    assert ddp.fit_stats_["optimizer"] == ("in parts, state shared" if shared_memory else "whole on every rank")
     assert _max_diff(tree, ddp) < 1e-10
     np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
+
+
+def test_ranks_sharing_adams_state_return_it_whole(client):
+    """A ddp fit whose ranks stepped their parts of one shared Adam state returns the whole state: runs that
+    go on from it (partial_fit, and a resumed fit each rank loads) take the tree strategy's steps, to rounding.
+    The network (5 -> 40 -> 3) puts the ranks' cut inside the first weight matrix."""
+    X, y = _blobs(n=240, d=5, k=3)
+    kw = dict(hidden_layer_sizes=(40,), batch_size=40, max_iter=3, alpha=1e-3)
+    tree, ddp = _small("tree", **kw).fit(X, y), _small("ddp", **kw).fit(X, y)
+    assert ddp.fit_stats_["optimizer"] == "in parts, state shared"
+    for _ in range(3):
+        tree.partial_fit(X, y)
+        ddp.partial_fit(X, y)
+        assert ddp.fit_stats_["optimizer"] == "in parts, state shared"
+        assert _max_diff(tree, ddp) < 1e-10
+    np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
+
+
+def test_the_ranks_parts_of_the_parameters():
+    """Each rank's part is near an equal share, and each cut falls on a multiple of 64 elements from the start
+    of the parameter it cuts (where the fused Adam kernel steps a slice as it steps the whole tensor)."""
+    from dask_estimators.engine.ddp import _SharedAdam
+
+    for sizes in ([500 * 1024, 1024, 1024 * 20, 20], [40 * 5, 40, 3 * 40, 3], [7, 2, 3, 1]):
+        n, starts = sum(sizes), np.cumsum([0] + sizes)
+        for world in (1, 2, 3, 7):
+            cuts = _SharedAdam.cuts(sizes, world)
+            assert len(cuts) == world + 1 and cuts[0] == 0 and cuts[-1] == n and cuts == sorted(cuts)
+            for r, cut in enumerate(cuts[1:-1], start=1):
+                i = np.searchsorted(starts, cut, side="right") - 1
+                assert (cut - starts[i]) % 64 == 0
+                assert n * r / world - 64 <= cut <= n * r / world
 
 
 def _count_gloo_allreduces(on):

@@ -4,6 +4,7 @@ over in-process shards, seeded determinism, and the full-batch L-BFGS against sc
 Everything runs in-process (``LocalEvaluator`` over CPU ``Shard`` objects), so no Dask cluster is needed.
 """
 
+import copy
 import math
 import warnings
 
@@ -16,11 +17,14 @@ from dask_estimators.engine import LocalEvaluator
 from dask_estimators.engine._worker import Shard
 from dask_estimators.objectives import module as M
 from dask_estimators.optim.torch_driver import (
+    AdamPartStep,
     Monitor,
     TrainConfig,
+    adam_zero_state,
     fast_step,
     make_optimizer,
     minimize_lbfgs,
+    steps_in_parts,
     train_tree,
 )
 
@@ -517,6 +521,76 @@ def test_fast_step_without_private_fused_adam_is_opt_step(monkeypatch):
     p[0].grad = torch.ones(3, dtype=torch.float64)
     step()
     np.testing.assert_allclose(p[0].detach().numpy(), -0.1 / (1 + 1e-8), rtol=1e-12)  # -lr g / (|g| + eps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "loaded-state"])
+def test_adam_in_parts_equals_torch_optim(dtype, resumed):
+    """Ranks that share the parameters and Adam's state, each stepping its part (AdamPartStep, each with its
+    own optimizer and step counters), take torch.optim's steps to the bit where the parts are cut at
+    multiples of 64 elements from a parameter's start: the L2 decay, a learning-rate change, a fresh state
+    (adam_zero_state) and a loaded one included; every rank's state_dict is then torch.optim's."""
+    rng = torch.Generator().manual_seed(3)
+    shapes = [(300, 7), (300,), (2, 300), (2,)]  # vector loops and their tails, a part ending inside each
+
+    def make(n_opts=1):
+        params = [torch.randn(s, generator=torch.Generator().manual_seed(4), dtype=torch.float64).to(dtype)
+                  .requires_grad_() for s in shapes]
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        cfg = TrainConfig(solver="adam", learning_rate_init=0.05)
+        return params, [make_optimizer(params, cfg) for _ in range(n_opts)]
+
+    def gradients(params_sets):
+        for ps in zip(*params_sets):
+            g = torch.randn(ps[0].shape, generator=rng, dtype=torch.float64).to(dtype)
+            for p in ps:
+                p.grad.copy_(g)
+
+    ref_params, (ref,) = make()
+    ref_step = fast_step(ref, l2=ref_params[0::2])  # torch.optim's steps (test_fused_l2_equals_the_added_term)
+    params, opts = make(3)
+    decays = [1e-3, 0.0, 2.5e-4, 1e-3 / 3, 1e-3]
+    if resumed:  # two steps first, then every rank loads that state
+        for decay in decays[:2]:
+            gradients([ref_params])
+            ref_step(decay)
+        for p, q in zip(ref_params, params):
+            q.detach().copy_(p.detach())
+        for o in opts:
+            o.load_state_dict(copy.deepcopy(ref.state_dict()))  # load_state_dict may keep the tensors given
+    for o in opts:
+        adam_zero_state(o)  # no change to a loaded state
+    for o in opts[1:]:  # one copy of the state, as in the ranks' shared memory
+        for p in params:
+            o.state[p]["exp_avg"], o.state[p]["exp_avg_sq"] = (opts[0].state[p][k] for k in ("exp_avg", "exp_avg_sq"))
+    cuts = [0, 64 * 20, 2100 + 300 + 64 * 3, sum(p.numel() for p in params)]  # inside the first and third tensors
+    steps = [AdamPartStep(o, lo, hi, l2=params[0::2]) for o, lo, hi in zip(opts, cuts, cuts[1:])]
+    for k, decay in enumerate(decays):
+        if k == 3:
+            for o in (ref, *opts):
+                o.param_groups[0]["lr"] = 0.01
+        gradients([ref_params, params])
+        ref_step(decay)
+        for step in steps:
+            step(decay)
+        for p, q in zip(ref_params, params):
+            assert torch.equal(p, q), k
+    a = ref.state_dict()
+    for o in opts:
+        b = o.state_dict()
+        assert a["param_groups"] == b["param_groups"]
+        for i in a["state"]:
+            for key in ("step", "exp_avg", "exp_avg_sq"):
+                assert torch.equal(a["state"][i][key], b["state"][i][key]), (i, key)
+    assert float(opts[2].state_dict()["state"][0]["step"]) == len(decays) + 2 * resumed
+
+
+def test_which_optimizers_step_in_parts(monkeypatch):
+    assert steps_in_parts(TrainConfig(solver="adam"))
+    assert not steps_in_parts(TrainConfig(solver="sgd"))
+    monkeypatch.delattr(torch, "_fused_adam_")  # the private kernel is what steps a part
+    assert not steps_in_parts(TrainConfig(solver="adam"))
 
 
 # ------------------------------------------------------------------ the layer's boundaries
