@@ -111,6 +111,18 @@ def _unship(msg):
     return out
 
 
+def _shared_optimizer_bytes() -> int:
+    """The least size of the parameters (bytes) for which ranks on one host share them and Adam's state.
+
+    The dask config ``dask-estimators.shared-optimizer-bytes``, 256 KiB by default: below it the second
+    barrier of each step costs more than the halved passes save (705 float64 parameters: 25 us more a step;
+    80,000: 5-10% less, docs/performance.md).
+    """
+    import dask.config
+
+    return int(dask.config.get("dask-estimators.shared-optimizer-bytes", 1 << 18))
+
+
 #: The least capacity of the shared-memory slots: the validation sums (3 per output of a regressor, plus one).
 _SMALL_SUM_BYTES = 4096
 
@@ -142,7 +154,8 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
         p_bytes = sum(p.numel() * p.element_size() for p in params)
         # a hand-written Adam run on several ranks shares its parameters and Adam's state (_SharedAdam); the slots
         # then hold the epoch's batch sizes (2 x n_steps float64) and the other small sums; else the gradient too
-        in_parts = by_hand and comm.world_size > 1 and steps_in_parts(cfg)
+        in_parts = (by_hand and comm.world_size > 1 and p_bytes >= _shared_optimizer_bytes()
+                    and steps_in_parts(cfg))
         small = max(16 * cfg.n_steps, _SMALL_SUM_BYTES)
         shm = _shm_allreduce.create(comm.rank, comm.world_size, small if in_parts else max(p_bytes, small),
                                     comm.timeout, shared_bytes=_SharedAdam.nbytes(params, comm.world_size)

@@ -211,8 +211,27 @@ def _set_shared_memory(on):
     dask.config.set({"dask-estimators.shared-memory": on})
 
 
+def _set_shared_optimizer_bytes(n):
+    """On a worker: the size from which the ranks share the parameters and Adam's state (None: the default)."""
+    import dask
+
+    if n is None:
+        dask.config.config.get("dask-estimators", {}).pop("shared-optimizer-bytes", None)
+    else:
+        dask.config.set({"dask-estimators.shared-optimizer-bytes": n})
+
+
+@pytest.fixture
+def shared_optimizer(client):
+    """Ranks on one host share the parameters and Adam's state from the first byte: the tests' small networks
+    take the path that the default keeps for networks of 256 KiB or more."""
+    client.run(_set_shared_optimizer_bytes, 0)
+    yield
+    client.run(_set_shared_optimizer_bytes, None)
+
+
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shm-allreduce", "gloo-allreduce"])
-def test_tree_and_ddp_take_the_same_steps(client, shared_memory):
+def test_tree_and_ddp_take_the_same_steps(client, shared_optimizer, shared_memory):
     """Both strategies share the seeded batches and the objective: the same weights up to rounding, whether
     the ddp ranks sum their gradients through shared memory (the workers share this host) or through gloo."""
     X, y = _blobs(n=200, k=3)
@@ -233,7 +252,7 @@ def test_tree_and_ddp_take_the_same_steps(client, shared_memory):
     np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
 
 
-def test_ranks_sharing_adams_state_return_it_whole(client):
+def test_ranks_sharing_adams_state_return_it_whole(client, shared_optimizer):
     """A ddp fit whose ranks stepped their parts of one shared Adam state returns the whole state: runs that
     go on from it (partial_fit, and a resumed fit each rank loads) take the tree strategy's steps, to rounding.
     The network (5 -> 40 -> 3) puts the ranks' cut inside the first weight matrix."""
@@ -327,6 +346,7 @@ def test_ranks_on_one_host_sum_everything_through_shared_memory(client, shared_m
         counts = client.run(_count_gloo_allreduces, False)
         client.run(_set_shared_memory, True)
     assert ddp.fit_stats_["allreduce"] == ("shared memory" if shared_memory else "gloo")
+    assert ddp.fit_stats_["optimizer"] == "whole on every rank"  # 4-8-3: below the default size for sharing
     steps = 6 * ddp.fit_stats_["steps_per_epoch"]
     # per epoch: the batch sizes, the loss and the validation sums, besides each step's gradient
     assert list(counts.values()) == ([0, 0] if shared_memory else [steps + 3 * 6] * 2)
