@@ -136,9 +136,9 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
     allreduce of that buffer per step does what ``DistributedDataParallel``
     does with its one bucket, without the autograd graph and reducer hooks
     around it (under half the time of autograd on a small step, before DDP's
-    own cost; docs/performance.md)  With Adam, ranks that share a host
-    share the parameters and Adam's state instead, and each sums and steps
-    its part (:class:`_SharedAdam`).
+    own cost; docs/performance.md).  With Adam and parameters of 256 KiB or
+    more, ranks that share a host share the parameters and Adam's state
+    instead, and each sums and steps its part (:class:`_SharedAdam`).
     Other problems (the character LSTM) train through ``DistributedDataParallel``.
     """
     from torch.nn.parallel import DistributedDataParallel
@@ -501,9 +501,9 @@ def _numpy_state(opt, copy=False) -> dict:
     """The optimizer's ``state_dict`` with its tensors as NumPy arrays on the CPU (views of the live ones where
     they are there already, unless ``copy``: those in shared memory must not outlive its mapping).
 
-    NumPy, because Dask sends the arrays of a result object as buffers of their own, but pickles a torch
-    tensor's bytes into the stream: 12.6 MB of Adam state took 25 ms to serialize and 11 ms to load as
-    tensors, 2 ms each as arrays (docs/performance.md).  The client's ``torch_state`` takes either.
+    NumPy, because a torch tensor inside a pickled object has its bytes copied into the stream: 12.6 MB of
+    Adam state took 25 ms to serialize and 11 ms to load as tensors, 2 ms each as arrays (docs/performance.md);
+    :func:`_ship` then sends the arrays apart from the result.  The client's ``torch_state`` takes either.
     """
     state = opt.state_dict()
     state["state"] = {k: {n: (v.detach().to("cpu", copy=copy).numpy() if torch.is_tensor(v) else v)

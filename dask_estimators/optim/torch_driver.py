@@ -39,8 +39,8 @@ NON_FINITE_WEIGHTS = (
     "preprocessed."
 )
 
-__all__ = ["TrainConfig", "Monitor", "TrainResult", "make_optimizer", "fast_step", "run_epochs", "train_tree",
-           "torch_state", "minimize_lbfgs"]
+__all__ = ["TrainConfig", "Monitor", "TrainResult", "make_optimizer", "fast_step", "steps_in_parts", "AdamPartStep",
+           "adam_zero_state", "run_epochs", "train_tree", "torch_state", "minimize_lbfgs"]
 
 
 @dataclass
