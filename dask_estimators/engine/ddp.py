@@ -246,7 +246,7 @@ class _SharedAdam:
 
     def __init__(self, shm, params):
         world, n = shm.world, sum(p.numel() for p in params)
-        self.shm, self.n = shm, n
+        self.shm = shm
         dtype = params[0].dtype
         np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
         stride = self._stride(n, np_dtype.itemsize)

@@ -132,6 +132,7 @@ def _shared_body(shard, comm, n):
         try:
             region = ar.shared.view(np.float64)
             seen_zero = bool((region == 0).all())  # a fresh region is zero-filled
+            ar.barrier()  # no rank writes its half before every rank has looked at the fresh region
             lo, hi = comm.rank * n // 2, (comm.rank + 1) * n // 2
             out = []
             for k in range(5):
