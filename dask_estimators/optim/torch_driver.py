@@ -133,18 +133,26 @@ class _FusedAdamStep:
             # every parameter in one call (no decay); the weights with the decay and the rest without
             self.state = (kernel_args(params), [(True, kernel_args(decayed)), (False, kernel_args(rest))])
             return
-        g = self.opt.param_groups[0]
         whole, split = self.state
         torch._foreach_add_(whole[4], 1)
-        kw = dict(lr=g["lr"], beta1=g["betas"][0], beta2=g["betas"][1], eps=g["eps"], amsgrad=False, maximize=False)
-        if not decay:  # one call over every parameter
-            params, grads, m, v, steps = whole
-            torch._fused_adam_(params, grads, m, v, [], steps, weight_decay=g["weight_decay"], **kw)
-            return
-        for is_decayed, (params, grads, m, v, steps) in split:
-            if params:
-                torch._fused_adam_(params, grads, m, v, [], steps,
-                                   weight_decay=g["weight_decay"] + (decay if is_decayed else 0.0), **kw)
+        _fused_adam_calls(self.opt.param_groups[0], whole, split, decay)
+
+
+def _fused_adam_calls(group, whole, split, decay):
+    """``torch._fused_adam_`` with ``group``'s settings: once on ``whole`` without ``decay``, else on each of ``split``.
+
+    ``whole``: the kernel's five tensor lists (parameters, gradients,
+    ``exp_avg``, ``exp_avg_sq``, step counters); ``split``: ``(is_decayed,
+    lists)`` pairs, the L2 ``decay`` added to the weight decay of the
+    decayed ones.  Empty lists are skipped.
+    """
+    kw = dict(lr=group["lr"], beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"], amsgrad=False,
+              maximize=False)
+    for is_decayed, lists in ([(False, whole)] if not decay else split):
+        if lists and lists[0]:
+            params, grads, m, v, steps = lists
+            torch._fused_adam_(params, grads, m, v, [], steps,
+                               weight_decay=group["weight_decay"] + (decay if is_decayed else 0.0), **kw)
 
 
 def _plain_fused_adam(opt) -> bool:
@@ -220,15 +228,8 @@ class AdamPartStep:
         self._whole = [list(t) for t in zip(*(decayed + rest))]
 
     def __call__(self, decay=0.0):
-        g = self.opt.param_groups[0]
         torch._foreach_add_(self.steps, 1)
-        kw = dict(lr=g["lr"], beta1=g["betas"][0], beta2=g["betas"][1], eps=g["eps"], amsgrad=False, maximize=False)
-        calls = [(False, self._whole)] if not decay else self._split
-        for is_decayed, lists in calls:
-            if lists:
-                params, grads, m, v, steps = lists
-                torch._fused_adam_(params, grads, m, v, [], steps,
-                                   weight_decay=g["weight_decay"] + (decay if is_decayed else 0.0), **kw)
+        _fused_adam_calls(self.opt.param_groups[0], self._whole, self._split, decay)
 
 
 def adam_zero_state(opt) -> None:
