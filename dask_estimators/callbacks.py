@@ -112,6 +112,17 @@ class EarlyStopping(Callback):
         self.no_improvement_count = 0
         self.best_params = None
 
+    def __deepcopy__(self, memo):
+        # the curves are lists of floats, one entry per epoch: copied as lists (a ddp rank keeps a copy of its
+        # stopping rule at every epoch's end, where an element-wise deep copy made a long run quadratic)
+        import copy
+
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            new.__dict__[k] = list(v) if k in ("loss_curve", "validation_scores") else copy.deepcopy(v, memo)
+        return new
+
     @property
     def early_stopping(self) -> bool:
         """Whether it watches the validation score."""

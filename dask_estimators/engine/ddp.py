@@ -533,6 +533,7 @@ class _Checkpoints:
     def __init__(self, key, opt, monitor, callbacks, flat):
         self.key, self.opt, self.monitor, self.callbacks, self.flat = key, opt, monitor, list(callbacks), flat
         self._sets, self._turn = [None, None], 0
+        self._records = []  # copies of the run's records: each copied once, at the end of its epoch
 
     def __call__(self, history, stopped, t):
         import copy
@@ -552,8 +553,10 @@ class _Checkpoints:
                     else:
                         kept["state"][k][n] = v
         self._turn ^= 1
+        # earlier records are not changed after their epoch (the callbacks that may touch a record run before this)
+        self._records += [dict(r) for r in history[len(self._records):]]
         _CHECKPOINTS[self.key] = {
-            "history": [dict(r) for r in history], "stopped": stopped, "t": t, "w": kept["w"],
+            "history": self._records[:], "stopped": stopped, "t": t, "w": kept["w"],
             "opt_state": {"state": kept["state"], "param_groups": copy.deepcopy(state["param_groups"])},
             "monitor": copy.deepcopy(self.monitor), "callbacks": copy.deepcopy(self.callbacks),
         }

@@ -415,10 +415,11 @@ def test_ddp_epoch_state_is_each_epochs_own_and_the_next_epoch_never_writes_over
         return w.clone(), {k: {n: v.clone() for n, v in s.items()} for k, s in opt.state_dict()["state"].items()}
 
     try:
-        seen = []
+        seen, history = [], []  # the run's records, one more each epoch (as run_epochs passes them)
         for e in range(4):
             w_e, state_e = epoch()
-            keep([{"epoch": e + 1}], False, e)
+            history.append({"epoch": e + 1})
+            keep(history, False, e)
             seen.append((ddp._CHECKPOINTS["t-key"], w_e, state_e))
         # the two latest epochs' entries are intact (each set is written every other epoch only)
         for held, w_e, state_e in seen[-2:]:
@@ -428,13 +429,17 @@ def test_ddp_epoch_state_is_each_epochs_own_and_the_next_epoch_never_writes_over
                     torch.testing.assert_close(held["opt_state"]["state"][k][n], v, rtol=0, atol=0)
         assert seen[-1][0]["w"].data_ptr() == seen[-3][0]["w"].data_ptr()  # buffers reused, not made anew
         out = ddp._checkpoint("t-key")
-        assert out["w"].dtype == np.float32 and out["history"] == [{"epoch": 4}] and out["t"] == 3
+        assert out["w"].dtype == np.float32 and out["t"] == 3
+        assert out["history"] == [{"epoch": k} for k in (1, 2, 3, 4)] and out["history"][0] is not history[0]
         np.testing.assert_array_equal(out["w"], seen[-1][1].numpy())
         exp_avg = out["opt_state"]["state"][0]["exp_avg"]
         assert exp_avg.data_ptr() != ddp._CHECKPOINTS["t-key"]["opt_state"]["state"][0]["exp_avg"].data_ptr()
         w_e, _ = epoch()  # what was handed out does not move with the run
-        keep([{"epoch": 5}], False, 4)
+        history.append({"epoch": 5})
+        keep(history, False, 4)
         np.testing.assert_array_equal(out["w"], seen[-1][1].numpy())
+        assert len(out["history"]) == 4 and len(seen[-1][0]["history"]) == 4
+        assert [r["epoch"] for r in ddp._CHECKPOINTS["t-key"]["history"]] == [1, 2, 3, 4, 5]
         # a resumed optimizer takes it as it is
         fresh = torch.optim.Adam([torch.zeros(8, 5, requires_grad=True), torch.zeros(10, requires_grad=True)])
         fresh.load_state_dict(out["opt_state"])

@@ -87,6 +87,38 @@ def test_sklearn_stopping_rule_is_a_callback_run_first(client, capsys):
     assert [line.split(",")[0] for line in printed] == [f"Iteration {k}" for k in range(1, 5)]
 
 
+def test_a_copy_of_a_stopping_rule_is_independent_of_it():
+    """A ddp rank keeps a deep copy of its stopping rule at each epoch's end (a resumed run goes on from it): the
+    copy's curves, best parameters and a subclass's own state are its own, and it decides as the original."""
+    import copy
+
+    class Counting(EarlyStopping):
+        def __init__(self):
+            super().__init__("validation_score", tol=0.1, patience=1)
+            self.seen = {"epochs": []}
+
+        def on_epoch_end(self, history, **info):
+            self.seen["epochs"].append(history[-1]["epoch"])
+            return super().on_epoch_end(history, **info)
+
+    rule, history = Counting(), []
+    for e, score in enumerate([0.5, 0.8, 0.85], 1):
+        history.append({"epoch": e, "loss": 1.0 / e, "validation_score": score})
+        rule.on_epoch_end(history, params=lambda e=e: np.full(3, float(e)))
+    kept = copy.deepcopy(rule)
+    assert type(kept) is Counting and kept.validation_scores == [0.5, 0.8, 0.85] and kept.seen == rule.seen
+    for a, b in [(kept.loss_curve, rule.loss_curve), (kept.validation_scores, rule.validation_scores),
+                 (kept.seen, rule.seen), (kept.best_params, rule.best_params)]:
+        assert a is not b
+    np.testing.assert_array_equal(kept.best_params, [3.0, 3.0, 3.0])  # the best score, 0.85, at epoch 3
+    history.append({"epoch": 4, "loss": 0.2, "validation_score": 0.84})
+    stops = [r.on_epoch_end(history, params=lambda: np.zeros(3)) for r in (rule, kept)]
+    assert stops == [True, True]  # two epochs without a 0.1 gain, past patience 1, on both
+    assert kept.validation_scores == rule.validation_scores and kept.seen == {"epochs": [1, 2, 3, 4]}
+    kept.best_params[0] = -1.0
+    assert rule.best_params[0] == 3.0
+
+
 def test_refusals(client):
     X, y = _data(n=300)
     with pytest.raises(ValueError, match="needs a validation set: set early_stopping=True"):
