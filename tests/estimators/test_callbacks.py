@@ -119,6 +119,23 @@ def test_a_copy_of_a_stopping_rule_is_independent_of_it():
     assert rule.best_params[0] == 3.0
 
 
+def test_ranks_send_the_epochs_records_only_to_a_listening_client(client, monkeypatch, capsys):
+    """A ddp fit sends each epoch's record to the client as a Dask event only where a client callback takes it
+    (here the verbose log); without one no topic is opened, and the fitted history is the same."""
+    X, y = _data(seed=4)
+    topics = []
+    subscribe = client.subscribe_topic
+    monkeypatch.setattr(client, "subscribe_topic", lambda topic, handler: (topics.append(topic),
+                                                                            subscribe(topic, handler))[1])
+    quiet = _mlp(client, "ddp", [], max_iter=4).fit(X, y)
+    assert topics == [] and quiet.fit_stats_["strategy"] == "ddp" and len(quiet.history_) == 4
+    loud = _mlp(client, "ddp", [], max_iter=4, verbose=True).fit(X, y)
+    assert len(topics) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0] for line in printed] == [f"Iteration {k}" for k in range(1, 5)]
+    assert [r["loss"] for r in loud.history_] == [r["loss"] for r in quiet.history_]
+
+
 def test_refusals(client):
     X, y = _data(n=300)
     with pytest.raises(ValueError, match="needs a validation set: set early_stopping=True"):
