@@ -346,13 +346,28 @@ def test_worker_killed_with_sparse_input_re_places_the_csr_from_its_source(fc, c
 
 
 # ------------------------------------------------------------------------ ddp
+def _kill_at(epoch, pid, state):
+    """A client callback that SIGKILLs the process ``pid`` when rank 0's record of ``epoch`` reaches the client
+    (the rest of the epochs are then under way), once; ``state["t0"]`` says when."""
+    from dask_estimators.callbacks import Callback
+
+    class KillAt(Callback):
+        on_client = True
+
+        def on_epoch_end(self, history, **info):
+            if history[-1]["epoch"] == epoch and not state:
+                state["t0"] = time.monotonic()
+                os.kill(pid, signal.SIGKILL)
+
+    return KillAt()
+
+
 @pytest.mark.parametrize("callbacks", [False, True])
-def test_ddp_resumes_after_a_worker_is_killed_mid_epoch(fc, faulty, monkeypatch, callbacks):
+def test_ddp_resumes_after_a_worker_is_killed_mid_epoch(fc, faulty, callbacks):
     """SIGKILL of a worker in the middle of an epoch: the fit resumes from the last finished epoch on the workers
     left (the lost shard re-placed) and ends with the model of an undisturbed fit of the same epochs.  With an
     LRScheduler and an EarlyStopping that keeps the best parameters, their state is resumed too."""
     from dask_estimators.callbacks import EarlyStopping, LRScheduler
-    from dask_estimators.estimators import _torch
 
     X, y = _data("multiclass", n=6000)
     kw = dict(hidden_layer_sizes=(16,), strategy="ddp", max_iter=10, tol=0.0, n_iter_no_change=100_000,
@@ -362,20 +377,10 @@ def test_ddp_resumes_after_a_worker_is_killed_mid_epoch(fc, faulty, monkeypatch,
     ref = de.MLPClassifier(**kw).fit(X, y)
     assert "resumed" not in ref.fit_stats_
     state = {}
-    original = _torch.Progress.__call__
-
     pids = fc.run(os.getpid)
     pid = sorted(pids.items())[1][1]
-
-    def on_epoch(self, rec):  # runs in the client's event loop as each epoch's event arrives
-        original(self, rec)
-        if rec["epoch"] == 2 and not state:
-            state["t0"] = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-
-    monkeypatch.setattr(_torch.Progress, "__call__", on_epoch)
     t_fit = time.monotonic()
-    est = de.MLPClassifier(**kw).fit(X, y)
+    est = de.MLPClassifier(**dict(kw, callbacks=kw.get("callbacks", []) + [_kill_at(2, pid, state)])).fit(X, y)
     assert "t0" in state, "no epoch was reported: the worker was never killed"
     print(f"ddp: killed {state['t0'] - t_fit:.1f} s into the fit, resumed: {est.fit_stats_.get('resumed')}")
     [resumed] = est.fit_stats_["resumed"]
@@ -458,24 +463,14 @@ def test_ddp_without_a_worker_left_is_a_clear_error_not_a_hang(fc, monkeypatch):
         raise WorkerLostError(lost, f"Lost the Dask worker(s) {sorted(lost)} and no worker is left.")
 
     monkeypatch.setattr(pl.Placement, "recover", none_left)
-    from dask_estimators.estimators import _torch
-
-    original = _torch.Progress.__call__
     state = {}
     pids = fc.run(os.getpid)
     pid = sorted(pids.items())[-1][1]
-
-    def on_epoch(self, rec):
-        original(self, rec)
-        if rec["epoch"] == 1 and not state:
-            state["killed"] = True
-            os.kill(pid, signal.SIGKILL)
-
-    monkeypatch.setattr(_torch.Progress, "__call__", on_epoch)
     t0 = time.monotonic()
     with pytest.raises(WorkerLostError, match="no worker is left"):
         de.MLPClassifier((16,), strategy="ddp", max_iter=1000, n_iter_no_change=100_000, batch_size=50,
-                         random_state=0, client=fc).fit(X, y)
+                         random_state=0, client=fc, callbacks=[_kill_at(1, pid, state)]).fit(X, y)
+    assert "t0" in state
     assert time.monotonic() - t0 < HANG_GUARD
     assert _checkpoints_kept_by_survivors(fc, pids, pid) == {0}  # the survivors' epoch states were dropped
 
