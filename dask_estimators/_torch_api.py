@@ -1,18 +1,21 @@
 """The few private torch entry points the training loop uses, each behind a check with a public fallback.
 
-Three private pieces make a small step of an MLP faster on CPU:
+Four private pieces make a small MLP's steps and epochs faster on CPU:
 
 - ``torch._fused_adam_``: the fused Adam kernel called straight on the
   optimizer's own state (:class:`~dask_estimators.optim.torch_driver._FusedAdamStep`),
   skipping ``torch.optim``'s Python wrapper around it;
 - ``torch._foreach_add_``: the L2 term added to every weight's gradient in one call;
+- ``torch._foreach_copy_``: the copies of the parameters and the optimizer's
+  tensors a ddp rank keeps at each epoch's end, in one call;
 - ``torch.ops.aten.{sigmoid,tanh,threshold}_backward``: the hidden
   activations' derivatives written in place by autograd's own kernels.
 
 Each is used only when :func:`enabled` and the entry point exists in the
 installed torch; otherwise the public path runs: ``optimizer.step()``, one
-``Tensor.add_`` per weight, and the derivative as tensor arithmetic in the
-same order as the aten kernels (so the numbers are the same to the bit).
+``Tensor.add_`` per weight, one ``Tensor.copy_`` per tensor, and the
+derivative as tensor arithmetic in the same order as the aten kernels (so
+the numbers are the same to the bit).
 ``DASK_ESTIMATORS_PRIVATE_TORCH=0`` in a process's environment (a worker
 inherits its nanny's) turns them all off; ``tests/optim/test_torch_fallback.py``
 fits with and without them and compares.
@@ -25,7 +28,7 @@ import os
 
 import torch
 
-__all__ = ["enabled", "has", "foreach_add_", "foreach_add_fn", "act_backward"]
+__all__ = ["enabled", "has", "foreach_add_", "foreach_add_fn", "foreach_copy_", "act_backward"]
 
 ENV = "DASK_ESTIMATORS_PRIVATE_TORCH"
 
@@ -67,6 +70,15 @@ def _foreach_add_private(tensors, others, alpha) -> None:
 def _foreach_add_public(tensors, others, alpha) -> None:
     for t, o in zip(tensors, others):
         t.add_(o, alpha=alpha)
+
+
+def foreach_copy_(dst, src) -> None:
+    """``d.copy_(s)`` for each pair (same shapes): one ``torch._foreach_copy_`` call, or a loop of ``copy_``."""
+    if has("torch._foreach_copy_"):
+        torch._foreach_copy_(dst, src)
+        return
+    for d, s in zip(dst, src):
+        d.copy_(s)
 
 
 def _public_backward():

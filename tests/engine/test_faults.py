@@ -453,6 +453,55 @@ def test_ddp_epoch_state_is_each_epochs_own_and_the_next_epoch_never_writes_over
         ddp._drop_checkpoints("t-key")
 
 
+@pytest.mark.parametrize("make", [
+    lambda ps: __import__("torch").optim.Adam(ps, lr=0.1, fused=True),
+    lambda ps: __import__("torch").optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: __import__("torch").optim.SGD(ps, lr=0.1),  # a state of None values (no momentum buffer)
+], ids=["adam-fused", "sgd-momentum", "sgd"])
+def test_ddp_epoch_state_follows_an_optimizer_whose_tensors_are_replaced(make):
+    """Each epoch's kept state is that epoch's, whatever the optimizer keeps, also after ``load_state_dict``
+    replaced its tensors (a reordered state, exp_avg_sq before exp_avg, included): the copies follow the
+    tensors by name, not by the order of the last epoch."""
+    import torch
+
+    from dask_estimators.engine import ddp
+    from dask_estimators.optim.torch_driver import Monitor
+
+    torch.manual_seed(1)
+    w = torch.randn(50, dtype=torch.float64)
+    params = [w[:40].view(8, 5).requires_grad_(), w[40:].requires_grad_()]
+    opt = make(params)
+    keep = ddp._Checkpoints("t-key2", opt, Monitor(0.0, 10, False), [], lambda: w)
+    history = []
+    try:
+        for e in range(6):
+            for p in params:
+                p.grad = torch.randn_like(p)
+            opt.step()
+            if e == 3:  # new tensors for the state, its entries in another order
+                sd = opt.state_dict()
+                sd["state"] = {k: dict(reversed([(n, v.clone() if torch.is_tensor(v) else v)
+                                                 for n, v in st.items()])) for k, st in sd["state"].items()}
+                opt.load_state_dict(sd)
+            history.append({"epoch": e + 1})
+            keep(history, False, e)
+            held, want = ddp._CHECKPOINTS["t-key2"], opt.state_dict()
+            torch.testing.assert_close(held["w"], w, rtol=0, atol=0)
+            assert held["w"].data_ptr() != w.data_ptr()
+            assert held["opt_state"]["param_groups"] == want["param_groups"]
+            for k, st in want["state"].items():
+                assert held["opt_state"]["state"][k].keys() == st.keys()
+                for n, v in st.items():
+                    if torch.is_tensor(v):
+                        torch.testing.assert_close(held["opt_state"]["state"][k][n], v, rtol=0, atol=0)
+                    else:
+                        assert held["opt_state"]["state"][k][n] == v
+        opt.param_groups[0]["lr"] = 0.5  # a later change of the live group leaves the kept one as it was
+        assert ddp._CHECKPOINTS["t-key2"]["opt_state"]["param_groups"][0]["lr"] == 0.1
+    finally:
+        ddp._drop_checkpoints("t-key2")
+
+
 def test_ddp_without_a_worker_left_is_a_clear_error_not_a_hang(fc, monkeypatch):
     """No worker to resume on (recovery finds none): the fit ends in WorkerLostError, bounded in time."""
     from dask_estimators.engine import placement as pl

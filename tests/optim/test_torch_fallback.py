@@ -38,6 +38,9 @@ def test_the_switch_and_the_checks(monkeypatch):
     assert not _torch_api.has("torch._no_such_entry_point_") and not _torch_api.has("aten.no_such_backward")
     ts, os_ = [torch.ones(3), torch.ones(2)], [torch.arange(3.0), torch.arange(2.0)]
     _torch_api.foreach_add_(ts, os_, alpha=0.5)
+    assert _torch_api.has("torch._foreach_copy_")
+    copies = [torch.zeros(3), torch.zeros(2, dtype=torch.float64)]
+    _torch_api.foreach_copy_(copies, os_)
     monkeypatch.setenv(_torch_api.ENV, "0")
     assert not _torch_api.enabled() and not _torch_api.has("torch._fused_adam_")
     assert _torch_api.act_backward("tanh") is _torch_api._backward_table(False)["tanh"]
@@ -45,6 +48,10 @@ def test_the_switch_and_the_checks(monkeypatch):
     us = [torch.ones(3), torch.ones(2)]
     _torch_api.foreach_add_(us, os_, alpha=0.5)  # the loop of add_
     assert all(torch.equal(t, u) for t, u in zip(ts, us))
+    again = [torch.zeros(3), torch.zeros(2, dtype=torch.float64)]
+    _torch_api.foreach_copy_(again, os_)  # the loop of copy_
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(copies, again))
+    assert torch.equal(again[0], os_[0]) and again[1].dtype == torch.float64
     # without the private kernel, fast_step is torch.optim's own step
     p = [torch.zeros(3, requires_grad=True)]
     opt = make_optimizer(p, TrainConfig(solver="adam"))
