@@ -153,10 +153,10 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
     if not dev.startswith("cuda"):  # ranks on one host sum the gradients through shared memory, not gloo's TCP
         p_bytes = sum(p.numel() * p.element_size() for p in params)
         # a hand-written Adam run on several ranks shares its parameters and Adam's state (_SharedAdam); the slots
-        # then hold the epoch's batch sizes (2 x n_steps float64) and the other small sums; else the gradient too
+        # then hold the epoch's batch sizes (3 x n_steps float64) and the other small sums; else the gradient too
         in_parts = (by_hand and comm.world_size > 1 and p_bytes >= _shared_optimizer_bytes()
                     and steps_in_parts(cfg))
-        small = max(16 * cfg.n_steps, _SMALL_SUM_BYTES)
+        small = max(24 * cfg.n_steps, _SMALL_SUM_BYTES)
         shm = _shm_allreduce.create(comm.rank, comm.world_size, small if in_parts else max(p_bytes, small),
                                     comm.timeout, shared_bytes=_SharedAdam.nbytes(params, comm.world_size)
                                     if in_parts else 0)
@@ -410,15 +410,22 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
         if k == 0:  # the epoch's batches, worked out once: their rows, and their global sizes in one allreduce
             counts, wsums = [0] * cfg.n_steps, [0.0] * cfg.n_steps  # Python numbers: no tensor op per step
             rows_of = [[] for _ in range(cfg.n_steps)]  # step -> each shard's rows of that batch
+            weighted = 0.0
             for shard in shards:
                 sw = shard.get("sample_weight")
+                weighted += sw is not None
                 for j in range(cfg.n_steps):
                     idx = M.batch_rows(shard, (cfg.seed, epoch, j, cfg.n_steps, cfg.shuffle))
                     rows_of[j].append(idx)
                     counts[j] += idx.numel()
                     wsums[j] += idx.numel() if sw is None else float(sw[idx].sum())
-            n_w = allreduce(torch.tensor([counts, wsums], dtype=f64, device=dev)).cpu().numpy()
-            per_step["n_w"] = list(zip(n_w[0].tolist(), n_w[1].tolist()))
+            # each shard gives every epoch the same number of rows to each batch (its cuts): without sample weights
+            # anywhere (every rank learns that from the first epoch's sum) the sizes are the first epoch's again
+            if not per_step.get("same_sizes"):
+                n_w = allreduce(torch.tensor([counts, wsums, [weighted] * cfg.n_steps], dtype=f64,
+                                             device=dev)).cpu().numpy()
+                per_step["n_w"] = list(zip(n_w[0].tolist(), n_w[1].tolist()))
+                per_step["same_sizes"] = not n_w[2].any()
             if kept_grads:  # the spec gathers the batch's rows itself: each step's arguments, ready
                 data = [(s.get("X"), s.get("y"), s.get("sample_weight")) for s in shards]
                 per_step["parts"] = [[(*a, idx) for a, idx in zip(data, rows)] for rows in rows_of]

@@ -331,26 +331,31 @@ def _count_gloo_allreduces(on):
     return counted.n
 
 
-@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm-allreduce", "gloo-allreduce"])
-def test_ranks_on_one_host_sum_everything_through_shared_memory(client, shared_memory):
+@pytest.mark.parametrize("shared_memory, weighted", [(True, False), (False, False), (False, True)],
+                         ids=["shm-allreduce", "gloo-allreduce", "gloo-allreduce-weighted"])
+def test_ranks_on_one_host_sum_everything_through_shared_memory(client, shared_memory, weighted):
     """The epoch's batch sizes, its loss and the validation sums go where the gradients go: with the shared
-    memory, no gloo allreduce at all (each took 1-2 ms, more than an epoch of a small network)."""
+    memory, no gloo allreduce at all (each took 1-2 ms, more than an epoch of a small network).  Without sample
+    weights the batch sizes are summed in the first epoch only (each shard gives every epoch's batches the
+    same rows); with them every epoch's weight sums are summed anew."""
     X, y = _blobs(n=300, k=3)
     kw = dict(batch_size=50, max_iter=6, early_stopping=True, n_iter_no_change=100)
+    sw = np.random.default_rng(0).uniform(0.5, 2.0, size=len(y)) if weighted else None
 
     client.run(_set_shared_memory, shared_memory)
     client.run(_count_gloo_allreduces, True)
     try:
-        ddp = _small("ddp", **kw).fit(X, y)
+        ddp = _small("ddp", **kw).fit(X, y, sample_weight=sw)
     finally:
         counts = client.run(_count_gloo_allreduces, False)
         client.run(_set_shared_memory, True)
     assert ddp.fit_stats_["allreduce"] == ("shared memory" if shared_memory else "gloo")
     assert ddp.fit_stats_["optimizer"] == "whole on every rank"  # 4-8-3: below the default size for sharing
     steps = 6 * ddp.fit_stats_["steps_per_epoch"]
-    # per epoch: the batch sizes, the loss and the validation sums, besides each step's gradient
-    assert list(counts.values()) == ([0, 0] if shared_memory else [steps + 3 * 6] * 2)
-    tree = _small("tree", **kw).fit(X, y)
+    # per epoch: the loss and the validation sums, besides each step's gradient; the batch sizes once or each epoch
+    sizes = 6 if weighted else 1
+    assert list(counts.values()) == ([0, 0] if shared_memory else [steps + 2 * 6 + sizes] * 2)
+    tree = _small("tree", **kw).fit(X, y, sample_weight=sw)
     assert _max_diff(tree, ddp) < 1e-10
     np.testing.assert_allclose(tree.validation_scores_, ddp.validation_scores_, rtol=1e-12)
 
