@@ -155,7 +155,10 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
         td = timedelta(seconds=comm.timeout)
         if comm.rank != 0:
             _wait_listening(comm.host, comm.port, comm.timeout)
-        store = dist.TCPStore(comm.host, comm.port, comm.world_size, comm.rank == 0, timeout=td)
+        # rank 0 does not wait in the constructor for the others to connect: that wait looks every 10 ms, while
+        # the group's own rendezvous below waits on the store's keys and goes on as soon as the last rank is in
+        store = dist.TCPStore(comm.host, comm.port, comm.world_size, comm.rank == 0, timeout=td,
+                              wait_for_workers=False)
         with _gloo_interface(comm.own_host if backend == "gloo" else None):
             dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.world_size, timeout=td)
         try:
