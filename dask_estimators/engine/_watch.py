@@ -129,7 +129,8 @@ def _maybe_lost(exc) -> bool:
 
     if isinstance(exc, (OSError, KilledWorker, FutureCancelledError, asyncio.CancelledError)):
         return True
-    return isinstance(exc, RuntimeError) and "Worker holding Actor was lost" in str(exc)
+    # an actor proxy whose worker is known lost: a RuntimeError in distributed 2026, a ValueError before (2025.4)
+    return isinstance(exc, (RuntimeError, ValueError)) and "Worker holding Actor was lost" in str(exc)
 
 
 def diagnose(exc, client, workers, grace=SCHEDULER_GRACE):

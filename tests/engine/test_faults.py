@@ -270,6 +270,28 @@ def test_worker_lost_while_taking_a_shard_over_passes_it_on(fc, monkeypatch, tra
         p.release()
 
 
+def test_a_lost_actors_proxy_is_a_worker_loss_in_every_distributed(fc):
+    """distributed's actor proxy refuses a call once its worker is known lost: a RuntimeError in 2026, a
+    ValueError in 2025.4 (the floor; CI met it there mid-recovery).  Either way the engine reads it as a lost
+    worker and recovers; it is never a bare error.  The proxy here is distributed's own, its future failed."""
+    from types import SimpleNamespace
+
+    from distributed.actor import Actor
+
+    from dask_estimators.engine import _watch
+
+    gone = "tcp://127.0.0.1:9"  # no worker of the cluster
+    proxy = Actor(dict, gone, "an-actor-whose-worker-died")
+    proxy._future = SimpleNamespace(status="error")
+    with pytest.raises((RuntimeError, ValueError), match="Worker holding Actor was lost") as info:
+        proxy.get
+    assert _watch._maybe_lost(info.value)
+    with pytest.raises(WorkerLostError) as lost:
+        _watch.diagnose(info.value, fc, [gone], grace=0.0)
+    assert lost.value.workers == {gone}
+    assert not _watch._maybe_lost(ValueError("a shape mismatch")) and not _watch._maybe_lost(RuntimeError("x"))
+
+
 def _alive(client):
     from dask_estimators.engine._watch import alive_workers
 
