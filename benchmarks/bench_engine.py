@@ -107,7 +107,7 @@ def bench_batching(client, n_examples, repeat):
     X = rng.normal(size=(n_examples, 10))
     y = rng.normal(size=n_examples)
     w = rng.normal(size=10)
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(client.nthreads())
     # the examples live on the workers, as the shards do: only w and the results travel
     xs = [client.scatter(X[i], workers=[workers[i % len(workers)]]) for i in range(n_examples)]
 
@@ -164,7 +164,7 @@ def bench_reductions(client, sizes, parts_per_worker, repeat):
 
     from dask_estimators.engine.reduce import tree_sum
 
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(client.nthreads())
 
     def tree(futs, where):
         return tree_sum(client, futs, where, fan_in=2).result()

@@ -111,7 +111,7 @@ def run(client, n, *, cores=2, repeat=2, dask_ml_rows=None, d=100):
     except ImportError:
         dask_ml_rows = 0
     if dask_ml_rows is None or dask_ml_rows >= n:
-        est, Xd, yd = _dask_ml(X, y, len(client.scheduler_info()["workers"]))
+        est, Xd, yd = _dask_ml(X, y, len(client.nthreads()))
         t0 = time.perf_counter()
         est.fit(Xd, yd)
         rows.append(_row("dask-ml", time.perf_counter() - t0, est, X, y, getattr(est, "n_iter_", -1) or -1))

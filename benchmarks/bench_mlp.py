@@ -357,7 +357,7 @@ def fit_ours(client, X, y, epochs, batch, strategy):
     hist = clf.history_
     assert len(hist) == epochs, len(hist)
     st = dict(clf.fit_stats_)
-    rec = _record(f"ours, strategy={strategy!r} (float64, {len(client.scheduler_info()['workers'])} workers)",
+    rec = _record(f"ours, strategy={strategy!r} (float64, {len(client.nthreads())} workers)",
                   len(X), epochs, batch, wall, [h["seconds"] for h in hist], final_loss=float(clf.loss_),
                   fit_stats=st)
     # our own per-epoch figures, straight from history_ (excludes placement and set-up)

@@ -78,7 +78,7 @@ def main(quick: bool = False) -> dict:
     for score, params, _ in results:
         print(f"  validation accuracy {score:.4f}  {params}")
     best_score, best_params, best_model = results[0]
-    print(f"{len(grid)} models in {seconds:.1f} s on {len(client.scheduler_info()['workers'])} workers; "
+    print(f"{len(grid)} models in {seconds:.1f} s on {len(client.nthreads())} workers; "
           f"best: {best_params} ({best_score:.4f})")
 
     t0 = time.perf_counter()

@@ -39,7 +39,7 @@ def _timed_fit(est, X, y):
 
 def main():
     client = get_embedded_client()
-    n_workers = len(client.scheduler_info()["workers"])
+    n_workers = len(client.nthreads())
     print(f"dask-estimators {de.__version__}: embedded LocalCluster with {n_workers} worker processes\n")
     cases = [
         ("LogisticRegression  breast_cancer", load_breast_cancer,

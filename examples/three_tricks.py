@@ -76,7 +76,7 @@ def main(quick: bool = False) -> dict:
     """Measure the three tricks; return the ratios (off / on) and the largest relative disagreement."""
     client = resolve_client()  # your active client, else the embedded LocalCluster
     client.upload_file(str(BENCH_ENGINE))  # the workers import bench_engine's functions too
-    n_workers = len(client.scheduler_info()["workers"])
+    n_workers = len(client.nthreads())
     repeat = 3 if quick else 10
     print(f"Cluster: {n_workers} workers\n")
 

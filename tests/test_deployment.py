@@ -288,7 +288,7 @@ def tls_cluster():
 def test_fit_over_tls(tls_cluster):
     c, client, _ = tls_cluster
     assert c.address.startswith("tls://127.0.0.1:")
-    assert all(a.startswith("tls://") for a in client.scheduler_info()["workers"])
+    assert all(a.startswith("tls://") for a in client.nthreads())
     X, y = _data(kind="regression")
     est = de.LinearRegression(client=client, **TIGHT).fit(X, y)
     ref = de.LinearRegression(**TIGHT).fit(X, y)

@@ -149,7 +149,7 @@ def reduce_parts(client, parts, workers, method: str = "tree", fan_in: int = 2, 
     --------
     >>> from dask_estimators.engine import reduce_parts, resolve_client
     >>> client = resolve_client()  # doctest: +SKIP
-    >>> ws = sorted(client.scheduler_info()["workers"])  # doctest: +SKIP
+    >>> ws = sorted(client.nthreads())  # doctest: +SKIP
     >>> parts = [client.submit(float, i, workers=[w]) for i, w in enumerate(ws)]  # doctest: +SKIP
     >>> reduce_parts(client, parts, ws, "tree")  # doctest: +SKIP
     1.0

@@ -65,7 +65,7 @@ def test_scheduler_address_gives_a_working_client(client, cluster):
         assert isinstance(c, Client) and c is not client
         assert c.status == "running"
         assert c.scheduler.address == addr
-        assert set(c.scheduler_info()["workers"]) == set(client.scheduler_info()["workers"])
+        assert set(c.nthreads()) == set(client.nthreads())
         assert c.submit(operator.mul, 6, 7, pure=False).result(timeout=60) == 42
         assert resolve_client(addr) is c  # one client per address, reused
         # opening it changed neither the default client nor what resolve_client() returns
@@ -147,7 +147,7 @@ def test_fit_inside_tasks_on_every_worker_does_not_deadlock(client, transport):
     _require_secession(client)
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((80, 3)), rng.standard_normal(80)
-    ws = sorted(client.scheduler_info()["workers"])
+    ws = sorted(client.nthreads())
     assert set(client.nthreads().values()) == {1}
     futs = [
         client.submit(_fit_in_task, X, y, transport, workers=[w], allow_other_workers=False, pure=False)

@@ -58,7 +58,7 @@ def test_a_block_that_fails_destroys_its_group_before_the_error_leaves(two_ranks
 
 
 def test_one_round_names_each_process_and_a_port_free_on_rank_zeros_worker(client):
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(client.nthreads())
     host = get_address_host(workers[0])
     found = client.run(_identity_and_port, workers[0], host, workers=workers)
     port = found[workers[0]][1]
