@@ -48,101 +48,146 @@ def _jit(fn):
 
 # ------------------------------------------------------------- tanh and the logistic function, vectorised
 # A scalar libm call per value (math.tanh, math.exp) is not vectorised: on a small batch's hidden layer it
-# was a third of the kernel (docs/performance.md).  Here both are plain arithmetic over a whole layer, in
-# three loops LLVM vectorises: exp(u) = 2^k exp(r) reduced as the binomial block does (``_fused``), k held as
-# the low bits of ``MAGIC + k`` (adding MAGIC rounds to an integer), then those bits made into 2^k, then the
-# function.  tanh(v) = e / (e + 2) with e = expm1(2v): a Taylor polynomial where |2v| is small, exp(2v) - 1
-# elsewhere; v is clipped where tanh is 1 to the precision.  A few units of rounding from libm.  The
-# constants come in the layer's dtype (:func:`_act_consts`), so float32 layers compute in float32
-# throughout (twice the lanes) and float64 ones in float64, with one code.
+# was a third of the kernel (docs/performance.md).  Here both are plain arithmetic that LLVM vectorises, one
+# value at a time in the loop that adds the layer's bias.  For u = k ln2 + r (|r| <= ln2/2, reduced as the
+# binomial block does, ``_fused``; k as the low bits of ``MAGIC + u log2(e)``: adding MAGIC rounds to an
+# integer), expm1(u) = 2^k (r q(r)) + (2^k - 1) with q(r) = expm1(r) / r a Taylor polynomial, and 2^k made
+# from those bits by :func:`_pow2k`.  tanh(v) = e / (e + 2) with e = expm1(2v) (v clipped where tanh is 1
+# to the precision), and the logistic function 1 / (2 + expm1(-v)).  Within 3 (float32) or 4 (float64) units
+# of rounding of libm (tested).  The constants come in the layer's dtype (:func:`_act_consts`), so float32 layers compute in
+# float32 throughout (twice the lanes) and float64 ones in float64, with one code; their polynomials are
+# evaluated with fused multiply-adds where the machine has them (``contract``).
 
 
 def _act_consts(dtype):
-    """(floats, ints, exp(r) polynomial, expm1(u)/u polynomial) of the activations for ``dtype``.
+    """(floats, ints, expm1(r)/r polynomial) of the activations for ``dtype``.
 
-    floats: MAGIC, log2(e), ln2 split in two, tanh's clip, exp's clip, 1, 2, expm1's range; ints: the bits of
-    MAGIC, the exponent bias and the mantissa's width.  Polynomials highest power first.
+    floats: MAGIC, log2(e), ln2 split in two, tanh's clip, the logistic function's clip, 1, 2; ints: the
+    exponent bias less MAGIC's bits, the mantissa's width.  The polynomial highest power first.
     """
     f32 = np.dtype(dtype) == np.float32
     ft, it = (np.float32, np.int32) if f32 else (np.float64, np.int64)
     mant, bias = (23, 127) if f32 else (52, 1023)
     magic = ft(1.5 * 2.0**mant)
     ln2_hi, ln2_lo = (0.693359375, -2.12194440e-4) if f32 else (_LN2_HI, _LN2_LO)
-    # exp(r) on |r| <= ln2/2 to degree 7 (float32) or 13; expm1(u)/u on |u| < 1.1 to u^11 (float32), on
-    # |u| < 0.6 to u^14 (a longer polynomial was not unrolled, and then not vectorised)
-    n_exp, n_em1, lim = (8, 12, 1.1) if f32 else (14, 15, 0.6)
-    floats = np.array([magic, _LOG2E, ln2_hi, ln2_lo, 9.0 if f32 else 20.0, 87.0 if f32 else 708.0, 1.0, 2.0,
-                       lim], dtype=ft)
-    ints = np.array([int(np.array(magic).view(it)), bias, mant], dtype=it)
-    # tuples, not arrays: their length is part of their numba type, so the Horner loops over them are
-    # unrolled and the loops over the values vectorised (over an array's run-time length they were not)
-    pe = tuple(ft(1.0 / math.factorial(k)) for k in range(n_exp))[::-1]
-    pm = tuple(ft(1.0 / math.factorial(k)) for k in range(1, n_em1 + 1))[::-1]
-    return floats, ints, pe, pm
+    floats = np.array([magic, _LOG2E, ln2_hi, ln2_lo, 9.0 if f32 else 20.0, 87.0 if f32 else 708.0, 1.0, 2.0],
+                      dtype=ft)
+    ints = np.array([bias - int(np.array(magic).view(it)), mant], dtype=it)
+    # a tuple, not an array: its length is part of its numba type, so the Horner loop over it is unrolled
+    # and the loop over the values vectorised (over an array's run-time length it was not).  1/k! for
+    # k = 1..n: r^n / (n+1)! is below the rounding at |r| = ln2/2 for n = 7 (float32) and 14
+    pq = tuple(ft(1.0 / math.factorial(k)) for k in range(1, (7 if f32 else 14) + 1))[::-1]
+    return floats, ints, pq
 
 
 _ACT_CONSTS = {np.dtype(np.float64): _act_consts(np.float64), np.dtype(np.float32): _act_consts(np.float32)}
 
+if numba is not None:
+    from numba import types as _nbtypes
+    from numba.extending import intrinsic as _intrinsic
 
-@_jit
-def _exp_parts(a, f, clip, er, tk, c, pe):  # pragma: no cover - numba
-    """For u = f a[i] clipped to +-clip, u = k ln2 + r: exp(r) into ``er[i]``, MAGIC + k into ``tk[i]``."""
-    magic, log2e, ln2_hi, ln2_lo = c[0], c[1], c[2], c[3]
-    for i in range(a.shape[0]):
-        u = f * a[i]
-        u = clip if u > clip else (-clip if u < -clip else u)  # NaN stays NaN
-        t = u * log2e + magic
-        k = t - magic
-        r = (u - k * ln2_hi) - k * ln2_lo
-        q = pe[0]
-        for j in range(1, len(pe)):
-            q = q * r + pe[j]
-        er[i] = q
-        tk[i] = t
+    @_intrinsic
+    def _pow2k(typingctx, t, off, mant):  # pragma: no cover - numba
+        """The float whose bits are (t's bits + off) << mant, of t's type (off and mant cast to its width):
+        2^k for t = MAGIC + k, off = bias - MAGIC's bits.  Integer lanes, so the loops around vectorise."""
+        if t not in (_nbtypes.float32, _nbtypes.float64):
+            return None
+
+        def codegen(context, builder, sig, args):
+            from llvmlite import ir
+
+            ft = context.get_value_type(sig.args[0])
+            it = ir.IntType(32 if sig.args[0] == _nbtypes.float32 else 64)
+
+            def as_it(v, ty):
+                w = context.get_value_type(ty).width
+                return builder.trunc(v, it) if w > it.width else (builder.sext(v, it) if w < it.width else v)
+
+            bits = builder.add(builder.bitcast(args[0], it), as_it(args[1], sig.args[1]))
+            return builder.bitcast(builder.shl(bits, as_it(args[2], sig.args[2])), ft)
+
+        return t(t, off, mant), codegen
+
+    _jit_fma = njit(cache=True, nogil=True, boundscheck=False, error_model="numpy", fastmath={"contract"})
+else:  # pragma: no cover
+    _jit_fma = _jit
 
 
-@_jit
-def _pow2(tk_bits, ci):  # pragma: no cover - numba
-    """The bits of MAGIC + k, in place, into those of the float 2^k."""
-    magic_bits, bias, mant = ci[0], ci[1], ci[2]
-    for i in range(tk_bits.shape[0]):
-        tk_bits[i] = (tk_bits[i] - magic_bits + bias) << mant
+@_jit_fma
+def _expm1(u, c, ci, pq):  # pragma: no cover - numba
+    """expm1(u) for u within +-708 (float64) or +-87 (float32); arguments as :func:`_tanh_`'s."""
+    magic, log2e, ln2_hi, ln2_lo, one = c[0], c[1], c[2], c[3], c[6]
+    t = u * log2e + magic
+    k = t - magic
+    r = (u - k * ln2_hi) - k * ln2_lo
+    q = pq[0]
+    for j in range(1, len(pq)):
+        q = q * r + pq[j]
+    s = _pow2k(t, ci[0], ci[1])
+    return s * (q * r) + (s - one)
 
 
-@_jit
-def _tanh_(a, er, tk, tk_bits, c, ci, pe, pm):  # pragma: no cover - numba
-    """``a[:] = tanh(a)`` (flat); ``er``, ``tk`` scratch of ``a``'s length and dtype, ``tk_bits`` ``tk``'s
-    integer view, the rest :func:`_act_consts`' for that dtype."""
-    two, lim = c[7], c[8]
+@_jit_fma
+def _tanh1(v, c, ci, pq):  # pragma: no cover - numba
+    """tanh(v); arguments as :func:`_tanh_`'s."""
+    two = c[7]
     clip = two * c[4]
-    _exp_parts(a, two, clip, er, tk, c, pe)
-    _pow2(tk_bits, ci)
-    for i in range(a.shape[0]):
-        u = two * a[i]
-        u = clip if u > clip else (-clip if u < -clip else u)
-        q = pm[0]
-        for j in range(1, len(pm)):
-            q = q * u + pm[j]
-        # both sides worked out, then one chosen: with the load of er and tk on one side only, LLVM did not
-        # vectorise this loop on AVX2 (no cheap masked loads; docs/performance.md)
-        big = er[i] * tk[i] - c[6]
-        e = q * u if abs(u) < lim else big
-        a[i] = e / (e + two)
+    u = two * v
+    u = clip if u > clip else (-clip if u < -clip else u)  # NaN stays NaN
+    e = _expm1(u, c, ci, pq)
+    return e / (e + two)
+
+
+@_jit_fma
+def _sigmoid1(v, c, ci, pq):  # pragma: no cover - numba
+    """1 / (1 + exp(-v)); arguments as :func:`_tanh_`'s."""
+    clip = c[5]
+    u = -v
+    u = clip if u > clip else (-clip if u < -clip else u)
+    return c[6] / (c[7] + _expm1(u, c, ci, pq))
 
 
 @_jit
-def _sigmoid_(a, er, tk, tk_bits, c, ci, pe, pm):  # pragma: no cover - numba
+def _tanh_(a, c, ci, pq):  # pragma: no cover - numba
+    """``a[:] = tanh(a)`` (flat); ``c, ci, pq`` :func:`_act_consts`' for ``a``'s dtype."""
+    for i in range(a.shape[0]):
+        a[i] = _tanh1(a[i], c, ci, pq)
+
+
+@_jit
+def _sigmoid_(a, c, ci, pq):  # pragma: no cover - numba
     """``a[:] = 1 / (1 + exp(-a))`` (flat); arguments as :func:`_tanh_`'s."""
-    one = c[6]
-    _exp_parts(a, -one, c[5], er, tk, c, pe)
-    _pow2(tk_bits, ci)
     for i in range(a.shape[0]):
-        a[i] = one / (one + er[i] * tk[i])
+        a[i] = _sigmoid1(a[i], c, ci, pq)
 
 
 @_jit
-def _kernel(X, yf, yi, sw, has_sw, rows, gather, w, g, units, act, out, scale, buf_a, buf_d, buf_e, buf_e_bits,
-            buf_x, c, ci, pe, pm):  # pragma: no cover - numba
+def _bias_act(A, b, act, c, ci, pq):  # pragma: no cover - numba
+    """``A += b`` row by row, then the activation ``act`` (a code of ``ACT_CODES``), in one pass; one loop
+    per activation, so that each is vectorised on its own."""
+    n, fo = A.shape
+    if act == 2:
+        for i in range(n):
+            for j in range(fo):
+                A[i, j] = _tanh1(A[i, j] + b[j], c, ci, pq)
+    elif act == 1:
+        for i in range(n):
+            for j in range(fo):
+                A[i, j] = _sigmoid1(A[i, j] + b[j], c, ci, pq)
+    elif act == 3:
+        for i in range(n):
+            for j in range(fo):
+                v = A[i, j] + b[j]
+                A[i, j] = v if v > 0.0 else 0.0
+    else:
+        for i in range(n):
+            for j in range(fo):
+                A[i, j] += b[j]
+
+
+@_jit
+def _kernel(X, yf, yi, sw, has_sw, rows, gather, w, g, units, act, out, scale, buf_a, buf_d, buf_x, c, ci,
+            pq):  # pragma: no cover - numba
     # with ``gather``, X, y and sw are the shard's, and the batch is their rows ``rows``: X's are copied into
     # buf_x (the first layer's input), y's and sw's read in place
     if gather:
@@ -165,20 +210,7 @@ def _kernel(X, yf, yi, sw, has_sw, rows, gather, w, g, units, act, out, scale, b
         b = w[po + fi * fo : po + fi * fo + fo]
         A = buf_a[ao : ao + n * fo].reshape((n, fo))
         np.dot(a_in, W.T, A)
-        hidden = k < n_layers - 1
-        for i in range(n):
-            for j in range(fo):
-                v = A[i, j] + b[j]
-                if hidden and act == 3:
-                    v = v if v > 0.0 else 0.0
-                A[i, j] = v
-        if hidden and (act == 1 or act == 2):  # a whole layer at once (see _tanh_)
-            m = n * fo
-            flat = buf_a[ao : ao + m]
-            if act == 1:
-                _sigmoid_(flat, buf_e[:m], buf_e[m : 2 * m], buf_e_bits[m : 2 * m], c, ci, pe, pm)
-            else:
-                _tanh_(flat, buf_e[:m], buf_e[m : 2 * m], buf_e_bits[m : 2 * m], c, ci, pe, pm)
+        _bias_act(A, b, act if k < n_layers - 1 else 0, c, ci, pq)
         a_in = A
         po += fi * fo + fo
         ao += n * fo
@@ -291,14 +323,14 @@ def loss_grad(spec, w, X, y, sw, g, scale, work, rows=None):
     d = X.shape[1] if gather else 0
     if plan is None or plan[0] is not spec or plan[1] != n or plan[2] != X.dtype or plan[3] != d:
         plan = work["nb_plan"] = _plan(spec, n, X.dtype, d, work)
-    _, _, _, _, units, act, out, buf_a, buf_d, buf_e, buf_e_bits, buf_x, c, ci, pe, pm, yf0, sw0 = plan
+    _, _, _, _, units, act, out, buf_a, buf_d, buf_x, c, ci, pq, yf0, sw0 = plan
     if out == 2:  # softmax: class codes
         yi, yf = y.reshape(-1), yf0
     else:
         yi, yf = _EMPTY_I, y.reshape(y.shape[0], int(units[-1]))
     has_sw = sw is not None
     return _kernel(X, yf, yi, sw if has_sw else sw0, has_sw, rows if gather else _EMPTY_I, gather, w, g, units,
-                   act, out, float(scale), buf_a, buf_d, buf_e, buf_e_bits, buf_x, c, ci, pe, pm)
+                   act, out, float(scale), buf_a, buf_d, buf_x, c, ci, pq)
 
 
 def _plan(spec, n, dt, d, work):
@@ -307,12 +339,11 @@ def _plan(spec, n, dt, d, work):
     units = np.asarray(spec.layer_units, dtype=np.int64)
     buf_a = _kept(work, "nb_a", n * int(units[1:].sum()), dt)
     buf_d = _kept(work, "nb_d", 2 * n * int(units[1:].max()), dt)
-    buf_e = _kept(work, "nb_e", 2 * n * int(units[1:-1].max(initial=0)), dt)
     buf_x = _kept(work, "nb_x", n * d, dt)  # a gathered batch's X
-    c, ci, pe, pm = _ACT_CONSTS[dt]
+    c, ci, pq = _ACT_CONSTS[dt]
     # placeholders of X's dtype for what is absent: one compiled kernel per dtype serves all cases
-    return (spec, n, dt, d, units, ACT_CODES[spec.activation], OUT_CODES[spec.out], buf_a, buf_d, buf_e,
-            buf_e.view(ci.dtype), buf_x, c, ci, pe, pm, np.zeros((0, 0), dtype=dt), np.zeros(0, dtype=dt))
+    return (spec, n, dt, d, units, ACT_CODES[spec.activation], OUT_CODES[spec.out], buf_a, buf_d, buf_x, c, ci,
+            pq, np.zeros((0, 0), dtype=dt), np.zeros(0, dtype=dt))
 
 
 # ------------------------------------------------------------- a sparse first layer
