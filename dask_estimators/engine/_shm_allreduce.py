@@ -156,62 +156,72 @@ def _shared_offset(world, capacity):
     return -(-(world * _LINE + 2 * world * capacity) // _LINE) * _LINE
 
 
-def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: int = 0):
+def _exchange(store, key: str, rank: int, world: int, value: str) -> list[str]:
+    """Every rank's ``value`` under ``key``, in rank order, through the group's store (each ``get`` waits for
+    its rank's ``set``, up to the store's timeout)."""
+    store.set(f"{key}/{rank}", value)
+    return [value if r == rank else store.get(f"{key}/{r}").decode() for r in range(world)]
+
+
+def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: int = 0, *, store):
     """Set up on every rank of the default process group at once; None (on every rank) where gloo must stay.
 
     ``shared_bytes``: the size of :attr:`SharedMemoryAllreduce.shared`, a region of the mapping every rank
-    reads and writes (none by default).
-    Collective: it broadcasts the file's name from rank 0 and gathers every
-    rank's pid and whether it could map the file, through the group.  The
-    file's pages are reserved when it is made: a /dev/shm too small for it
-    (a container's 64 MB) means gloo, not a SIGBUS at a later write.
+    reads and writes (none by default).  ``store``: the group's store
+    (:func:`~dask_estimators.engine.collective.process_group` yields it).
+    Collective: the ranks exchange whether they share a host, the file's
+    name (rank 0's) and whether each could map it, through the store (a few
+    of its round trips; gloo's object collectives took about 8 ms for the
+    three).  The file's pages are reserved when it is made: a /dev/shm too
+    small for it (a container's 64 MB) means gloo, not a SIGBUS at a later write.
     """
     import dask.config
-    import torch.distributed as dist
 
     usable = (
         platform.machine().lower() in ("x86_64", "amd64")
         and bool(dask.config.get("dask-estimators.shared-memory", True))
         and _shm._available()
     )
-    flags = [None] * world
-    dist.all_gather_object(flags, _same_host_token() if usable else None)
-    if flags[0] is None or any(f != flags[0] for f in flags):  # off across hosts (or containers): gloo stays
+    # this group's n-th call on every rank (they call alike): its keys are its own
+    key = f"dask-estimators-shm-{store.add(f'dask-estimators-shm-calls-{rank}', 1)}"
+    flags = _exchange(store, f"{key}/host", rank, world, (_same_host_token() or "") if usable else "")
+    if not flags[0] or any(f != flags[0] for f in flags):  # off across hosts (or containers): gloo stays
         return None
     nbytes = _shared_offset(world, capacity) + shared_bytes
-    name = [None]
     fd = -1
     if rank == 0:
+        name = ""
         path = os.path.join(_shm.SHM_DIR, f"dask-estimators-allreduce-{uuid.uuid4().hex}")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.ftruncate(fd, nbytes)  # zero-filled: every sequence number starts at 0
             if hasattr(os, "posix_fallocate"):
                 os.posix_fallocate(fd, 0, nbytes)
-            name[0] = path
+            name = path
         except OSError:  # no room: every rank is told by the empty name
             os.close(fd)
             fd = -1
             _shm._unlink_path(path)
-    dist.broadcast_object_list(name, src=0)
-    if name[0] is None:
+        store.set(f"{key}/name", name)
+    else:
+        name = store.get(f"{key}/name").decode()
+    if not name:
         return None
     mm = None
     try:
         if rank != 0:
-            fd = os.open(name[0], os.O_RDWR)
+            fd = os.open(name, os.O_RDWR)
         mm = mmap.mmap(fd, nbytes)
     except OSError:
         mm = None
     finally:
         if fd >= 0:
             os.close(fd)
-    seen = [None] * world
-    dist.all_gather_object(seen, (mm is not None, os.getpid()))
+    seen = [v.split() for v in _exchange(store, f"{key}/mapped", rank, world, f"{int(mm is not None)} {os.getpid()}")]
     if rank == 0:
-        _shm._unlink_path(name[0])  # every rank has mapped it, or given up: the mappings outlive the name
-    if not all(ok for ok, _ in seen):
+        _shm._unlink_path(name)  # every rank has mapped it, or given up: the mappings outlive the name
+    if not all(ok == "1" for ok, _ in seen):
         if mm is not None:
             mm.close()
         return None
-    return SharedMemoryAllreduce(mm, rank, world, capacity, [pid for _, pid in seen], timeout, shared_bytes)
+    return SharedMemoryAllreduce(mm, rank, world, capacity, [int(pid) for _, pid in seen], timeout, shared_bytes)

@@ -113,10 +113,15 @@ class Comm:
         return [shard] + [_REGISTRY[(self.registry, i)] for i in self.shards[1:]]
 
     def report(self, msg: dict) -> None:
-        """Send ``msg`` (msgpack-able) to the client now, as a Dask event; a no-op without a listener."""
+        """Send ``msg`` (a msgpack-able dict) to the client now, as a Dask event; a no-op without a listener.
+
+        Numbered, so that the client hands the messages on in the order sent (see :class:`_Events`).
+        """
         if self.topic is None or self.worker is None:
             return
-        self.worker.log_event(self.topic, msg)
+        seq = self.__dict__.get("_sent", 0)
+        self._sent = seq + 1
+        self.worker.log_event(self.topic, dict(msg, _seq=seq))
 
     def __getstate__(self):
         return dict(self.__dict__, worker=None)
@@ -135,6 +140,9 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
     that nothing else holds once the block ends (the DDP wrapper's reducer
     does, see :func:`~dask_estimators.engine.ddp.ddp_rank`); a block that
     fails destroys its group before the error leaves.
+
+    Yields the group's ``TCPStore``: a few small values go through it faster
+    than through gloo's object collectives.
     """
     import torch.distributed as dist
 
@@ -154,7 +162,7 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
         backend = "nccl" if str(device).startswith("cuda") else "gloo"
         td = timedelta(seconds=comm.timeout)
         if comm.rank != 0:
-            _wait_listening(comm.host, comm.port, comm.timeout)
+            _wait_listening(comm.host, comm.port, comm.timeout, local=comm.own_host == comm.host)
         # rank 0 does not wait in the constructor for the others to connect: that wait looks every 10 ms, while
         # the group's own rendezvous below waits on the store's keys and goes on as soon as the last rank is in
         store = dist.TCPStore(comm.host, comm.port, comm.world_size, comm.rank == 0, timeout=td,
@@ -162,7 +170,7 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
         with _gloo_interface(comm.own_host if backend == "gloo" else None):
             dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.world_size, timeout=td)
         try:
-            yield
+            yield store
         except BaseException:
             dist.destroy_process_group()
             raise
@@ -190,7 +198,24 @@ def _destroy_and_unlock(held: list) -> None:
         _PG_LOCK.release()
 
 
-def _wait_listening(host: str, port: int, timeout: float) -> None:
+def _listening_here(port: int) -> bool:
+    """Whether a TCP socket of this machine listens on ``port`` (``/proc/net/tcp`` and ``tcp6``; False where they
+    cannot be read, and the caller goes on looking)."""
+    suffix = f":{port:04X}"
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split(None, 4)
+                    if len(fields) > 3 and fields[1].endswith(suffix) and fields[3] == "0A":  # 0A: LISTEN
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+def _wait_listening(host: str, port: int, timeout: float, local: bool = False) -> None:
     """Return once ``host:port`` accepts a connection (rank 0's store), or after ``timeout`` seconds.
 
     A ``TCPStore`` client refused by a server not yet listening backs off
@@ -198,18 +223,32 @@ def _wait_listening(host: str, port: int, timeout: float) -> None:
     has the cost): on a fresh cluster rank 0's task often starts a little after
     the others'.  Plain connections tried every 2 ms find the server at once;
     the store is made after (the probe's connection closes unused).
+
+    With ``local`` (the server is on this machine) the kernel's table of
+    listening sockets is read instead of connecting: each connection the
+    store's server accepts costs it a reverse DNS lookup of the peer
+    (torch logs the peer's name), and where the resolver drops a query that
+    lookup waits out its 5 s timeout, holding the server (a fit in 40-60 here
+    took 5 s longer, docs/performance.md).
     """
     import time
 
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
     while True:
-        try:
-            with socket.create_connection((host, port), timeout=1.0):
+        # the table shows this network namespace's sockets: a server it never shows (a store of the same
+        # address in another namespace) is looked for by connecting after 2 s
+        if local and time.monotonic() - start < 2.0:
+            if _listening_here(port):
                 return
-        except OSError:
-            if time.monotonic() >= deadline:
-                return  # the store's own connect reports the failure, with its message
-            time.sleep(0.002)
+        else:
+            try:
+                with socket.create_connection((host, port), timeout=1.0):
+                    return
+            except OSError:
+                pass
+        if time.monotonic() - start >= timeout:
+            return  # the store's own connect reports the failure, with its message
+        time.sleep(0.002)
 
 
 def _body(shard, fn, comm, *args):
@@ -223,7 +262,7 @@ def _body(shard, fn, comm, *args):
     return fn(shard, comm, *args)
 
 
-def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
+def run_collective(placement, fn, *args, on_event=None, n_events=None, timeout=None) -> list:
     """Run ``fn(shard, comm, *args)`` once per worker process, all at once; the results in rank order.
 
     A rank is a process: its task runs on its first shard, and
@@ -240,6 +279,15 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     on_event : callable, optional
         Called on the client with each ``msg`` a rank sends with
         ``comm.report(msg)``, while the ranks run.
+    n_events : callable, optional
+        ``n_events(results)``: how many messages the ranks sent.  Events
+        travel through the scheduler: one may come after the results, and
+        one sent before the scheduler has the client's subscription is
+        never forwarded (the ranks are started through the actors, not the
+        scheduler).  So the call returns once that many have been handed to
+        ``on_event``, in the order sent, those missing taken from the
+        scheduler's log of the topic (at most ``dask-estimators.event-wait``
+        seconds, 10 by default).
     timeout : float, optional
         Seconds a rendezvous or collective may wait (default: the placement's
         ``timeout``, else the config ``dask-estimators.collective-timeout``, 120).
@@ -263,10 +311,11 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     found = client.run(_identity_and_port, w0, host, workers=sorted(set(placement.workers)))
     identity = {w: ident for w, (ident, _) in found.items()}
     port = found[w0][1]
-    topic = None
+    topic = events = None
     if on_event is not None:
         topic = f"dask-estimators-{uuid.uuid4().hex[:12]}"
-        client.subscribe_topic(topic, lambda event: on_event(event[1]))
+        events = _Events(on_event)
+        client.subscribe_topic(topic, events)
     # one rank per process; a worker holding two shards, or workers sharing a process, train on all of theirs
     groups = rank_groups(placement.workers, identity)
     world = len(groups)
@@ -284,7 +333,10 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
         # wait itself returns at the first failure, and on the loss of a worker, of the scheduler or of
         # the client (a lost worker's rank would otherwise never answer).
         try:
-            return placement.wait(futs, timeout=None)
+            results = placement.wait(futs, timeout=None)
+            if events is not None and n_events is not None:
+                events.complete(client, topic, n_events(results))
+            return results
         except Exception as e:
             # the surviving ranks fail first (gloo: "Connection reset by peer"): was a worker lost?
             lost = e.workers if isinstance(e, WorkerLostError) else _lost_soon(placement)
@@ -300,6 +352,43 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
         if topic is not None:
             with contextlib.suppress(Exception):
                 client.unsubscribe_topic(topic)
+
+
+class _Events:
+    """The client's end of a collective run's events: each message handed to ``on_event`` once, in the order
+    :meth:`Comm.report` numbered them; one that comes early waits for those before it."""
+
+    def __init__(self, on_event):
+        self.on_event, self.waiting, self.next = on_event, {}, 0
+        self.lock = threading.Lock()  # the client's event loop and :meth:`complete` both hand messages on
+
+    def __call__(self, event):
+        self.add([event])
+
+    def add(self, events) -> None:
+        with self.lock:
+            for _, msg in events:
+                if msg["_seq"] >= self.next:
+                    self.waiting[msg["_seq"]] = msg
+            while self.next in self.waiting:
+                msg = self.waiting.pop(self.next)
+                self.next += 1
+                self.on_event({k: v for k, v in msg.items() if k != "_seq"})
+
+    def complete(self, client, topic: str, n: int) -> None:
+        """Hand on the first ``n`` messages, those not yet come from the scheduler's log of ``topic``; at most
+        the dask config ``dask-estimators.event-wait`` seconds (10): a scheduler that lost them delays the
+        run's end, never stops it."""
+        import time
+
+        import dask.config
+
+        deadline = time.monotonic() + float(dask.config.get("dask-estimators.event-wait", 10.0))
+        while self.next < n:
+            self.add(client.get_events(topic))
+            if self.next >= n or time.monotonic() >= deadline:
+                return
+            time.sleep(0.002)
 
 
 def _identity_and_port(rank0: str, host: str, dask_worker=None) -> tuple:

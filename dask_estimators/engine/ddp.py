@@ -37,12 +37,13 @@ _CHECKPOINTS: dict = {}
 
 
 def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor,
-             opt_state=None, callbacks=(), checkpoint_key=None):
+             opt_state=None, callbacks=(), checkpoint_key=None, checkpoint_share=None):
     """One rank of the ddp strategy: the whole training loop on this worker, inside a process group.
 
     Returns, on rank 0, the :class:`~dask_estimators.optim.torch_driver.TrainResult` (other ranks return None).
     ``callbacks`` are the loop callbacks (each rank runs its own copy, and all take the same decisions).
     With ``checkpoint_key`` the rank keeps the run's state at each epoch's end in this worker's memory
+    (within ``checkpoint_share`` of the run's time, see :class:`_Checkpoints`)
     (:func:`train_ddp` resumes from it after a worker loss); a rank that returns drops it.
 
     The ``DistributedDataParallel`` wrapper lives in :func:`_ddp_loop`'s frame
@@ -64,9 +65,10 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
     setup_threads()
     shards = comm.local_shards(shard)
     # nothing holds the group after a hand-written loop: its teardown need not delay the result
-    with process_group(comm, shard.device, teardown_behind=spec.hand_gradient):
+    with process_group(comm, shard.device, teardown_behind=spec.hand_gradient) as store:
         try:
-            out = _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key)
+            out = _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key,
+                            checkpoint_share, store)
             dist.barrier()  # no collective of this fit is still in flight
             _CHECKPOINTS.pop(checkpoint_key, None)
             return out
@@ -103,6 +105,11 @@ def _ship(out):
     return {"result": out, "paths": paths, "arrays": arrays}
 
 
+def _n_records(results) -> int:
+    """How many epoch records rank 0 sent as events (one per epoch it ran), from the ranks' shipped results."""
+    return len(results[0]["result"].history)
+
+
 def _unship(msg):
     out, arrays = msg["result"], msg["arrays"]
     out.w = arrays["w"]
@@ -123,11 +130,23 @@ def _shared_optimizer_bytes() -> int:
     return int(dask.config.get("dask-estimators.shared-optimizer-bytes", 1 << 18))
 
 
+def _checkpoint_share():
+    """The most of a ddp run's time that keeping its epochs' state may take (:class:`_Checkpoints`).
+
+    The dask config ``dask-estimators.checkpoint-share``, 0.05 by default; 0 or less keeps every epoch.
+    """
+    import dask.config
+
+    share = float(dask.config.get("dask-estimators.checkpoint-share", 0.05))
+    return share if share > 0 else None
+
+
 #: The least capacity of the shared-memory slots: the validation sums (3 per output of a regressor, plus one).
 _SMALL_SUM_BYTES = 4096
 
 
-def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key=None):
+def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key, checkpoint_share,
+              store):
     """The epoch loop of one ddp rank (see :func:`ddp_rank`).
 
     A problem with a hand-written gradient (``hand_gradient``, the MLPs) trains on
@@ -159,7 +178,7 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
         small = max(24 * cfg.n_steps, _SMALL_SUM_BYTES)
         shm = _shm_allreduce.create(comm.rank, comm.world_size, small if in_parts else max(p_bytes, small),
                                     comm.timeout, shared_bytes=_SharedAdam.nbytes(params, comm.world_size)
-                                    if in_parts else 0)
+                                    if in_parts else 0, store=store)
         if shm is not None and in_parts:
             shared = _SharedAdam(shm, params)
     try:
@@ -171,6 +190,7 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
                 ddp.register_comm_hook(shm, _shm_mean_hook)
             gradient = _DDPGradient(spec, ddp, params, comm)
         out = _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks, checkpoint_key,
+                          checkpoint_share=checkpoint_share,
                           small_sums=shm if by_hand else None)
         if out is not None:  # rank 0
             out.info["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
@@ -362,7 +382,7 @@ class _FlatGradient:
 
 
 def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks=(), checkpoint_key=None,
-                small_sums=None):
+                small_sums=None, checkpoint_share=None):
     """The epochs of one ddp rank; ``gradient`` computes each step's gradient (see :func:`_ddp_loop`).
 
     ``small_sums``: the ranks' shared-memory allreduce, which also sums the epoch's batch sizes, its loss and
@@ -479,7 +499,8 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
     def snapshot():  # the flat parameters as float64 NumPy, not a view of the live ones
         return flat().numpy().copy()
 
-    keep = None if checkpoint_key is None else _Checkpoints(checkpoint_key, opt, monitor, callbacks, gradient.flat)
+    keep = None if checkpoint_key is None else _Checkpoints(checkpoint_key, opt, monitor, callbacks, gradient.flat,
+                                                            share=checkpoint_share)
     out = run_epochs(step, cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate,
                      params=snapshot, report=report, callbacks=callbacks, checkpoint=keep)
     if comm.rank != 0:
@@ -488,6 +509,8 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
     # send back of a float32 network's; the estimator takes them as float64)
     out.w, out.opt_state = _cpu_copy(gradient.flat()).numpy(), _numpy_state(opt, copy=shared is not None)
     out.info["step_seconds"] = _step_seconds(spent, gradient.allreduce_s)
+    if keep is not None:
+        out.info["epochs_kept"] = keep.kept  # the epochs whose state this rank kept for a resumed run
     return out
 
 
@@ -535,14 +558,36 @@ class _Checkpoints:
     survivor's state read after a loss (:func:`_checkpoint`, on the worker's
     event loop) is always a whole epoch's: to write the other set again the
     rank would have to finish another epoch, which needs the lost peer.
+
+    With ``share``, an epoch's end keeps the state only where the last
+    keeping took at most ``share`` of the time since it ended (the first
+    epoch's is always kept): keeping then costs at most that share of the
+    run, and a resumed run repeats at most ``1 / share`` times one keeping's
+    cost, or one epoch.  On a small network an epoch is a few hundred
+    microseconds and one keeping about 55 (docs/performance.md); on a large
+    one every epoch is kept.  ``share=None`` keeps every epoch.
     """
 
-    def __init__(self, key, opt, monitor, callbacks, flat):
+    def __init__(self, key, opt, monitor, callbacks, flat, share=None, clock=time.perf_counter):
         self.key, self.opt, self.monitor, self.callbacks, self.flat = key, opt, monitor, list(callbacks), flat
         self._sets, self._turn = [None, None], 0
-        self._records = []  # copies of the run's records: each copied once, at the end of its epoch
+        self._records = []  # copies of the run's records: each copied once, at the end of the epoch kept
+        self.share, self.clock = share, clock
+        self._cost, self._since = None, clock()  # the last keeping's seconds, and when it ended
+        self.kept = 0  # epochs kept
 
     def __call__(self, history, stopped, t):
+        if self.share is not None and self._cost is not None:
+            now = self.clock()
+            if self._cost > self.share * (now - self._since):
+                return
+        t0 = self.clock()
+        self._keep(history, stopped, t)
+        self._since = self.clock()
+        self._cost = self._since - t0
+        self.kept += 1
+
+    def _keep(self, history, stopped, t):
         import copy
 
         w, state = self.flat(), self.opt.state_dict()
@@ -563,7 +608,8 @@ class _Checkpoints:
         for k, n in kept["other"]:
             kept["state"][k][n] = state["state"][k][n]
         self._turn ^= 1
-        # earlier records are not changed after their epoch (the callbacks that may touch a record run before this)
+        # earlier records are not changed after their epoch (the callbacks that may touch a record run before
+        # this), so those of epochs not kept are copied as they were
         self._records += [dict(r) for r in history[len(self._records):]]
         _CHECKPOINTS[self.key] = {
             "history": self._records[:], "stopped": stopped, "t": t, "w": kept["w"],
@@ -653,6 +699,7 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
     # the ranks take the parameters in the network's dtype: send them so (half the bytes of float64 for float32)
     w0 = np.asarray(w0, dtype=torch.empty(0, dtype=spec.torch_dtype).numpy().dtype)
     max_resumes = int(dask.config.get("dask-estimators.max-recoveries", 3))
+    share = _checkpoint_share()  # the client's config: the ranks take it from here
     prefix, last, resumed = [], None, []  # epochs kept so far, the checkpoint they end with, the resumptions
     state = dict(w0=w0, opt_state=opt_state, monitor=monitor, callbacks=list(callbacks), t0=cfg.t0)
     clean = False  # every rank returned at the first attempt, and dropped its checkpoint
@@ -670,7 +717,8 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
             key = f"{base}-{attempt}"
             try:
                 out = _unship(run_collective(placement, _shipped_rank, spec, state["w0"], run_cfg, state["monitor"],
-                                             state["opt_state"], state["callbacks"], key, on_event=on_event)[0])
+                                             state["opt_state"], state["callbacks"], key, share,
+                                             on_event=on_event, n_events=_n_records)[0])
             except WorkerLostError as err:
                 if attempt == max_resumes:
                     raise

@@ -569,7 +569,9 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         the run in each part of a step: ``batch``, finding the batch's rows; ``gradient``, the forward and
         backward; ``allreduce``, summing the gradients over the ranks, or None where
         ``DistributedDataParallel`` sums inside the backward; ``l2``, the penalty; ``optimizer``, its
-        step).
+        step), and ``epochs_kept``: the epochs whose state the ranks kept for a run resumed after a
+        worker loss (each epoch's, unless keeping it would take more than the dask config
+        ``dask-estimators.checkpoint-share``, 5%, of the training time).
 
     Examples
     --------

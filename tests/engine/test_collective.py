@@ -72,3 +72,59 @@ def test_one_round_names_each_process_and_a_port_free_on_rank_zeros_worker(clien
             return True
 
     assert client.run(bind, workers=[workers[0]]) == {workers[0]: True}
+
+
+def _report_epochs(shard, comm, n):
+    if comm.rank == 0:  # as the ddp ranks: rank 0 reports
+        for k in range(n):
+            comm.report({"k": k})
+    return n
+
+
+def test_every_event_reaches_the_client_once_in_the_order_sent(two_ranks):
+    """A rank's events go through the scheduler: the first may come before the scheduler has the client's
+    subscription, and the last after the ranks' results.  Every run hands each one on, in order, before it
+    returns; run back to back, with events sent at once."""
+    for n in (1, 3, 8):
+        for _ in range(5):
+            seen = []
+            out = run_collective(two_ranks, _report_epochs, n, on_event=seen.append, n_events=lambda res: res[0])
+            assert out == [n, n]
+            assert [m["k"] for m in seen] == list(range(n))
+            assert all("_seq" not in m for m in seen)
+
+
+def test_events_come_out_in_order_and_the_missing_ones_from_the_schedulers_log():
+    from dask_estimators.engine.collective import _Events
+
+    seen = []
+    ev = _Events(seen.append)
+    ev((0.0, {"_seq": 2, "v": "c"}))  # early: waits for 0 and 1
+    ev((0.0, {"_seq": 1, "v": "b"}))
+    assert seen == []
+
+    class Log:  # the scheduler's log of the topic: every message sent, 0 among them
+        calls = 0
+
+        def get_events(self, topic):
+            self.calls += 1
+            return tuple((0.0, {"_seq": k, "v": "abcd"[k]}) for k in range(4))
+
+    log = Log()
+    ev.complete(log, "t", 4)
+    assert [m["v"] for m in seen] == ["a", "b", "c", "d"] and log.calls == 1
+    ev((0.0, {"_seq": 3, "v": "d"}))  # a late copy of one handed on already is dropped
+    assert len(seen) == 4
+
+
+def test_a_listening_socket_is_seen_in_the_kernels_table():
+    from dask_estimators.engine.collective import _listening_here, _wait_listening
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        assert not _listening_here(port)  # bound, not listening
+        s.listen()
+        assert _listening_here(port)
+        _wait_listening("127.0.0.1", port, 5.0, local=True)  # returns at once
+    assert not _listening_here(port)

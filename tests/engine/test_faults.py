@@ -524,6 +524,66 @@ def test_ddp_epoch_state_follows_an_optimizer_whose_tensors_are_replaced(make):
         ddp._drop_checkpoints("t-key2")
 
 
+def test_ddp_epoch_state_is_kept_within_its_share_of_the_time():
+    """With ``share``, an epoch's end keeps the state only where the last keeping took at most that share of the
+    time since it ended: the first epoch always, then as the clock allows; what is held is always the last kept
+    epoch's, whole (its parameters, optimizer state and the records up to it)."""
+    import torch
+
+    from dask_estimators.engine import ddp
+    from dask_estimators.optim.torch_driver import Monitor
+
+    now = [0.0]
+    w = torch.zeros(10)
+    opt = torch.optim.SGD([w.requires_grad_()], lr=0.1)
+    keep = ddp._Checkpoints("t-share", opt, Monitor(0.0, 10, False), [], lambda: w, share=0.1,
+                            clock=lambda: now[0])
+    keep_now = keep._keep
+
+    def slow(*args):  # a keeping takes 1 s
+        keep_now(*args)
+        now[0] += 1.0
+
+    keep._keep = slow
+    # seconds passing after each epoch's end: keeping needs 10 s since the last keeping's end
+    pause = {1: 3.0, 2: 3.0, 3: 3.5, 4: 0.5, 5: 1.0, 6: 20.0}
+    try:
+        history, kept = [], []
+        for e in range(1, 8):
+            with torch.no_grad():
+                w.fill_(e)
+            history.append({"epoch": e})
+            before = keep.kept
+            keep(history, False, e)
+            if keep.kept > before:
+                kept.append(e)
+            held = ddp._CHECKPOINTS["t-share"]
+            assert held["t"] == kept[-1] and [r["epoch"] for r in held["history"]] == list(range(1, kept[-1] + 1))
+            assert torch.equal(held["w"], torch.full((10,), float(kept[-1])))
+            now[0] += pause.get(e, 0.0)
+        assert kept == [1, 5, 7] and keep.kept == 3
+        every = ddp._Checkpoints("t-every", opt, Monitor(0.0, 10, False), [], lambda: w, clock=lambda: now[0])
+        for e in range(1, 4):
+            every(history[:e], False, e)
+        assert every.kept == 3 and ddp._CHECKPOINTS["t-every"]["t"] == 3
+    finally:
+        ddp._drop_checkpoints("t-")
+
+
+def test_a_small_networks_ddp_fit_keeps_some_epochs_states_not_all(fc):
+    """1,000 epochs of a few hundred microseconds each: keeping each epoch's state (tens of microseconds) would
+    be a tenth of the run; within the default 5% share only some are kept, and the first always."""
+    X, y = _data("multiclass", n=300)
+    est = de.MLPClassifier((8,), strategy="ddp", max_iter=1000, tol=0.0, n_iter_no_change=100_000,
+                           random_state=0, client=fc).fit(X, y)
+    assert est.n_iter_ == 1000
+    assert 1 <= est.fit_stats_["epochs_kept"] < 1000
+    with dask.config.set({"dask-estimators.checkpoint-share": 0}):
+        every = de.MLPClassifier((8,), strategy="ddp", max_iter=50, tol=0.0, n_iter_no_change=100_000,
+                                 random_state=0, client=fc).fit(X, y)
+    assert every.fit_stats_["epochs_kept"] == 50
+
+
 def test_ddp_without_a_worker_left_is_a_clear_error_not_a_hang(fc, monkeypatch):
     """No worker to resume on (recovery finds none): the fit ends in WorkerLostError, bounded in time."""
     from dask_estimators.engine import placement as pl

@@ -35,9 +35,9 @@ def _tensor(rank, k, n):
 def _rank_body(shard, comm, sizes, shared_memory):
     import torch.distributed as dist
 
-    with process_group(comm):
+    with process_group(comm) as store:
         with dask.config.set({"dask-estimators.shared-memory": shared_memory}):
-            ar = A.create(comm.rank, comm.world_size, 8 * max(sizes), comm.timeout)
+            ar = A.create(comm.rank, comm.world_size, 8 * max(sizes), comm.timeout, store=store)
         if ar is None:
             return None
         try:
@@ -125,8 +125,8 @@ def test_one_rank_alone_sums_nothing_and_a_tensor_over_capacity_is_refused():
 # ---------------------------------------------------------------- the shared region and the barrier
 def _shared_body(shard, comm, n):
     """Each rank fills its half of the shared region between allreduces, then reads the whole after a barrier."""
-    with process_group(comm):
-        ar = A.create(comm.rank, comm.world_size, 64, comm.timeout, shared_bytes=8 * n)
+    with process_group(comm) as store:
+        ar = A.create(comm.rank, comm.world_size, 64, comm.timeout, shared_bytes=8 * n, store=store)
         if ar is None:
             return None
         try:
@@ -166,11 +166,11 @@ def _no_room_body(shard, comm):
     def full(fd, offset, length):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    with process_group(comm):
+    with process_group(comm) as store:
         patch = mock.patch.object(A.os, "posix_fallocate", full) if comm.rank == 0 else contextlib.nullcontext()
         before = set(os.listdir(_shm.SHM_DIR))
         with patch:
-            ar = A.create(comm.rank, comm.world_size, 64, comm.timeout, shared_bytes=1 << 20)
+            ar = A.create(comm.rank, comm.world_size, 64, comm.timeout, shared_bytes=1 << 20, store=store)
         return ar is None, sorted(set(os.listdir(_shm.SHM_DIR)) - before)
 
 
