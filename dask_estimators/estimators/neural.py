@@ -251,8 +251,18 @@ class _BaseMLP(DistributedEstimator):
         seed = int(rng.randint(np.iinfo(np.int32).max))
         early_stopping = self.early_stopping and self.solver != "lbfgs"  # lbfgs ignores it, as in scikit-learn
         vf = self.validation_fraction if early_stopping else 0.0
-        counts = placement.map_each(M.prepare, [(spec, vf, seed, r) for r in range(len(placement.shards))])
+        # without validation rows every shard's rows train, so the client knows the batches' cuts beforehand (the
+        # stochastic solvers'), and one round both prepares the shards and gives them their cuts
+        batch = cuts = None
+        if not vf and self.solver != "lbfgs":
+            batch = self._batch_size(int(sum(placement.n_rows)))
+            cuts = M.batch_cuts(placement.n_rows, batch)
+        counts = placement.map_each(M.prepare, [(spec, vf, seed, r) + (() if cuts is None else (cuts[r],))
+                                                for r in range(len(placement.shards))])
         n_train = sum(c["n_train"] for c in counts)
+        if cuts is not None and [c["n_train"] for c in counts] != [int(n) for n in placement.n_rows]:
+            raise RuntimeError(f"The shards hold {[c['n_train'] for c in counts]} training rows, not the "
+                               f"{list(placement.n_rows)} placed.")  # pragma: no cover - a broken invariant
         if early_stopping and "class_counts" in counts[0]:
             _check_stratifiable([c["class_counts"] for c in counts], getattr(self, "classes_", None))
         if early_stopping and sum(c["n_val"] for c in counts) < 2:
@@ -280,10 +290,11 @@ class _BaseMLP(DistributedEstimator):
                                       for cb in loop_callbacks + client_callbacks):
             raise ValueError("A callback monitors 'validation_score', which needs a validation set: set "
                              "early_stopping=True (validation_fraction of the training rows are held out).")
-        batch = self._batch_size(n_train)
-        # exact global batches of `batch` rows, also when smaller than the number of shards
-        cuts = M.batch_cuts([c["n_train"] for c in counts], batch)
-        placement.map_each(M.set_batch_cuts, [(row,) for row in cuts])
+        if cuts is None:
+            batch = self._batch_size(n_train)
+            # exact global batches of `batch` rows, also when smaller than the number of shards
+            cuts = M.batch_cuts([c["n_train"] for c in counts], batch)
+            placement.map_each(M.set_batch_cuts, [(row,) for row in cuts])
         cfg = TrainConfig(
             solver=self.solver, learning_rate_init=self.learning_rate_init, learning_rate=self.learning_rate,
             power_t=self.power_t, momentum=self.momentum, nesterovs_momentum=self.nesterovs_momentum,

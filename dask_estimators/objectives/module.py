@@ -588,10 +588,13 @@ def _loss_grad_torch(spec: MLPSpec, params, X, y, sw, grads, scale, work):
     return loss
 
 
-def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: int) -> dict:
+def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: int, cuts=None) -> dict:
     """Encode the targets for ``spec.out``, cast X, split off this shard's validation rows (seeded).
 
     Returns the shard's row counts and weight sums, training and validation.
+    With ``cuts`` (its row of :func:`batch_cuts`, which the client can work
+    out beforehand when no validation rows are held out), also
+    :func:`set_batch_cuts`: one round instead of two.
     """
     dt = spec.torch_dtype
     X = shard.get("X")
@@ -608,7 +611,10 @@ def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: i
         shard.put("sample_weight", sw.to(dt))
     # classes (one label per row) are stratified in the validation split, as scikit-learn's early stopping does
     labels = y if spec.out == "softmax" else y[:, 0] if spec.out == "logistic" and spec.n_outputs == 1 else None
-    return init_rows(shard, validation_fraction, seed, rank, labels=labels)
+    out = init_rows(shard, validation_fraction, seed, rank, labels=labels)
+    if cuts is not None:
+        set_batch_cuts(shard, cuts)
+    return out
 
 
 def init_rows(shard, validation_fraction: float, seed: int, rank: int, labels=None) -> dict:

@@ -932,3 +932,28 @@ def test_fit_stats_strategy(solver, strategy, expected):
     assert est.strategy == strategy  # the parameter is left as given
     assert est.fit_stats_["n_shards"] == 2
     assert sum(est.fit_stats_["rows_per_shard"]) == 200
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "tree"])
+def test_without_validation_rows_one_round_prepares_the_shards_and_gives_them_their_batches(strategy, monkeypatch):
+    """Every placed row trains when no validation rows are held out, so the client works the batches' cuts out
+    beforehand and one round both prepares the shards and hands the cuts over; with early stopping the split
+    decides the training rows first (two rounds).  (That the batches are scikit-learn's: test_fidelity.)"""
+    from dask_estimators.engine.placement import Placement
+
+    calls = []
+    map_each = Placement.map_each
+
+    def counted(self, fn, per_shard_args, timeout=None):
+        calls.append(fn.__name__)
+        return map_each(self, fn, per_shard_args, timeout)
+
+    X, y = _blobs()
+    kw = dict(batch_size=7, max_iter=3, tol=0.0, n_iter_no_change=100)
+    monkeypatch.setattr(Placement, "map_each", counted)
+    est = _small(strategy, **kw).fit(X, y)
+    assert calls == ["prepare"]
+    assert est.fit_stats_["steps_per_epoch"] == -(-len(X) // 7) and est.n_iter_ == 3
+    calls.clear()
+    _small(strategy, early_stopping=True, **kw).fit(X, y)
+    assert calls == ["prepare", "set_batch_cuts"]
