@@ -128,3 +128,18 @@ def test_a_listening_socket_is_seen_in_the_kernels_table():
         assert _listening_here(port)
         _wait_listening("127.0.0.1", port, 5.0, local=True)  # returns at once
     assert not _listening_here(port)
+
+
+def test_a_scheduler_that_cannot_be_asked_for_the_missing_events_ends_the_wait():
+    from dask_estimators.engine.collective import _Events
+
+    seen = []
+
+    class Gone:
+        def get_events(self, topic):
+            raise OSError("Timed out trying to connect")
+
+    ev = _Events(seen.append)
+    ev((0.0, {"_seq": 0, "v": "a"}))
+    ev.complete(Gone(), "t", 3)  # returns at once: the records come with the results
+    assert [m["v"] for m in seen] == ["a"]
