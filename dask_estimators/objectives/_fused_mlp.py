@@ -54,9 +54,9 @@ def _jit(fn):
 # integer), expm1(u) = 2^k (r q(r)) + (2^k - 1) with q(r) = expm1(r) / r a Taylor polynomial, and 2^k made
 # from those bits by :func:`_pow2k`.  tanh(v) = e / (e + 2) with e = expm1(2v) (v clipped where tanh is 1
 # to the precision), and the logistic function 1 / (2 + expm1(-v)).  Within 3 (float32) or 4 (float64) units
-# of rounding of libm (tested).  The constants come in the layer's dtype (:func:`_act_consts`), so float32 layers compute in
-# float32 throughout (twice the lanes) and float64 ones in float64, with one code; their polynomials are
-# evaluated with fused multiply-adds where the machine has them (``contract``).
+# of rounding of libm (tested).  The constants come in the layer's dtype (:func:`_act_consts`), so float32
+# layers compute in float32 throughout (twice the lanes) and float64 ones in float64, with one code; their
+# polynomials are evaluated with fused multiply-adds where the machine has them (``contract``).
 
 
 def _act_consts(dtype):
