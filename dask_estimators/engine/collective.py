@@ -105,6 +105,7 @@ class Comm:
     own_host: str | None = None
     shards: tuple = ()
     registry: str | None = None
+    sent: int = 0  # the messages this rank has reported
 
     def local_shards(self, shard) -> list:
         """This rank's shards: ``shard`` (the one its task runs on) and the others its process holds for it."""
@@ -115,13 +116,13 @@ class Comm:
     def report(self, msg: dict) -> None:
         """Send ``msg`` (a msgpack-able dict) to the client now, as a Dask event; a no-op without a listener.
 
-        Numbered, so that the client hands the messages on in the order sent (see :class:`_Events`).
+        Numbered per rank, so that the client hands each rank's messages on in the order sent, and knows
+        from the rank's result how many to wait for (see :class:`_Events`).
         """
         if self.topic is None or self.worker is None:
             return
-        seq = self.__dict__.get("_sent", 0)
-        self._sent = seq + 1
-        self.worker.log_event(self.topic, dict(msg, _seq=seq))
+        self.worker.log_event(self.topic, dict(msg, _rank=self.rank, _seq=self.sent))
+        self.sent += 1
 
     def __getstate__(self):
         return dict(self.__dict__, worker=None)
@@ -259,10 +260,10 @@ def _body(shard, fn, comm, *args):
     comm.worker = getattr(shard, "worker", None) or _current_worker()
     if comm.own_host is None and getattr(comm.worker, "address", None):
         comm.own_host = get_address_host(comm.worker.address)
-    return fn(shard, comm, *args)
+    return fn(shard, comm, *args), comm.sent  # the client waits for that many of this rank's messages
 
 
-def run_collective(placement, fn, *args, on_event=None, n_events=None, timeout=None) -> list:
+def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     """Run ``fn(shard, comm, *args)`` once per worker process, all at once; the results in rank order.
 
     A rank is a process: its task runs on its first shard, and
@@ -278,16 +279,13 @@ def run_collective(placement, fn, *args, on_event=None, n_events=None, timeout=N
         The per-rank body.  It joins the group with :func:`process_group`.
     on_event : callable, optional
         Called on the client with each ``msg`` a rank sends with
-        ``comm.report(msg)``, while the ranks run.
-    n_events : callable, optional
-        ``n_events(results)``: how many messages the ranks sent.  Events
-        travel through the scheduler: one may come after the results, and
-        one sent before the scheduler has the client's subscription is
-        never forwarded (the ranks are started through the actors, not the
-        scheduler).  So the call returns once that many have been handed to
-        ``on_event``, in the order sent, those missing taken from the
-        scheduler's log of the topic (at most ``dask-estimators.event-wait``
-        seconds, 10 by default).
+        ``comm.report(msg)``, each rank's in the order sent, and every one
+        before the call returns.  Events travel through the scheduler: one
+        may come after the results, and one sent before the scheduler has
+        the client's subscription is never forwarded (the ranks are started
+        through the actors, not the scheduler); those missing at the end are
+        taken from the scheduler's log of the topic (at most
+        ``dask-estimators.event-wait`` seconds, 10 by default).
     timeout : float, optional
         Seconds a rendezvous or collective may wait (default: the placement's
         ``timeout``, else the config ``dask-estimators.collective-timeout``, 120).
@@ -333,10 +331,10 @@ def run_collective(placement, fn, *args, on_event=None, n_events=None, timeout=N
         # wait itself returns at the first failure, and on the loss of a worker, of the scheduler or of
         # the client (a lost worker's rank would otherwise never answer).
         try:
-            results = placement.wait(futs, timeout=None)
-            if events is not None and n_events is not None:
-                events.complete(client, topic, n_events(results))
-            return results
+            results, sent = zip(*placement.wait(futs, timeout=None))
+            if events is not None:
+                events.complete(client, topic, sent)
+            return list(results)
         except Exception as e:
             # the surviving ranks fail first (gloo: "Connection reset by peer"): was a worker lost?
             lost = e.workers if isinstance(e, WorkerLostError) else _lost_soon(placement)
@@ -355,11 +353,11 @@ def run_collective(placement, fn, *args, on_event=None, n_events=None, timeout=N
 
 
 class _Events:
-    """The client's end of a collective run's events: each message handed to ``on_event`` once, in the order
-    :meth:`Comm.report` numbered them; one that comes early waits for those before it."""
+    """The client's end of a collective run's events: each message handed to ``on_event`` once, each rank's in
+    the order :meth:`Comm.report` numbered them; one that comes early waits for those before it."""
 
     def __init__(self, on_event):
-        self.on_event, self.waiting, self.next = on_event, {}, 0
+        self.on_event, self.waiting, self.next = on_event, {}, {}  # (rank, seq) -> message; rank -> next seq
         self.lock = threading.Lock()  # the client's event loop and :meth:`complete` both hand messages on
 
     def __call__(self, event):
@@ -368,29 +366,33 @@ class _Events:
     def add(self, events) -> None:
         with self.lock:
             for _, msg in events:
-                if msg["_seq"] >= self.next:
-                    self.waiting[msg["_seq"]] = msg
-            while self.next in self.waiting:
-                msg = self.waiting.pop(self.next)
-                self.next += 1
-                self.on_event({k: v for k, v in msg.items() if k != "_seq"})
+                rank, seq = msg["_rank"], msg["_seq"]
+                if seq >= self.next.get(rank, 0):
+                    self.waiting[rank, seq] = msg
+                while (rank, self.next.get(rank, 0)) in self.waiting:
+                    msg = self.waiting.pop((rank, self.next.get(rank, 0)))
+                    self.next[rank] = msg["_seq"] + 1
+                    self.on_event({k: v for k, v in msg.items() if k not in ("_rank", "_seq")})
 
-    def complete(self, client, topic: str, n: int) -> None:
-        """Hand on the first ``n`` messages, those not yet come from the scheduler's log of ``topic``; at most
-        the dask config ``dask-estimators.event-wait`` seconds (10): a scheduler that lost them delays the
-        run's end, never stops it."""
+    def missing(self, sent) -> bool:
+        return any(self.next.get(rank, 0) < n for rank, n in enumerate(sent))
+
+    def complete(self, client, topic: str, sent) -> None:
+        """Hand on the messages not yet come (rank ``r`` sent ``sent[r]``) from the scheduler's log of
+        ``topic``; at most the dask config ``dask-estimators.event-wait`` seconds (10): a scheduler that lost
+        them delays the run's end, never stops it."""
         import time
 
         import dask.config
 
         deadline = time.monotonic() + float(dask.config.get("dask-estimators.event-wait", 10.0))
-        while self.next < n:
+        while self.missing(sent):
             try:
                 log = client.get_events(topic)
             except Exception:  # no scheduler to ask: the records come with the results anyway
                 return
             self.add(log)
-            if self.next >= n or time.monotonic() >= deadline:
+            if not self.missing(sent) or time.monotonic() >= deadline:
                 return
             time.sleep(0.002)
 

@@ -105,11 +105,6 @@ def _ship(out):
     return {"result": out, "paths": paths, "arrays": arrays}
 
 
-def _n_records(results) -> int:
-    """How many epoch records rank 0 sent as events (one per epoch it ran), from the ranks' shipped results."""
-    return len(results[0]["result"].history)
-
-
 def _unship(msg):
     out, arrays = msg["result"], msg["arrays"]
     out.w = arrays["w"]
@@ -718,7 +713,7 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
             try:
                 out = _unship(run_collective(placement, _shipped_rank, spec, state["w0"], run_cfg, state["monitor"],
                                              state["opt_state"], state["callbacks"], key, share,
-                                             on_event=on_event, n_events=_n_records)[0])
+                                             on_event=on_event)[0])
             except WorkerLostError as err:
                 if attempt == max_resumes:
                     raise

@@ -75,23 +75,24 @@ def test_one_round_names_each_process_and_a_port_free_on_rank_zeros_worker(clien
 
 
 def _report_epochs(shard, comm, n):
-    if comm.rank == 0:  # as the ddp ranks: rank 0 reports
-        for k in range(n):
-            comm.report({"k": k})
+    for k in range(n + comm.rank):  # rank 1 sends one more than rank 0
+        comm.report({"rank": comm.rank, "k": k})
     return n
 
 
 def test_every_event_reaches_the_client_once_in_the_order_sent(two_ranks):
     """A rank's events go through the scheduler: the first may come before the scheduler has the client's
-    subscription, and the last after the ranks' results.  Every run hands each one on, in order, before it
-    returns; run back to back, with events sent at once."""
+    subscription, and the last after the ranks' results.  Every run hands each one on, each rank's in order,
+    before it returns; run back to back, with events sent at once by both ranks."""
     for n in (1, 3, 8):
         for _ in range(5):
             seen = []
-            out = run_collective(two_ranks, _report_epochs, n, on_event=seen.append, n_events=lambda res: res[0])
+            out = run_collective(two_ranks, _report_epochs, n, on_event=seen.append)
             assert out == [n, n]
-            assert [m["k"] for m in seen] == list(range(n))
-            assert all("_seq" not in m for m in seen)
+            for rank in (0, 1):
+                assert [m["k"] for m in seen if m["rank"] == rank] == list(range(n + rank))
+            assert len(seen) == 2 * n + 1
+            assert all("_seq" not in m and "_rank" not in m for m in seen)
 
 
 def test_events_come_out_in_order_and_the_missing_ones_from_the_schedulers_log():
@@ -99,22 +100,24 @@ def test_events_come_out_in_order_and_the_missing_ones_from_the_schedulers_log()
 
     seen = []
     ev = _Events(seen.append)
-    ev((0.0, {"_seq": 2, "v": "c"}))  # early: waits for 0 and 1
-    ev((0.0, {"_seq": 1, "v": "b"}))
-    assert seen == []
+    ev((0.0, {"_rank": 0, "_seq": 2, "v": "c"}))  # early: waits for 0 and 1
+    ev((0.0, {"_rank": 0, "_seq": 1, "v": "b"}))
+    ev((0.0, {"_rank": 1, "_seq": 0, "v": "x"}))  # another rank's first: its own numbering, handed on at once
+    assert seen == [{"v": "x"}]
 
     class Log:  # the scheduler's log of the topic: every message sent, 0 among them
         calls = 0
 
         def get_events(self, topic):
             self.calls += 1
-            return tuple((0.0, {"_seq": k, "v": "abcd"[k]}) for k in range(4))
+            return tuple((0.0, {"_rank": 0, "_seq": k, "v": "abcd"[k]}) for k in range(4)) + (
+                (0.0, {"_rank": 1, "_seq": 0, "v": "x"}), (0.0, {"_rank": 1, "_seq": 1, "v": "y"}))
 
     log = Log()
-    ev.complete(log, "t", 4)
-    assert [m["v"] for m in seen] == ["a", "b", "c", "d"] and log.calls == 1
-    ev((0.0, {"_seq": 3, "v": "d"}))  # a late copy of one handed on already is dropped
-    assert len(seen) == 4
+    ev.complete(log, "t", (4, 2))
+    assert [m["v"] for m in seen] == ["x", "a", "b", "c", "d", "y"] and log.calls == 1
+    ev((0.0, {"_rank": 0, "_seq": 3, "v": "d"}))  # a late copy of one handed on already is dropped
+    assert len(seen) == 6
 
 
 def test_a_listening_socket_is_seen_in_the_kernels_table():
@@ -140,6 +143,6 @@ def test_a_scheduler_that_cannot_be_asked_for_the_missing_events_ends_the_wait()
             raise OSError("Timed out trying to connect")
 
     ev = _Events(seen.append)
-    ev((0.0, {"_seq": 0, "v": "a"}))
-    ev.complete(Gone(), "t", 3)  # returns at once: the records come with the results
+    ev((0.0, {"_rank": 0, "_seq": 0, "v": "a"}))
+    ev.complete(Gone(), "t", (3,))  # returns at once: the records come with the results
     assert [m["v"] for m in seen] == ["a"]
