@@ -42,9 +42,9 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
 
     Returns, on rank 0, the :class:`~dask_estimators.optim.torch_driver.TrainResult` (other ranks return None).
     ``callbacks`` are the loop callbacks (each rank runs its own copy, and all take the same decisions).
-    With ``checkpoint_key`` the rank keeps the run's state at each epoch's end in this worker's memory
-    (within ``checkpoint_share`` of the run's time, see :class:`_Checkpoints`)
-    (:func:`train_ddp` resumes from it after a worker loss); a rank that returns drops it.
+    With ``checkpoint_key`` the rank keeps the run's state at an epoch's end in this worker's memory, within
+    ``checkpoint_share`` of the run's time (:class:`_Checkpoints`); :func:`train_ddp` resumes from it after a
+    worker loss, and a rank that returns drops it.
 
     The ``DistributedDataParallel`` wrapper lives in :func:`_ddp_loop`'s frame
     and is freed before the group is destroyed, also on failure: freed after
@@ -572,14 +572,12 @@ class _Checkpoints:
         self.kept = 0  # epochs kept
 
     def __call__(self, history, stopped, t):
-        if self.share is not None and self._cost is not None:
-            now = self.clock()
-            if self._cost > self.share * (now - self._since):
-                return
-        t0 = self.clock()
+        now = self.clock()
+        if self.share is not None and self._cost is not None and self._cost > self.share * (now - self._since):
+            return
         self._keep(history, stopped, t)
         self._since = self.clock()
-        self._cost = self._since - t0
+        self._cost = self._since - now
         self.kept += 1
 
     def _keep(self, history, stopped, t):
