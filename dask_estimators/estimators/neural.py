@@ -255,8 +255,7 @@ class _BaseMLP(DistributedEstimator):
         # stochastic solvers'), and one round both prepares the shards and gives them their cuts
         batch = cuts = None
         if not vf and self.solver != "lbfgs":
-            batch = self._batch_size(int(sum(placement.n_rows)))
-            cuts = M.batch_cuts(placement.n_rows, batch)
+            batch, cuts = self._batches(placement.n_rows)
         counts = placement.map_each(M.prepare, [(spec, vf, seed, r) + (() if cuts is None else (cuts[r],))
                                                 for r in range(len(placement.shards))])
         n_train = sum(c["n_train"] for c in counts)
@@ -291,9 +290,7 @@ class _BaseMLP(DistributedEstimator):
             raise ValueError("A callback monitors 'validation_score', which needs a validation set: set "
                              "early_stopping=True (validation_fraction of the training rows are held out).")
         if cuts is None:
-            batch = self._batch_size(n_train)
-            # exact global batches of `batch` rows, also when smaller than the number of shards
-            cuts = M.batch_cuts([c["n_train"] for c in counts], batch)
+            batch, cuts = self._batches([c["n_train"] for c in counts])
             placement.map_each(M.set_batch_cuts, [(row,) for row in cuts])
         cfg = TrainConfig(
             solver=self.solver, learning_rate_init=self.learning_rate_init, learning_rate=self.learning_rate,
@@ -320,6 +317,12 @@ class _BaseMLP(DistributedEstimator):
         self._set_result(spec, res, early_stopping, incremental)
         stats.update(batch_size=batch, steps_per_epoch=cfg.n_steps, seconds=sum(r["seconds"] for r in res.history))
         return stats
+
+    def _batches(self, rows):
+        """The batch size and each shard's cuts (:func:`~dask_estimators.objectives.module.batch_cuts`) for shards
+        of ``rows`` training rows: exact global batches, also when smaller than the number of shards."""
+        batch = self._batch_size(int(sum(rows)))
+        return batch, M.batch_cuts(rows, batch)
 
     def _batch_size(self, n_train):
         if self.batch_size == "auto":
