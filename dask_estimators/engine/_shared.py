@@ -206,6 +206,14 @@ def unwrap(x):
     return x.tree if isinstance(x, Shared) else x
 
 
+def copied(x):
+    """The plain result tree of a :class:`Shared` not pickled on its way (its reader in this process), its
+    arrays copied out of the segments; anything else as it is."""
+    if isinstance(x, Shared):
+        return _map(lambda a: a.copy() if isinstance(a, np.ndarray) else a, x.tree)
+    return x
+
+
 def _open_one(ref: _Ref, copy: bool, private: bool = False):
     dtype = np.dtype(ref.dtype)
     nbytes = int(np.prod(ref.shape, dtype=np.int64)) * dtype.itemsize

@@ -186,10 +186,7 @@ class DistributedEvaluator:
         payload = Payload.pack(fn, args)
         if self.reduction == "gather":
             return _worker.add(*self._wait([a.run(payload) for a in actors]))
-        out = self._wait([actors[0].reduce(payload)])[0]
-        if isinstance(out, _shared.Shared):  # not pickled on its way (an actor in this process): copy it out
-            out = _shared._map(lambda a: a.copy() if isinstance(a, np.ndarray) else a, out.tree)
-        return out
+        return _shared.copied(self._wait([actors[0].reduce(payload)])[0])  # an actor in this process: copied
 
     def __call__(self, fn, *args):
         """``sum over shards of fn(shard, *args)``, surviving the loss of workers (see ``recover``)."""

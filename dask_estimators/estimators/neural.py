@@ -585,7 +585,9 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         ``DistributedDataParallel`` sums inside the backward; ``l2``, the penalty; ``optimizer``, its
         step), and ``epochs_kept``: the epochs whose state the ranks kept for a run resumed after a
         worker loss (each epoch's, unless keeping it would take more than the dask config
-        ``dask-estimators.checkpoint-share``, 5%, of the training time).
+        ``dask-estimators.checkpoint-share``, 5%, of the training time), and ``result_transfer``: how
+        rank 0's parameters and optimizer state came back (``"shared memory"`` to a client on its host,
+        for arrays of 1 MB or more, else ``"network"``).
 
     Examples
     --------

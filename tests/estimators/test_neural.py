@@ -268,6 +268,48 @@ def test_ranks_sharing_adams_state_return_it_whole(client, shared_optimizer):
     np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_large_networks_start_and_result_cross_through_shared_memory(monkeypatch):
+    """Between the client and ranks of its host, the parameters and Adam's state of 1 MB or more go through
+    shared memory: a warm start's pickled message carries references, not the arrays, and rank 0's result is
+    copied out by the client.  The fits equal the same fits sent over the network to the bit, and what the
+    client got is its own memory: fits that reuse the segments afterwards leave it as it was."""
+    import dask
+
+    from dask_estimators.engine import ddp
+
+    sent = []
+    share_args = ddp._shared.share_args
+
+    def recorded(args, add):
+        out = share_args(args, add)
+        sent.append((len(pickle.dumps(out)), args[0].nbytes))
+        return out
+
+    monkeypatch.setattr(ddp._shared, "share_args", recorded)
+    X, y = _blobs(n=400, d=300, k=3)
+    kw = dict(hidden_layer_sizes=(512,), batch_size=100, max_iter=2, warm_start=True)  # 1.2 MB of float64 weights
+
+    def fit_twice():
+        est = _small("ddp", **kw).fit(X, y)
+        return est.fit(X, y)  # the second starts from the first's parameters and Adam's state
+
+    shm = fit_twice()
+    assert shm.fit_stats_["result_transfer"] == "shared memory"
+    assert len(sent) == 2 and sent[1][1] > 1 << 20 and sent[1][0] < 10_000  # the start's bytes stayed behind
+    def arrays(est):  # the weights, and Adam's moments as the next partial_fit starts from them
+        state = est._optimizer_state["state"]
+        return est.coefs_ + est.intercepts_ + [s[k] for s in state.values() for k in ("exp_avg", "exp_avg_sq")]
+
+    kept = [a.copy() for a in arrays(shm)]
+    with dask.config.set({"dask-estimators.shared-memory": False}):
+        net = fit_twice()
+    assert net.fit_stats_["result_transfer"] == "network" and len(sent) == 2
+    assert _coefs_equal(shm, net) and shm.loss_curve_ == net.loss_curve_
+    fit_twice().partial_fit(X, y)  # the same segments again, other numbers
+    assert all(np.array_equal(a, b) for a, b in zip(arrays(shm), kept))
+
+
 def test_rank_zeros_result_travels_with_its_arrays_apart():
     """The ddp result's arrays (parameters, Adam's state) travel in a flat dict of their own, which Dask sends
     array by array (inside the result object they took 3x as long); on the client they are put back."""
