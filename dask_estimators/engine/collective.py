@@ -93,6 +93,9 @@ class Comm:
         lost one; every shard of a threads-based cluster).
     registry : str or None
         Where this rank finds its other shards (:meth:`local_shards`).
+    served : bool
+        Whether rank 0's store was already listening when the ranks started
+        (then the others connect at once, without looking for it first).
     """
 
     rank: int
@@ -105,6 +108,7 @@ class Comm:
     own_host: str | None = None
     shards: tuple = ()
     registry: str | None = None
+    served: bool = False  # rank 0's store listened before the ranks started (:func:`_identity_and_port`)
     sent: int = 0  # the messages this rank has reported
 
     def local_shards(self, shard) -> list:
@@ -162,12 +166,14 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
             )
         backend = "nccl" if str(device).startswith("cuda") else "gloo"
         td = timedelta(seconds=comm.timeout)
-        if comm.rank != 0:
+        store = _SERVED.pop(comm.port, (None,))[0] if comm.rank == 0 else None  # listening since the client's round
+        if comm.rank != 0 and not comm.served:
             _wait_listening(comm.host, comm.port, comm.timeout, local=comm.own_host == comm.host)
-        # rank 0 does not wait in the constructor for the others to connect: that wait looks every 10 ms, while
-        # the group's own rendezvous below waits on the store's keys and goes on as soon as the last rank is in
-        store = dist.TCPStore(comm.host, comm.port, comm.world_size, comm.rank == 0, timeout=td,
-                              wait_for_workers=False)
+        if store is None:
+            # rank 0 does not wait in the constructor for the others to connect: that wait looks every 10 ms, while
+            # the group's own rendezvous below waits on the store's keys and goes on as soon as the last rank is in
+            store = dist.TCPStore(comm.host, comm.port, comm.world_size, comm.rank == 0, timeout=td,
+                                  wait_for_workers=False)
         with _gloo_interface(comm.own_host if backend == "gloo" else None):
             dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.world_size, timeout=td)
         try:
@@ -305,8 +311,8 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     timeout = _timeout_s() if timeout is None else float(timeout)
     w0 = placement.workers[0]
     host = get_address_host(w0)
-    # one round for both: each worker's process, and a port free on rank 0's worker
-    found = client.run(_identity_and_port, w0, host, workers=sorted(set(placement.workers)))
+    # one round for both: each worker's process, and the port of a store served by rank 0's worker
+    found = client.run(_identity_and_port, w0, host, timeout, workers=sorted(set(placement.workers)))
     identity = {w: ident for w, (ident, _) in found.items()}
     port = found[w0][1]
     topic = events = None
@@ -323,8 +329,8 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
         placement.map_each(_register, [(registry, i) for i in range(len(placement.shards))])
     try:
         futs = placement.submit_each(
-            _body, [(fn, Comm(r, world, host, port, topic, timeout, shards=tuple(g), registry=registry), *args)
-                    for r, g in enumerate(groups)],
+            _body, [(fn, Comm(r, world, host, port, topic, timeout, shards=tuple(g), registry=registry, served=True),
+                     *args) for r, g in enumerate(groups)],
             indices=[g[0] for g in groups],
         )
         # A rank that fails makes the others fail at their next collective (bounded by ``timeout``); the
@@ -397,9 +403,33 @@ class _Events:
             time.sleep(0.002)
 
 
-def _identity_and_port(rank0: str, host: str, dask_worker=None) -> tuple:
-    """(:func:`process_identity`, a port free on ``host`` on the worker ``rank0``, else None), run on a worker."""
-    port = free_port(host) if dask_worker is not None and dask_worker.address == rank0 else None
+#: port -> (a store server made by :func:`_identity_and_port` for rank 0's process group, when it expires)
+_SERVED: dict = {}
+
+
+def _identity_and_port(rank0: str, host: str, timeout: float = 120.0, dask_worker=None) -> tuple:
+    """(:func:`process_identity`, on the worker ``rank0`` the port of a ``TCPStore`` server it listens with,
+    else None), run on every worker before the ranks start.
+
+    Rank 0's :func:`process_group` takes the server; the other ranks connect
+    at once.  Looking for a server made by rank 0 itself cost each of them
+    3-7 ms (``/proc/net/tcp``, read once a look, takes 3.3 ms here), and rank 0
+    waited for them.  A server no rank takes (its fit failed first) is dropped
+    at the first call here after ``timeout`` seconds.
+    """
+    import time
+    from datetime import timedelta
+
+    now = time.monotonic()
+    for port in [p for p, (_, until) in _SERVED.items() if until < now]:
+        _SERVED.pop(port, None)
+    port = None
+    import torch.distributed as dist
+
+    if dask_worker is not None and dask_worker.address == rank0 and dist.is_available():
+        store = dist.TCPStore(host, 0, None, True, timeout=timedelta(seconds=timeout), wait_for_workers=False)
+        port = int(store.port)
+        _SERVED[port] = (store, now + timeout)
     return process_identity(), port
 
 

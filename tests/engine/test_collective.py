@@ -1,6 +1,7 @@
 """The collective mode's rendezvous and group teardown, on the session cluster (two worker processes)."""
 
 import socket
+import time
 
 from distributed.comm import get_address_host
 
@@ -57,21 +58,41 @@ def test_a_block_that_fails_destroys_its_group_before_the_error_leaves(two_ranks
     assert run_collective(two_ranks, _sum_ranks) == [[3.0] * 3] * 2  # and the next group forms
 
 
-def test_one_round_names_each_process_and_a_port_free_on_rank_zeros_worker(client):
+def _served(port, dask_worker=None):
+    """On a worker: take the store server its last :func:`_identity_and_port` made (as rank 0 would)."""
+    from dask_estimators.engine.collective import _SERVED
+
+    return _SERVED.pop(port, (None,))[0] is not None
+
+
+def test_one_round_names_each_process_and_serves_rank_zeros_store(client):
+    """One round names each worker's process and starts rank 0's store, which takes connections before any rank
+    has started; the other workers serve nothing."""
+    import datetime
+
+    import torch.distributed as dist
+
     workers = sorted(client.nthreads())
     host = get_address_host(workers[0])
-    found = client.run(_identity_and_port, workers[0], host, workers=workers)
+    found = client.run(_identity_and_port, workers[0], host, 30.0, workers=workers)
     port = found[workers[0]][1]
     assert isinstance(port, int) and 0 < port < 65536
     assert [found[w][1] for w in workers[1:]] == [None] * (len(workers) - 1)
     assert len({ident for ident, _ in found.values()}) == len(workers)  # one process per worker
+    peer = dist.TCPStore(host, port, None, False, timeout=datetime.timedelta(seconds=10))
+    peer.set("k", "v")
+    assert peer.get("k") == b"v"
+    assert client.run(_served, port) == {w: w == workers[0] for w in workers}
 
-    def bind(dask_worker=None):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, port))  # free there: a server can listen on it
-            return True
 
-    assert client.run(bind, workers=[workers[0]]) == {workers[0]: True}
+def test_a_store_no_rank_takes_is_dropped_after_its_timeout(client):
+    workers = sorted(client.nthreads())
+    host = get_address_host(workers[0])
+    first = client.run(_identity_and_port, workers[0], host, 0.5, workers=[workers[0]])[workers[0]][1]
+    time.sleep(0.6)
+    second = client.run(_identity_and_port, workers[0], host, 30.0, workers=[workers[0]])[workers[0]][1]
+    assert client.run(_served, first, workers=[workers[0]]) == {workers[0]: False}  # expired at the second call
+    assert client.run(_served, second, workers=[workers[0]]) == {workers[0]: True}
 
 
 def _report_epochs(shard, comm, n):
