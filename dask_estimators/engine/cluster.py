@@ -35,10 +35,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 import threading
 
 import distributed
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 __all__ = ["resolve_client", "client_context", "get_embedded_client", "close_embedded_cluster", "prestart"]
 
@@ -331,6 +332,24 @@ def _in_task() -> bool:
     return getattr(thread_state, "key", None) is not None
 
 
+#: the client's ThreadpoolController, and len(sys.modules) when it was made (see _one_blas_thread)
+_BLAS: list = [None, -1]
+
+
+def _one_blas_thread():
+    """``threadpool_limits(limits=1, user_api="blas")`` through a controller kept between fits.
+
+    Making a controller scans the process's libraries: 2.3 ms for each fit
+    in a client that has fitted a network here (0.02 ms with the kept one),
+    of a small network's 90 ms.  One is made again after modules were
+    imported since (a BLAS loaded later is found then).
+    """
+    n = len(sys.modules)
+    if _BLAS[0] is None or _BLAS[1] != n:
+        _BLAS[:] = [ThreadpoolController(), n]
+    return _BLAS[0].limit(limits=1, user_api="blas")
+
+
 @contextlib.contextmanager
 def client_context(client=None):
     """Resolve the client for the duration of one fit.
@@ -365,7 +384,7 @@ def client_context(client=None):
         # there leaves its threads spinning after each call, on the cores the workers compute on:
         # measured, that made the later rounds of a large LogisticRegression fit 50-100% slower on 2 cores
         # (docs/performance.md).  One BLAS thread on the client while it fits.
-        with threadpool_limits(limits=1, user_api="blas"), c.as_current():
+        with _one_blas_thread(), c.as_current():
             yield c
         return
     distributed.secede()

@@ -389,10 +389,11 @@ def test_client_blas_runs_one_thread_during_a_fit_and_is_restored(client):
     with threadpool_limits(limits=2, user_api="blas"):
         before = blas_threads()
         assert before == [2] * len(before), f"BLAS would not take 2 threads here: {before}"
-        with client_context(client):
-            inside = blas_threads()
-        assert inside == [1] * len(before)
-        assert blas_threads() == before
+        for _ in range(2):  # the second fit's limit comes from the controller the first one made
+            with client_context(client):
+                inside = blas_threads()
+            assert inside == [1] * len(before)
+            assert blas_threads() == before
 
 
 def _in_task_without_thread_state():
