@@ -313,8 +313,8 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     host = get_address_host(w0)
     # one round for both: each worker's process, and the port of a store served by rank 0's worker
     found = client.run(_identity_and_port, w0, host, timeout, workers=sorted(set(placement.workers)))
-    identity = {w: ident for w, (ident, _) in found.items()}
-    port = found[w0][1]
+    identity = {w: ident for w, (ident, _, _) in found.items()}
+    port, served = found[w0][1:]
     topic = events = None
     if on_event is not None:
         topic = f"dask-estimators-{uuid.uuid4().hex[:12]}"
@@ -329,7 +329,7 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
         placement.map_each(_register, [(registry, i) for i in range(len(placement.shards))])
     try:
         futs = placement.submit_each(
-            _body, [(fn, Comm(r, world, host, port, topic, timeout, shards=tuple(g), registry=registry, served=True),
+            _body, [(fn, Comm(r, world, host, port, topic, timeout, shards=tuple(g), registry=registry, served=served),
                      *args) for r, g in enumerate(groups)],
             indices=[g[0] for g in groups],
         )
@@ -408,14 +408,15 @@ _SERVED: dict = {}
 
 
 def _identity_and_port(rank0: str, host: str, timeout: float = 120.0, dask_worker=None) -> tuple:
-    """(:func:`process_identity`, on the worker ``rank0`` the port of a ``TCPStore`` server it listens with,
-    else None), run on every worker before the ranks start.
+    """(:func:`process_identity`, a port on the worker ``rank0``, whether a ``TCPStore`` server listens on it
+    already), run on every worker before the ranks start (the other workers: no port).
 
     Rank 0's :func:`process_group` takes the server; the other ranks connect
     at once.  Looking for a server made by rank 0 itself cost each of them
     3-7 ms (``/proc/net/tcp``, read once a look, takes 3.3 ms here), and rank 0
     waited for them.  A server no rank takes (its fit failed first) is dropped
-    at the first call here after ``timeout`` seconds.
+    at the first call here after ``timeout`` seconds.  Where no server can be
+    made here, a free port, and rank 0 serves it (as before).
     """
     import time
     from datetime import timedelta
@@ -423,14 +424,19 @@ def _identity_and_port(rank0: str, host: str, timeout: float = 120.0, dask_worke
     now = time.monotonic()
     for port in [p for p, (_, until) in _SERVED.items() if until < now]:
         _SERVED.pop(port, None)
-    port = None
-    import torch.distributed as dist
+    if dask_worker is None or dask_worker.address != rank0:
+        return process_identity(), None, False
+    try:
+        import torch.distributed as dist
 
-    if dask_worker is not None and dask_worker.address == rank0 and dist.is_available():
         store = dist.TCPStore(host, 0, None, True, timeout=timedelta(seconds=timeout), wait_for_workers=False)
         port = int(store.port)
-        _SERVED[port] = (store, now + timeout)
-    return process_identity(), port
+    except Exception:  # no torch.distributed (process_group says so), or a torch that cannot serve port 0
+        store = port = None
+    if not port:
+        return process_identity(), free_port(host), False
+    _SERVED[port] = (store, now + timeout)
+    return process_identity(), port, True
 
 
 def _lost_soon(placement, grace=3.0) -> set:

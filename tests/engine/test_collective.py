@@ -76,13 +76,65 @@ def test_one_round_names_each_process_and_serves_rank_zeros_store(client):
     host = get_address_host(workers[0])
     found = client.run(_identity_and_port, workers[0], host, 30.0, workers=workers)
     port = found[workers[0]][1]
-    assert isinstance(port, int) and 0 < port < 65536
-    assert [found[w][1] for w in workers[1:]] == [None] * (len(workers) - 1)
-    assert len({ident for ident, _ in found.values()}) == len(workers)  # one process per worker
+    assert isinstance(port, int) and 0 < port < 65536 and found[workers[0]][2] is True
+    assert [found[w][1:] for w in workers[1:]] == [(None, False)] * (len(workers) - 1)
+    assert len({ident for ident, _, _ in found.values()}) == len(workers)  # one process per worker
     peer = dist.TCPStore(host, port, None, False, timeout=datetime.timedelta(seconds=10))
     peer.set("k", "v")
     assert peer.get("k") == b"v"
     assert client.run(_served, port) == {w: w == workers[0] for w in workers}
+
+
+def _serve_nothing(_):
+    """On a worker: a torch whose store cannot serve port 0 (it reports port 0), as an old one might."""
+    import torch.distributed as dist
+
+    from dask_estimators.engine import collective
+
+    class NoPort:
+        port = 0
+
+        def __init__(self, *a, **k):
+            pass
+
+    real, dist.TCPStore = dist.TCPStore, NoPort
+    try:
+        return collective._identity_and_port("me", "127.0.0.1", 5.0, dask_worker=type("W", (), {"address": "me"}))
+    finally:
+        dist.TCPStore = real
+
+
+def _unserved(on):
+    """On a worker: its identity round serves no store (``on``), or serves again (its original function)."""
+    from dask_estimators.engine import collective
+
+    if not on:  # how many servers it took away
+        patched = collective._identity_and_port
+        collective._identity_and_port = patched.original
+        return patched.taken
+
+    def unserved(rank0, host, timeout=120.0, dask_worker=None):
+        ident, port, served = unserved.original(rank0, host, timeout, dask_worker=dask_worker)
+        if served:
+            collective._SERVED.pop(port)  # the server goes: rank 0 serves the port itself
+            unserved.taken += 1
+        return ident, port, False
+
+    unserved.original, unserved.taken = collective._identity_and_port, 0
+    collective._identity_and_port = unserved
+
+
+def test_where_no_store_can_be_served_a_free_port_is_named_and_rank_zero_serves_it(client, two_ranks):
+    w = sorted(client.nthreads())[0]
+    ident, port, served = client.run(_serve_nothing, 0, workers=[w])[w]
+    assert isinstance(port, int) and port > 0 and served is False
+    assert client.run(_served, port, workers=[w]) == {w: False}
+    client.run(_unserved, True)
+    try:  # the ranks then start as before: rank 0 makes its store, the others look for it first
+        assert run_collective(two_ranks, _sum_ranks) == [[3.0] * 3] * 2
+    finally:
+        taken = client.run(_unserved, False)
+    assert sum(taken.values()) == 1  # rank 0's worker's server, taken away before the ranks started
 
 
 def test_a_store_no_rank_takes_is_dropped_after_its_timeout(client):
