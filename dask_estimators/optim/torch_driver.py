@@ -232,13 +232,18 @@ class AdamPartStep:
         _fused_adam_calls(self.opt.param_groups[0], self._whole, self._split, decay)
 
 
-def adam_zero_state(opt) -> None:
-    """Give a torch.optim.Adam without state the state its first ``step()`` would start from, by ``load_state_dict``."""
+def adam_zero_state(opt, moments=None) -> None:
+    """Give a torch.optim.Adam without state the state its first ``step()`` would start from, by ``load_state_dict``.
+
+    ``moments(i, p)``: parameter ``i``'s ``exp_avg`` and ``exp_avg_sq``, zero-filled tensors shaped as ``p``
+    (new ones by default).
+    """
     if opt.state:
         return
     sd = opt.state_dict()
     params = opt.param_groups[0]["params"]
-    sd["state"] = {i: {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+    moments = moments or (lambda i, p: (torch.zeros_like(p), torch.zeros_like(p)))
+    sd["state"] = {i: dict(zip(("step", "exp_avg", "exp_avg_sq"), (torch.tensor(0.0), *moments(i, p))))
                    for i, p in enumerate(params)}
     opt.load_state_dict(sd)
 
