@@ -1,11 +1,12 @@
-"""The threaded finiteness check gives scikit-learn's errors, on every layout it takes; the fast classes of y
-are numpy's."""
+"""The finiteness check gives scikit-learn's errors, on every layout it takes; the fast classes of y are numpy's."""
 
 import numpy as np
 import pytest
 from sklearn.utils.validation import _assert_all_finite
 
-from dask_estimators._validation import _INT_SPAN, _MIN_PARALLEL, assert_all_finite, classes_and_codes, copy_if_finite
+from dask_estimators._validation import _INT_SPAN, _SAMPLE, assert_all_finite, classes_and_codes, copy_if_finite
+
+_LARGE = 1 << 20
 
 
 def _sklearn_message(X):
@@ -19,8 +20,7 @@ def _sklearn_message(X):
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 def test_large_arrays_raise_sklearns_error(order, dtype, bad, where):
-    X = np.ones((_MIN_PARALLEL // 16 + 7, 16), dtype=dtype, order=order)  # above the threaded threshold
-    assert X.size >= _MIN_PARALLEL
+    X = np.ones((_LARGE // 16 + 7, 16), dtype=dtype, order=order)
     assert_all_finite(X)  # all finite: no error
     i = {"first": 0, "middle": X.shape[0] // 2, "last": -1}[where]
     X[i, 5] = bad
@@ -34,10 +34,35 @@ def test_small_and_strided_arrays_take_sklearns_path():
     X[3, 2] = np.nan
     with pytest.raises(ValueError, match="Input X contains NaN"):
         assert_all_finite(X)
-    big = np.ones((_MIN_PARALLEL // 8, 16))[:, ::2]  # not contiguous
+    big = np.ones((_LARGE // 8, 16))[:, ::2]  # not contiguous
     big[7, 1] = np.inf
     with pytest.raises(ValueError, match="Input X contains infinity"):
         assert_all_finite(big)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_finite_values_whose_sum_overflows_pass_and_a_non_finite_one_among_them_does_not(dtype):
+    """The check sums X first; a sum that overflows on finite values is no error (the element-wise check then
+    decides), and a NaN among huge values is still one."""
+    X = np.full((1000, 3), np.finfo(dtype).max / 2, dtype=dtype)
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(X.sum())
+    assert_all_finite(X)
+    X[500, 1] = np.nan
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        assert_all_finite(X)
+
+
+def test_the_first_check_loads_no_numba():
+    """The client's checks are NumPy: a fresh process that checks X and encodes y has not imported numba."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from dask_estimators._validation import assert_all_finite, classes_and_codes; "
+            "assert_all_finite(np.ones((2000, 600))); classes_and_codes(np.arange(100000) % 7); "
+            "classes_and_codes(np.arange(100000) % 7 + 0.5); print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 _rng = np.random.default_rng(0)
@@ -52,6 +77,8 @@ _LABELS = {
     "one class": np.full(10, 4),
     "one element": np.array([9]),
     "64 classes": np.arange(640) % 64,
+    "float, many rows": _rng.choice(np.array([0.25, -1.5, 7.0]), 3 * _SAMPLE),
+    "int64 wider than the table, many rows": _rng.choice(np.array([-(2**40), 3, 2**50]), 3 * _SAMPLE),
 }
 
 
@@ -77,6 +104,18 @@ def test_classes_and_codes_equal_unique_and_searchsorted(name):
 ], ids=["65 ints", "65 floats", "NaN", "strings", "bool", "2-D", "empty"])
 def test_classes_and_codes_leaves_the_rest_to_unique(y):
     assert classes_and_codes(y) is None
+
+
+def test_a_label_the_sample_misses_is_left_to_unique():
+    """Labels that are not small integers are looked for in a sample first: one the sample misses is not lost,
+    the call leaves y to ``np.unique``."""
+    y = np.full(10 * _SAMPLE, 2.5)
+    y[3] = 7.25  # between the sampled rows
+    assert classes_and_codes(y) is None
+    y[3] = y[10] = 7.25  # now also where the sample looks
+    classes, codes = classes_and_codes(y)
+    np.testing.assert_array_equal(classes, [2.5, 7.25])
+    np.testing.assert_array_equal(codes, np.searchsorted(classes, y))
 
 
 @pytest.mark.parametrize("layout", ["C", "F", "pandas", "strided"])

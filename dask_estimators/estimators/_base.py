@@ -685,10 +685,6 @@ def _series_of_rows(df, fn, float_dtype):
     return pd.Series(out, index=df.index)
 
 
-#: Fewer labels than this are counted by ``np.unique`` (a few ms): the client need not load numba for them.
-_FEW_LABELS_COMPILED = 1 << 16
-
-
 def _checked_classes(y):
     """scikit-learn's ``check_classification_targets(y)``, the sorted classes of ``y`` and its codes (or None).
 
@@ -699,7 +695,7 @@ def _checked_classes(y):
     """
     from sklearn.utils.multiclass import check_classification_targets
 
-    fast = classes_and_codes(y) if np.size(y) >= _FEW_LABELS_COMPILED else None
+    fast = classes_and_codes(y)
     if fast is not None:
         classes, codes = fast
         check_classification_targets(y.view(np.dtype(y.dtype, metadata={"unique": classes})))
