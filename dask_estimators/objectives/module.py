@@ -40,8 +40,12 @@ import torch
 from scipy.special import expit, softmax
 
 from .. import _torch_api
-from . import _fused_mlp
+from .._lazy import lazy_module
 from ._sparse import csr_parts, is_sparse
+
+# the compiled kernels, and numba with them, load where a kernel first runs (the workers): the client of a
+# ddp fit builds the network's spec and its starting point only (importing numba took it 0.26-0.35 s here)
+_fused_mlp = lazy_module("dask_estimators.objectives._fused_mlp")
 
 __all__ = [
     "NetworkProblem",

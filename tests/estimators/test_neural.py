@@ -310,6 +310,18 @@ def test_a_large_networks_start_and_result_cross_through_shared_memory(monkeypat
     assert all(np.array_equal(a, b) for a, b in zip(arrays(shm), kept))
 
 
+def test_the_client_of_a_network_fit_loads_no_numba(client):
+    """The kernels run on the workers: a fresh client process that fits and predicts with a network on this
+    cluster (its scheduler's address) has not imported numba (which took it 0.26-0.35 s)."""
+    code = ("import sys, warnings; warnings.simplefilter('ignore'); import numpy as np; import dask_estimators as de; "
+            "from sklearn.datasets import make_classification; X, y = make_classification(2000, 20, random_state=0); "
+            f"m = de.MLPClassifier((16,), max_iter=3, client={client.scheduler.address!r}).fit(X, y); "
+            "m.predict(X); print(m.fit_stats_['strategy'], 'numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-2:] == ["ddp", "False"], out.stdout
+
+
 def test_rank_zeros_result_travels_with_its_arrays_apart():
     """The ddp result's arrays (parameters, Adam's state) travel in a flat dict of their own, which Dask sends
     array by array (inside the result object they took 3x as long); on the client they are put back."""
