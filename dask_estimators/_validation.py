@@ -94,9 +94,8 @@ def assert_all_finite(X, *, input_name="X", estimator_name=None):
     """
     X = np.asarray(X)
     if X.dtype.kind == "f" and X.size:
-        flat = X.reshape(-1, order="A") if X.flags.c_contiguous or X.flags.f_contiguous else X
         with np.errstate(over="ignore", invalid="ignore"):
-            if np.isfinite(np.add.reduce(flat, axis=None)):
+            if np.isfinite(np.add.reduce(X, axis=None)):
                 return
     if X.dtype.kind != "f" or not np.isfinite(X).all():
         _sklearn_check(X, input_name, estimator_name)
@@ -147,7 +146,7 @@ def classes_and_codes(y, max_classes=64):
             lut = np.cumsum(present, dtype=np.intp) - 1
             return (lo + np.flatnonzero(present)).astype(y.dtype), lut[offsets]
     classes = np.unique(y[:: max(1, y.size // _SAMPLE)])
-    if classes.size > max_classes or (y.dtype.kind == "f" and np.isnan(classes).any()):
+    if classes.size > max_classes:
         return None
     codes = np.searchsorted(classes, y)
     if not np.array_equal(classes[np.minimum(codes, classes.size - 1)], y):  # a label the sample missed, or NaN

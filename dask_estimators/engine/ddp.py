@@ -108,17 +108,11 @@ def _shipped_rank(shard, comm, share, spec, start, cfg, monitor, callbacks, chec
 
 
 def _shares(placement) -> tuple:
-    """(whether the client and every rank's worker share memory, whether the client and rank 0's do), each
-    as :func:`~.reduce.shares_memory` says and the dask config ``dask-estimators.shared-memory`` allows."""
-    import dask.config
+    """(whether the client and every rank's worker share memory, whether the client and rank 0's do), as
+    :func:`~.reduce.shares_with_client` says (rank 0 trains on the first shard)."""
+    from .reduce import shares_with_client
 
-    from . import reduce
-
-    if not dask.config.get("dask-estimators.shared-memory", True):
-        return False, False
-    workers = list(placement.workers)  # rank 0 trains on the first shard
-    ids, me = reduce._identities(placement.client, sorted(set(workers))), reduce._identity()
-    same = [reduce.shares_memory(ids[w], me) for w in workers]
+    same = shares_with_client(placement.client, placement.workers)
     return all(same), same[0]
 
 

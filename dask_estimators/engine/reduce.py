@@ -127,6 +127,18 @@ def shares_memory(a, b) -> bool:
     return a[0] is not None and a[0] == b[0] and a[1] is not None and b[1] is not None and a[1] != b[1]
 
 
+def shares_with_client(client, workers) -> list:
+    """Per worker of ``workers``, whether its process and this one (the client) hand arrays over through shared
+    memory (:func:`shares_memory`); all False where the dask config ``dask-estimators.shared-memory`` is off."""
+    import dask
+
+    workers = list(workers)
+    if not dask.config.get("dask-estimators.shared-memory", True):
+        return [False] * len(workers)
+    ids, me = _identities(client, sorted(set(workers))), _identity()
+    return [shares_memory(ids[w], me) for w in workers]
+
+
 def reduce_parts(client, parts, workers, method: str = "tree", fan_in: int = 2, timeout=None):
     """Sum the partial results in ``parts`` with the given strategy and return the total on the client.
 

@@ -243,8 +243,10 @@ def adam_zero_state(opt, moments=None) -> None:
     sd = opt.state_dict()
     params = opt.param_groups[0]["params"]
     moments = moments or (lambda i, p: (torch.zeros_like(p), torch.zeros_like(p)))
-    sd["state"] = {i: dict(zip(("step", "exp_avg", "exp_avg_sq"), (torch.tensor(0.0), *moments(i, p))))
-                   for i, p in enumerate(params)}
+    sd["state"] = {}
+    for i, p in enumerate(params):
+        m, v = moments(i, p)
+        sd["state"][i] = {"step": torch.tensor(0.0), "exp_avg": m, "exp_avg_sq": v}
     opt.load_state_dict(sd)
 
 

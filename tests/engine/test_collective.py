@@ -85,7 +85,7 @@ def test_one_round_names_each_process_and_serves_rank_zeros_store(client):
     assert client.run(_served, port) == {w: w == workers[0] for w in workers}
 
 
-def _serve_nothing(_):
+def _serve_nothing():
     """On a worker: a torch whose store cannot serve port 0 (it reports port 0), as an old one might."""
     import torch.distributed as dist
 
@@ -126,7 +126,7 @@ def _unserved(on):
 
 def test_where_no_store_can_be_served_a_free_port_is_named_and_rank_zero_serves_it(client, two_ranks):
     w = sorted(client.nthreads())[0]
-    ident, port, served = client.run(_serve_nothing, 0, workers=[w])[w]
+    ident, port, served = client.run(_serve_nothing, workers=[w])[w]
     assert isinstance(port, int) and port > 0 and served is False
     assert client.run(_served, port, workers=[w]) == {w: False}
     client.run(_unserved, True)
