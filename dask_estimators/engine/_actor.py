@@ -69,11 +69,31 @@ class Payload:
         return (Payload, (self.data, [pickle.PickleBuffer(b) for b in self.buffers]))
 
 
+class Deferred:
+    """A shard its actor builds itself: ``fn(*args)`` in :class:`ShardActor`'s constructor.
+
+    One task then both builds the shard and starts its actor; a shard built
+    by a task of its own, and its actor behind it, took the scheduler two
+    rounds (10-12 ms each on the 2-core machine of docs/performance.md).
+    """
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+    def __call__(self):
+        return self.fn(*self.args)
+
+
 class ShardActor:
-    """Holds a worker's :class:`~dask_estimators.engine._worker.Shard` for the length of a fit."""
+    """Holds a worker's :class:`~dask_estimators.engine._worker.Shard` for the length of a fit.
+
+    ``shard``: the shard, or a :class:`Deferred` that builds it here.
+    """
 
     def __init__(self, shard):
-        self.shard = shard
+        self.shard = shard() if isinstance(shard, Deferred) else shard
         self.children: list = []
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dask-estimators-kernel")
         self._waiting: set = set()  # the children's calls a reduce waits for

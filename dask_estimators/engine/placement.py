@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import _dask_input, _shm, _watch, _worker
-from ._actor import Payload, ShardActor
+from ._actor import Deferred, Payload, ShardActor
 from ._watch import WorkerLostError
 
 #: How a round reaches the shards: long-lived actors (direct worker-to-worker
@@ -61,20 +61,10 @@ def wait(futs, client=None, workers=()):
     dies and :class:`~dask_estimators.engine.ClusterLostError` when the client
     or its scheduler goes away meanwhile.
     """
-    import time
-
     futs = list(futs)
-    if not futs:
-        return
-    client = client or futs[0].client
-    since: dict = {}
-    # polled: distributed.wait(timeout=...) that times out leaves a waiter holding the futures (and their data)
-    next_check = time.monotonic() + _watch.SLICE
-    while not all(f.done() for f in futs):
-        if time.monotonic() >= next_check:
-            _watch._health(client, workers, since)
-            next_check = time.monotonic() + _watch.SLICE
-        time.sleep(0.005)
+    if futs:
+        # not distributed.wait(timeout=...): one that times out leaves a waiter holding the futures (and their data)
+        _watch.wait_done(futs, client or futs[0].client, workers)
 
 
 def _build_shard(device, *parts):
@@ -137,7 +127,7 @@ class Placement:
     """
 
     def __init__(self, client, shards, workers, transport="actors", sources=None, device="auto", timeout=None,
-                 buffers=None, row_ranges=None):
+                 buffers=None, row_ranges=None, actor_futures=None):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}.")
         # the client's shared memory the shards map (_shm): back to its pool on release, or when this is collected
@@ -159,9 +149,12 @@ class Placement:
         self.actors: list = []
         try:
             if transport == "actors":
+                # an actor that built its shard itself (``actor_futures``) is that shard's future too
+                made = list(actor_futures) if actor_futures is not None else [None] * len(self.shards)
                 self._actor_futures = [
+                    a if a is not None else
                     client.submit(ShardActor, s, workers=[w], allow_other_workers=False, actor=True, pure=False)
-                    for s, w in zip(self.shards, self.workers)
+                    for a, s, w in zip(made, self.shards, self.workers)
                 ]
                 with client.as_current():
                     self.actors = _watch.wait_results(self._actor_futures, client, self.workers, timeout)
@@ -170,8 +163,10 @@ class Placement:
             else:
                 self.n_rows = self._wait([self._submit_one(i, _rows, ()) for i in range(len(self.shards))])
         except BaseException:
-            _watch._cancel(client, self._actor_futures)
-            _raise_first_error(self.shards)  # a shard that failed to build (its actor failed with it): its own error
+            try:  # a shard that failed to build (its actor failed with it, or built it): its own error
+                _raise_first_error(self.shards)
+            finally:  # after: an actor that built its shard is that shard's future, whose error goes with it
+                _watch._cancel(client, self._actor_futures)
             raise
         keep = [i for i, n in enumerate(self.n_rows) if n > 0] or [0]
         if len(keep) < len(self.shards):  # empty partitions make empty shards: drop them
@@ -388,7 +383,7 @@ class Placement:
         workers = list(self.workers)
         if self.client.status == "running":
             self._close_actors([a for a, w in zip(actors, workers) if w not in self._lost] if actors else [])
-        futs = self._actor_futures + self.shards
+        futs = self._actor_futures + [s for s in self.shards if not any(s is a for a in self._actor_futures)]
         self._actor_futures, self.shards = [], []
         if futs:  # cancel (drops the keys even if someone else holds a future), unless a worker was lost
             _watch._cancel(self.client, futs, cancel=not self._lost)
@@ -503,28 +498,43 @@ def place(
 def _place_once(client, arrays, check, device, ws, transport, timeout):
     import dask
 
+    shm = dask.config.get("dask-estimators.shared-memory", True)
+    try:
+        return _place_once_with(client, arrays, check, device, ws, transport, timeout, shm)
+    except _shm.NotShared:  # a worker thought to share the client's memory could not open it: send the bytes
+        if not shm:
+            raise
+        return _place_once_with(client, arrays, check, device, ws, transport, timeout, False)
+
+
+def _place_once_with(client, arrays, check, device, ws, transport, timeout, shm):
     buffers: list = []
+    actor_futures = None
     try:
         if any(is_dask_collection(a) for a in arrays.values()):
             shards, used, sources, ranges = _place_dask(client, arrays, check, device, ws)
         else:
-            shm = dask.config.get("dask-estimators.shared-memory", True)
-            # the actors go in behind the shards they hold (Placement), and their wait is the shards' wait
+            # the actors go in behind the shards they hold (Placement), or build them (actor_futures), and their
+            # wait is the shards' wait
+            actor_futures = [] if transport == "actors" else None
             shards, used, sources, ranges = _place_numpy(client, arrays, device, ws, buffers, shared_memory=shm,
-                                                         wait_builds=transport != "actors")
+                                                         wait_builds=transport != "actors",
+                                                         actor_futures=actor_futures)
     except BaseException:
         _shm.release(buffers)
         raise
     try:
         return Placement(client, shards, used, transport, sources=sources, device=device, timeout=timeout,
-                         buffers=buffers, row_ranges=ranges)
+                         buffers=buffers, row_ranges=ranges, actor_futures=actor_futures or None)
     except BaseException:
         _watch._cancel(client, shards)
         _shm.release(buffers)
         raise
 
 
-def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_builds=True):
+def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_builds=True, actor_futures=None):
+    """``actor_futures``: a list to fill, shard by shard, with the futures of actors that build their shards
+    from the client's shared memory (the shard's entry is that future too), None for the other shards."""
     # sparse input as canonical CSR once, then cut into row ranges that are views of its arrays
     arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v for k, v in arrays.items()}
     n = {k: np.shape(v)[0] for k, v in arrays.items()}
@@ -537,7 +547,22 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
     bounds = np.linspace(0, n_rows, n_parts + 1).astype(int)
     parts = [{k: _rows_part(v, bounds[i], bounds[i + 1]) for k, v in arrays.items()} for i in range(n_parts)]
     used = ws[:n_parts]
-    shards = _place_shared(client, parts, used, device, buffers) if shared_memory else [None] * n_parts
+    if shared_memory and not wait_builds:
+        # nothing waits for the builds (the actors go in behind them): only the workers known to share the
+        # client's memory are handed it (a wrong guess fails the placement with NotShared: _place_once)
+        from .reduce import shares_with_client
+
+        shared = shares_with_client(client, used)
+        shards = [None] * n_parts
+        if any(shared):
+            on = [i for i in range(n_parts) if shared[i]]
+            for i, fut in zip(on, _place_shared(client, [parts[i] for i in on], [used[i] for i in on], device,
+                                                buffers, wait_builds=False, actors=actor_futures is not None)):
+                shards[i] = fut
+        if actor_futures is not None:
+            actor_futures[:] = list(shards)
+    else:
+        shards = _place_shared(client, parts, used, device, buffers) if shared_memory else [None] * n_parts
     sent = [i for i in range(n_parts) if shards[i] is None]  # not on this host (or no /dev/shm): send the bytes
     for i, fut in zip(sent, _scatter_parts(client, [parts[i] for i in sent], [used[i] for i in sent], device)):
         shards[i] = fut
@@ -675,7 +700,7 @@ def _submit_dask_build(client, worker, device, source):
                          allow_other_workers=False, pure=False)
 
 
-def _place_shared(client, parts, workers, device, buffers):
+def _place_shared(client, parts, workers, device, buffers, wait_builds=True, actors=False):
     """Hand each part to its worker through the client's shared memory when the worker can open it.
 
     A worker on the client's host maps the memory (page-aligned, so already
@@ -684,7 +709,11 @@ def _place_shared(client, parts, workers, device, buffers):
     pickled through a socket.  The handles of the shards built are added to
     ``buffers``: the placement gives them back to the pool when it is
     released.  Parts whose worker cannot open the memory (another host,
-    container or user) come back as None and are scattered instead.
+    container or user) come back as None and are scattered instead.  With
+    ``wait_builds=False`` the builds' futures come back at once, and a worker
+    that cannot open the memory fails its build with :class:`~._shm.NotShared`;
+    with ``actors`` too, they are the futures of actors that build their
+    shards (:class:`~._actor.Deferred`).
     """
     handles = []
     kept = []
@@ -693,10 +722,18 @@ def _place_shared(client, parts, workers, device, buffers):
             handles = list(pool.map(_shm.write_parts, parts))
         if any(h is None for h in handles):
             return [None] * len(parts)
-        futs = [
-            client.submit(_build_shard_shared, device, h, workers=[w], allow_other_workers=False, pure=False)
-            for h, w in zip(handles, workers)
-        ]
+        if actors:
+            futs = [client.submit(ShardActor, Deferred(_build_shard_shared, device, h), workers=[w],
+                                  allow_other_workers=False, actor=True, pure=False)
+                    for h, w in zip(handles, workers)]
+        else:
+            futs = [
+                client.submit(_build_shard_shared, device, h, workers=[w], allow_other_workers=False, pure=False)
+                for h, w in zip(handles, workers)
+            ]
+        if not wait_builds:
+            kept = handles
+            return futs
         wait(futs, client, workers)
         out = []
         for f, h in zip(futs, handles):

@@ -119,6 +119,35 @@ def test_a_handle_from_another_host_is_not_mapped():
         _shm.release(h)
 
 
+@pytest.mark.skipif(not _shm._memfd_available(), reason="no memfd")
+@pytest.mark.parametrize("transport", ["actors", "tasks"])
+def test_a_worker_that_cannot_open_the_memory_gets_the_bytes(client, rng, monkeypatch, transport):
+    """A worker the client takes for one of its host's, but which cannot open the client's memory (here: its
+    handles name another pid namespace), gets its part over the network; the shards are the data."""
+    from dask_estimators.engine import placement
+
+    real = _shm.write
+    written = []
+
+    def elsewhere(a):
+        h = real(a)
+        written.append(h)
+        return None if h is None else dataclasses.replace(h, token=h.token + ":another-namespace")
+
+    monkeypatch.setattr(_shm, "write", elsewhere)
+    sent = []
+    scatter = placement._scatter_part
+    monkeypatch.setattr(placement, "_scatter_part", lambda *a: sent.append(a[2]) or scatter(*a))
+    X = rng.normal(size=(20_000, 8))  # above MIN_BYTES: X is written to the client's memory first
+    y = rng.normal(size=20_000)
+    with place(client, {"X": X, "y": y}, transport=transport) as p:
+        assert written and sorted(sent) == sorted(p.workers) and len(p.workers) >= 2
+        assert p._buffers == []  # no worker maps the client's memory
+        got = DistributedEvaluator(p)(_sums, np.array([1.0]))
+    np.testing.assert_allclose(got[0], X.T @ y, rtol=1e-12)
+    assert {h.path for h in written}.isdisjoint(_shm._in_use)  # the memory went back to the pool
+
+
 def test_scattered_parts_are_sent_at_once(client, rng, monkeypatch):
     """Without shared memory (other hosts) the parts go to their workers concurrently, not one after the other.
 
