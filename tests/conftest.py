@@ -44,11 +44,15 @@ def cluster():
 
 @pytest.fixture(scope="session", autouse=True)
 def client(cluster):
+    import dask
     from distributed import Client
 
-    with Client(cluster, set_as_default=True) as client:
-        client.wait_for_workers(2, timeout=60)
-        yield client
+    # the tests' small networks train on every worker, as large ones do, so that they test what runs across
+    # ranks; by default a fit whose steps are too small for two takes one (tests/engine/test_workers_worth.py)
+    with dask.config.set({"dask-estimators.min-step-flops-per-worker": 0}):
+        with Client(cluster, set_as_default=True) as client:
+            client.wait_for_workers(2, timeout=60)
+            yield client
 
 
 @pytest.fixture

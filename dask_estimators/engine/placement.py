@@ -36,7 +36,7 @@ from ._watch import WorkerLostError
 #: calls, no scheduler) or plain tasks (scatter, pinned tasks, tree of add tasks).
 TRANSPORTS = ("actors", "tasks")
 
-__all__ = ["TRANSPORTS", "Placement", "place", "is_dask_collection"]
+__all__ = ["TRANSPORTS", "Placement", "place", "is_dask_collection", "workers_worth"]
 
 
 def is_dask_collection(a) -> bool:
@@ -418,6 +418,38 @@ def _workers(client, workers=None, wait_s=None) -> list[str]:
             ) from e
         ws = sorted(_watch.alive_workers(client))
     return ws
+
+
+#: The most bytes of input :func:`workers_worth` puts on one worker.
+MAX_BYTES_PER_WORKER = 1 << 30
+_turn = [0]  # which workers :func:`workers_worth` gives next
+
+
+def workers_worth(client, flops_per_step: float, nbytes: int = 0) -> list | None:
+    """The workers a fit of minibatch steps should take: None for every worker, or a few of them.
+
+    The ranks of a fit meet at every step (an allreduce and a barrier): on
+    the 2-core machine of docs/performance.md that took 30-60 us a step,
+    more than the second rank saved on a step of under about 3 MFLOP (a
+    100-unit network on 200 rows of 30 features: 191 us a step on one
+    worker, 163 on two; 20-32-1 on 64 rows: 73 against 100).  So each worker
+    taken gets at least ``dask-estimators.min-step-flops-per-worker``
+    (1.75 MFLOP, 0 for every worker) of each step's ``flops_per_step``, and
+    at most :data:`MAX_BYTES_PER_WORKER` of the input's ``nbytes``.  Fits
+    that take fewer than every worker take them in turn.
+    """
+    import dask
+
+    least = float(dask.config.get("dask-estimators.min-step-flops-per-worker", 1.75e6))
+    if least <= 0:
+        return None
+    ws = _workers(client)
+    k = max(1, int(flops_per_step // least), -(-int(nbytes) // MAX_BYTES_PER_WORKER))
+    if k >= len(ws):
+        return None
+    start = _turn[0] % len(ws)
+    _turn[0] += k
+    return [ws[(start + i) % len(ws)] for i in range(k)]
 
 
 def _accepts_n_workers(client) -> bool:

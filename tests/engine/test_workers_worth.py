@@ -1,0 +1,72 @@
+"""A fit takes as many workers as its steps are worth: small networks train on one worker, in turn; large ones,
+and fits with the rule off, on every worker.  (The session's config turns the rule off for the other tests.)"""
+
+import dask
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris
+from sklearn.preprocessing import StandardScaler
+
+import dask_estimators as de
+from dask_estimators.engine import placement, workers_worth
+
+LEAST = 1.75e6
+
+
+@pytest.fixture
+def rule():
+    with dask.config.set({"dask-estimators.min-step-flops-per-worker": LEAST}):
+        yield
+
+
+def test_small_steps_take_one_worker_in_turn(client, rule):
+    ws = sorted(client.nthreads())
+    assert len(ws) == 2
+    picks = [workers_worth(client, 0.1e6) for _ in range(4)]
+    assert all(len(p) == 1 for p in picks)
+    assert {p[0] for p in picks} == set(ws)  # in turn, not always the first
+    assert picks[0] != picks[1]
+    assert workers_worth(client, 2 * LEAST) is None  # every worker: None
+    assert workers_worth(client, 1e12) is None
+
+
+def test_the_rule_off_and_large_inputs_take_every_worker(client, rule, monkeypatch):
+    with dask.config.set({"dask-estimators.min-step-flops-per-worker": 0}):
+        assert workers_worth(client, 1.0) is None
+    monkeypatch.setattr(placement, "MAX_BYTES_PER_WORKER", 1000)
+    assert len(workers_worth(client, 1.0, nbytes=1000)) == 1
+    assert workers_worth(client, 1.0, nbytes=1001) is None
+
+
+def _iris():
+    X, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+@pytest.mark.parametrize("solver", ["adam", "lbfgs"])
+def test_a_small_network_trains_on_one_worker_and_takes_the_same_steps(client, rule, solver):
+    """iris with the default network: one shard, and ddp's steps are the tree strategy's, to rounding."""
+    X, y = _iris()
+    kw = dict(solver=solver, max_iter=30, random_state=0)
+    if solver == "lbfgs":
+        fits = [de.MLPClassifier(**kw).fit(X, y)]
+    else:
+        fits = [de.MLPClassifier(strategy=s, **kw).fit(X, y) for s in ("ddp", "tree")]
+    for est in fits:
+        assert est.fit_stats_["n_shards"] == 1 and est.fit_stats_["rows_per_shard"] == [150]
+        assert est.score(X, y) > 0.85
+    if solver == "adam":
+        ddp, tree = fits
+        assert ddp.fit_stats_["strategy"] == "ddp"
+        for a, b in zip(ddp.coefs_ + ddp.intercepts_, tree.coefs_ + tree.intercepts_):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(ddp.loss_curve_, tree.loss_curve_, rtol=1e-10)
+
+
+def test_a_network_whose_steps_are_worth_two_workers_takes_both(client, rule, rng):
+    X = rng.standard_normal((2000, 100))
+    y = (X[:, 0] > 0).astype(int)
+    est = de.MLPClassifier((100,), batch_size=256, max_iter=1, random_state=0).fit(X, y)  # 15.5 MFLOP a step
+    assert est.fit_stats_["n_shards"] == 2
+    small = de.MLPClassifier((8,), batch_size=32, max_iter=1, random_state=0).fit(X, y)  # 0.15 MFLOP
+    assert small.fit_stats_["n_shards"] == 1
