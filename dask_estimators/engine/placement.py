@@ -437,6 +437,17 @@ def workers_worth(client, flops_per_step: float, nbytes: int = 0) -> list | None
     (1.75 MFLOP, 0 for every worker) of each step's ``flops_per_step``, and
     at most :data:`MAX_BYTES_PER_WORKER` of the input's ``nbytes``.  Fits
     that take fewer than every worker take them in turn.
+
+    Examples
+    --------
+    >>> from dask_estimators.engine import place, resolve_client, workers_worth
+    >>> client = resolve_client()  # doctest: +SKIP
+    >>> ws = workers_worth(client, 6 * 200 * 803)  # doctest: +SKIP
+    >>> len(ws)  # a 4-100-3 network's step on 200 rows, 0.96 MFLOP: one worker  # doctest: +SKIP
+    1
+    >>> workers_worth(client, 6 * 200 * 7510) is None  # 64-100-10, 9 MFLOP: every worker  # doctest: +SKIP
+    True
+    >>> p = place(client, {"X": X}, workers=ws)  # doctest: +SKIP
     """
     import dask
 
