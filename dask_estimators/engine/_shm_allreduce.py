@@ -76,9 +76,12 @@ class SharedMemoryAllreduce:
 
     def allreduce_(self, t):
         """Replace the contiguous CPU tensor ``t`` by its sum over the ranks (the same bits on every rank)."""
+        nbytes = t.numel() * t.element_size()
+        if nbytes > self.capacity:
+            raise ValueError(f"allreduce of {nbytes} bytes over slots of {self.capacity}")
+        if self.world == 1:  # the sum of one rank's
+            return t
         a = t.detach().numpy().reshape(-1)
-        if a.nbytes > self.capacity:
-            raise ValueError(f"allreduce of {a.nbytes} bytes over slots of {self.capacity}")
         self._seq += 1
         key = (self._seq & 1, a.nbytes, a.dtype)
         slots = self._views.get(key)
@@ -98,6 +101,8 @@ class SharedMemoryAllreduce:
 
         What a rank wrote into :attr:`shared` before the call, every rank sees after it (x86-64 store order).
         """
+        if self.world == 1:
+            return
         self._seq += 1
         self._seqs[self.rank] = self._seq
         self._wait(self._seq)
@@ -182,6 +187,10 @@ def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: i
         and bool(dask.config.get("dask-estimators.shared-memory", True))
         and _shm._available()
     )
+    if world == 1 and usable:  # nobody to meet: the slots in anonymous memory, no file, no exchange
+        nbytes = _shared_offset(world, capacity) + shared_bytes
+        return SharedMemoryAllreduce(mmap.mmap(-1, nbytes), rank, world, capacity, [os.getpid()], timeout,
+                                     shared_bytes)
     # this group's n-th call on every rank (they call alike): its keys are its own
     key = f"dask-estimators-shm-{store.add(f'dask-estimators-shm-calls-{rank}', 1)}"
     flags = _exchange(store, f"{key}/host", rank, world, (_same_host_token() or "") if usable else "")

@@ -78,8 +78,9 @@ class Comm:
     Attributes
     ----------
     rank, world_size : int
-    host, port : str, int
-        The rendezvous (a TCPStore served by rank 0).
+    host, port : str, int or None
+        The rendezvous (a TCPStore served by rank 0); no port for a group of
+        one rank, whose store is in its own process.
     topic : str or None
         The Dask event topic the client listens on.
     own_host : str or None
@@ -101,7 +102,7 @@ class Comm:
     rank: int
     world_size: int
     host: str
-    port: int
+    port: int | None
     topic: str | None = None
     timeout: float = 120.0
     worker: object = None
@@ -166,7 +167,10 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
             )
         backend = "nccl" if str(device).startswith("cuda") else "gloo"
         td = timedelta(seconds=comm.timeout)
-        store = _SERVED.pop(comm.port, (None,))[0] if comm.rank == 0 else None  # listening since the client's round
+        if comm.world_size == 1:  # nobody to meet: an in-process store, no server, no port
+            store = dist.HashStore()
+        else:  # rank 0's listening since the client's round
+            store = _SERVED.pop(comm.port, (None,))[0] if comm.rank == 0 else None
         if comm.rank != 0 and not comm.served:
             _wait_listening(comm.host, comm.port, comm.timeout, local=comm.own_host == comm.host)
         if store is None:
@@ -311,17 +315,20 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
     timeout = _timeout_s() if timeout is None else float(timeout)
     w0 = placement.workers[0]
     host = get_address_host(w0)
-    # one round for both: each worker's process, and the port of a store served by rank 0's worker
-    found = client.run(_identity_and_port, w0, host, timeout, workers=sorted(set(placement.workers)))
-    identity = {w: ident for w, (ident, _, _) in found.items()}
-    port, served = found[w0][1:]
+    if len(placement.shards) == 1:  # one rank: no process to name, no store to serve (process_group)
+        groups, port, served = [[0]], None, False
+    else:
+        # one round for both: each worker's process, and the port of a store served by rank 0's worker
+        found = client.run(_identity_and_port, w0, host, timeout, workers=sorted(set(placement.workers)))
+        identity = {w: ident for w, (ident, _, _) in found.items()}
+        port, served = found[w0][1:]
+        # one rank per process; a worker holding two shards, or workers sharing a process, train on all of theirs
+        groups = rank_groups(placement.workers, identity)
     topic = events = None
     if on_event is not None:
         topic = f"dask-estimators-{uuid.uuid4().hex[:12]}"
         events = _Events(on_event)
         client.subscribe_topic(topic, events)
-    # one rank per process; a worker holding two shards, or workers sharing a process, train on all of theirs
-    groups = rank_groups(placement.workers, identity)
     world = len(groups)
     registry = None
     if any(len(g) > 1 for g in groups):

@@ -124,6 +124,11 @@ class _FusedAdamStep:
                 _torch_api.foreach_add_([p.grad for p in decayed], [p.detach() for p in decayed], decay)
             self.opt.step()
             st = self.opt.state
+            # the step counters as views of one tensor: one add a step (4.5 us here, _foreach_add_ on four 12 us)
+            counters = torch.stack([st[p]["step"] for p in params])
+            for i, p in enumerate(params):
+                st[p]["step"] = counters[i]
+            self.counters = counters
 
             def kernel_args(ps):  # _fused_adam_'s tensor lists for the parameters ps
                 return (ps, [p.grad for p in ps], [st[p]["exp_avg"] for p in ps], [st[p]["exp_avg_sq"] for p in ps],
@@ -134,7 +139,7 @@ class _FusedAdamStep:
             self.state = (kernel_args(params), [(True, kernel_args(decayed)), (False, kernel_args(rest))])
             return
         whole, split = self.state
-        torch._foreach_add_(whole[4], 1)
+        self.counters.add_(1)
         _fused_adam_calls(self.opt.param_groups[0], whole, split, decay)
 
 

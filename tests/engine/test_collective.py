@@ -219,3 +219,38 @@ def test_a_scheduler_that_cannot_be_asked_for_the_missing_events_ends_the_wait()
     ev((0.0, {"_rank": 0, "_seq": 0, "v": "a"}))
     ev.complete(Gone(), "t", (3,))  # returns at once: the records come with the results
     assert [m["v"] for m in seen] == ["a"]
+
+
+def _alone(shard, comm):
+    import torch
+    import torch.distributed as dist
+
+    from dask_estimators.engine import _shm_allreduce
+
+    with process_group(comm, teardown_behind=True) as store:
+        t = torch.full((3,), 2.0)
+        dist.all_reduce(t)
+        ar = _shm_allreduce.create(comm.rank, comm.world_size, 64, comm.timeout, store=store)
+        try:
+            u = torch.arange(3.0)
+            same = ar.allreduce_(u) is u and u.tolist() == [0.0, 1.0, 2.0]
+            ar.barrier()  # alone: returns at once
+        finally:
+            ar.close()
+        return comm.world_size, comm.port, type(store).__name__, t.tolist(), same
+
+
+def test_a_single_rank_needs_no_identity_round_and_no_store_server(client, monkeypatch):
+    """One shard: no workers to name, no port; the group's store is in the rank's process (a HashStore), and
+    its shared-memory sums return at once."""
+    import numpy as np
+
+    from dask_estimators.engine import place
+
+    rounds = []
+    real = type(client).run
+    monkeypatch.setattr(type(client), "run", lambda self, fn, *a, **k: rounds.append(fn) or real(self, fn, *a, **k))
+    with place(client, {"X": np.zeros((4, 1))}, workers=sorted(client.nthreads())[:1]) as p:
+        assert len(p.shards) == 1
+        assert run_collective(p, _alone) == [(1, None, "HashStore", [2.0] * 3, True)]
+    assert _identity_and_port not in rounds
