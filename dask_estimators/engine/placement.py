@@ -93,7 +93,8 @@ class Placement:
     ----------
     client : distributed.Client
     shards : list of distributed.Future
-        One future per worker holding a :class:`Shard`.
+        One future per worker holding a :class:`Shard` (a shard its actor
+        built, from the client's memory: that actor's future).
     workers : list of str
         The worker address of each shard.
     n_rows : list of int
@@ -590,9 +591,9 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
     bounds = np.linspace(0, n_rows, n_parts + 1).astype(int)
     parts = [{k: _rows_part(v, bounds[i], bounds[i + 1]) for k, v in arrays.items()} for i in range(n_parts)]
     used = ws[:n_parts]
-    if shared_memory and not wait_builds:
-        # nothing waits for the builds (the actors go in behind them): only the workers known to share the
-        # client's memory are handed it (a wrong guess fails the placement with NotShared: _place_once)
+    if shared_memory and actor_futures is not None:
+        # nothing waits for the builds (their actors make them): only the workers known to share the client's
+        # memory are handed it (a wrong guess fails the placement with NotShared: _place_once)
         from .reduce import shares_with_client
 
         shared = shares_with_client(client, used)
@@ -600,10 +601,9 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
         if any(shared):
             on = [i for i in range(n_parts) if shared[i]]
             for i, fut in zip(on, _place_shared(client, [parts[i] for i in on], [used[i] for i in on], device,
-                                                buffers, wait_builds=False, actors=actor_futures is not None)):
+                                                buffers, actors=True)):
                 shards[i] = fut
-        if actor_futures is not None:
-            actor_futures[:] = list(shards)
+        actor_futures[:] = list(shards)
     else:
         shards = _place_shared(client, parts, used, device, buffers) if shared_memory else [None] * n_parts
     sent = [i for i in range(n_parts) if shards[i] is None]  # not on this host (or no /dev/shm): send the bytes
@@ -743,7 +743,7 @@ def _submit_dask_build(client, worker, device, source):
                          allow_other_workers=False, pure=False)
 
 
-def _place_shared(client, parts, workers, device, buffers, wait_builds=True, actors=False):
+def _place_shared(client, parts, workers, device, buffers, actors=False):
     """Hand each part to its worker through the client's shared memory when the worker can open it.
 
     A worker on the client's host maps the memory (page-aligned, so already
@@ -753,10 +753,9 @@ def _place_shared(client, parts, workers, device, buffers, wait_builds=True, act
     ``buffers``: the placement gives them back to the pool when it is
     released.  Parts whose worker cannot open the memory (another host,
     container or user) come back as None and are scattered instead.  With
-    ``wait_builds=False`` the builds' futures come back at once, and a worker
-    that cannot open the memory fails its build with :class:`~._shm.NotShared`;
-    with ``actors`` too, they are the futures of actors that build their
-    shards (:class:`~._actor.Deferred`).
+    ``actors``, the futures of actors that build their shards
+    (:class:`~._actor.Deferred`) come back at once, unwaited: a worker that
+    cannot open the memory fails its actor with :class:`~._shm.NotShared`.
     """
     handles = []
     kept = []
@@ -774,7 +773,7 @@ def _place_shared(client, parts, workers, device, buffers, wait_builds=True, act
                 client.submit(_build_shard_shared, device, h, workers=[w], allow_other_workers=False, pure=False)
                 for h, w in zip(handles, workers)
             ]
-        if not wait_builds:
+        if actors:
             kept = handles
             return futs
         wait(futs, client, workers)
