@@ -431,11 +431,13 @@ def workers_worth(client, flops_per_step: float, nbytes: int = 0) -> list | None
 
     The ranks of a fit meet at every step (an allreduce and a barrier): on
     the 2-core machine of docs/performance.md that took 30-60 us a step,
-    more than the second rank saved on a step of under about 3 MFLOP (a
-    100-unit network on 200 rows of 30 features: 191 us a step on one
-    worker, 163 on two; 20-32-1 on 64 rows: 73 against 100).  So each worker
-    taken gets at least ``dask-estimators.min-step-flops-per-worker``
-    (1.75 MFLOP, 0 for every worker) of each step's ``flops_per_step``, and
+    about what a second rank saved on a step of 3-5 MFLOP (a 100-unit
+    network on 200 rows of 30 features, 3.8 MFLOP: 191 us a step on one
+    worker, 163 on two, and breast cancer's epochs alike either way; 20-32-1
+    on 64 rows: 73 against 100), while a second rank adds to the fit's fixed
+    cost (breast cancer's fit: 115 against 127 ms).  So each worker taken
+    gets at least ``dask-estimators.min-step-flops-per-worker`` (2.5 MFLOP,
+    0 for every worker) of each step's ``flops_per_step``, and
     at most :data:`MAX_BYTES_PER_WORKER` of the input's ``nbytes``.  Fits
     that take fewer than every worker take them in turn.
 
@@ -452,7 +454,7 @@ def workers_worth(client, flops_per_step: float, nbytes: int = 0) -> list | None
     """
     import dask
 
-    least = float(dask.config.get("dask-estimators.min-step-flops-per-worker", 1.75e6))
+    least = float(dask.config.get("dask-estimators.min-step-flops-per-worker", 2.5e6))
     if least <= 0:
         return None
     ws = _workers(client)

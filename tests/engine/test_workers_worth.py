@@ -10,7 +10,7 @@ from sklearn.preprocessing import StandardScaler
 import dask_estimators as de
 from dask_estimators.engine import placement, workers_worth
 
-LEAST = 1.75e6
+LEAST = 2.5e6
 
 
 @pytest.fixture
