@@ -754,3 +754,22 @@ def test_spec_rejects_unknown_names():
         M.MLPSpec(2, (3,), 1, activation="softplus")
     with pytest.raises(ValueError, match="out"):
         M.MLPSpec(2, (3,), 1, out="tanh")
+
+
+def test_a_ranks_module_skips_its_own_draws_unless_it_has_buffers():
+    """The ddp rank's module is allocated, not initialised (the starting point overwrites it); a module with
+    buffers, which no starting point sets, keeps its own initialisation."""
+    from dask_estimators.engine.ddp import _built_empty
+
+    spec = M.MLPSpec(5, (7,), 3, "relu", "softmax", "float64")
+    empty, built = _built_empty(spec, "cpu"), spec.build("cpu")
+    assert [(p.shape, p.dtype, p.device) for p in empty.parameters()] == \
+        [(p.shape, p.dtype, p.device) for p in built.parameters()]
+    assert [type(m) for m in empty] == [type(m) for m in built]
+
+    class _WithBuffers:
+        def build(self, device):
+            return torch.nn.BatchNorm1d(3, device=device)
+
+    bn = _built_empty(_WithBuffers(), "cpu")
+    assert bn.running_var.tolist() == [1.0] * 3 and bn.weight.tolist() == [1.0] * 3
