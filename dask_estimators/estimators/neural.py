@@ -629,33 +629,6 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     _is_classifier = True
     _multi_output = True  # label-indicator matrices (multilabel)
 
-    def _workers_worth(self, client, X, hidden, n_outputs):
-        """The workers this fit's steps are worth (:func:`~dask_estimators.engine.workers_worth`); None: all.
-
-        A step's arithmetic is about 6 multiply-adds per parameter and row of
-        the batch (the forward pass, the two products of the backward one).
-        """
-        try:
-            n = int(X.shape[0])
-        except (AttributeError, TypeError, ValueError):  # a dask collection of unknown length: every worker
-            return None
-        vf = self.validation_fraction if self.early_stopping and self.solver != "lbfgs" else 0.0
-        n_train = max(1, int(n * (1.0 - vf)))
-        if self.solver == "lbfgs":
-            batch = n_train
-        else:
-            batch = min(200 if self.batch_size == "auto" else max(int(self.batch_size), 1), n_train)
-        units = (self.n_features_in_, *hidden, n_outputs or 1)
-        params = sum((a + 1) * b for a, b in zip(units[:-1], units[1:]))
-        nbytes = getattr(X, "nbytes", None)
-        if nbytes is None and hasattr(X, "data"):  # scipy.sparse
-            nbytes = X.data.nbytes + X.indices.nbytes
-        try:
-            nbytes = int(nbytes or 0)
-        except (TypeError, ValueError):  # a dask array's unknown bytes
-            nbytes = 0
-        return workers_worth(client, 6.0 * batch * params, nbytes)
-
     def _encode_targets(self, y, dask_input, classes, reset, incremental):
         if dask_input:
             return y, None, None
@@ -1010,33 +983,6 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         from sklearn.neural_network import MLPRegressor as SkMLPRegressor
 
         return self._sklearn_fitted(SkMLPRegressor(**self._sklearn_params()))
-
-    def _workers_worth(self, client, X, hidden, n_outputs):
-        """The workers this fit's steps are worth (:func:`~dask_estimators.engine.workers_worth`); None: all.
-
-        A step's arithmetic is about 6 multiply-adds per parameter and row of
-        the batch (the forward pass, the two products of the backward one).
-        """
-        try:
-            n = int(X.shape[0])
-        except (AttributeError, TypeError, ValueError):  # a dask collection of unknown length: every worker
-            return None
-        vf = self.validation_fraction if self.early_stopping and self.solver != "lbfgs" else 0.0
-        n_train = max(1, int(n * (1.0 - vf)))
-        if self.solver == "lbfgs":
-            batch = n_train
-        else:
-            batch = min(200 if self.batch_size == "auto" else max(int(self.batch_size), 1), n_train)
-        units = (self.n_features_in_, *hidden, n_outputs or 1)
-        params = sum((a + 1) * b for a, b in zip(units[:-1], units[1:]))
-        nbytes = getattr(X, "nbytes", None)
-        if nbytes is None and hasattr(X, "data"):  # scipy.sparse
-            nbytes = X.data.nbytes + X.indices.nbytes
-        try:
-            nbytes = int(nbytes or 0)
-        except (TypeError, ValueError):  # a dask array's unknown bytes
-            nbytes = 0
-        return workers_worth(client, 6.0 * batch * params, nbytes)
 
     def _encode_targets(self, y, dask_input, classes, reset, incremental):
         out = "exp" if self.loss == "poisson" else "identity"
