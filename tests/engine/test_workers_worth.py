@@ -70,3 +70,28 @@ def test_a_network_whose_steps_are_worth_two_workers_takes_both(client, rule, rn
     assert est.fit_stats_["n_shards"] == 2
     small = de.MLPClassifier((8,), batch_size=32, max_iter=1, random_state=0).fit(X, y)  # 0.15 MFLOP
     assert small.fit_stats_["n_shards"] == 1
+
+
+@pytest.mark.parametrize("case", ["sample_weight", "early_stopping", "sparse", "dask"])
+def test_the_paths_users_take_train_on_one_worker_alike_with_both_strategies(client, rule, case):
+    """Sample weights, a validation split, sparse X and dask input (blocks on both workers, placed on one): one
+    shard, and ddp's single rank takes the tree strategy's steps, to rounding."""
+    import dask.array as da
+    import scipy.sparse as sp
+
+    X, y = _iris()
+    fit_kw, kw = {}, dict(random_state=0, max_iter=20)
+    if case == "sample_weight":
+        fit_kw["sample_weight"] = np.random.default_rng(0).uniform(0.5, 2.0, len(y))
+    elif case == "early_stopping":
+        kw["early_stopping"] = True
+    elif case == "sparse":
+        X = sp.csr_matrix(X)
+    else:
+        X, y = da.from_array(X, chunks=50), da.from_array(y, chunks=50)
+    ddp, tree = (de.MLPClassifier(strategy=s, **kw).fit(X, y, **fit_kw) for s in ("ddp", "tree"))
+    for est in (ddp, tree):
+        assert est.fit_stats_["rows_per_shard"] == [150]
+    assert ddp.n_iter_ == tree.n_iter_
+    for a, b in zip(ddp.coefs_ + ddp.intercepts_, tree.coefs_ + tree.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
