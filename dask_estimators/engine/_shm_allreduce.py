@@ -187,8 +187,8 @@ def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: i
         and bool(dask.config.get("dask-estimators.shared-memory", True))
         and _shm._available()
     )
+    nbytes = _shared_offset(world, capacity) + shared_bytes
     if world == 1 and usable:  # nobody to meet: the slots in anonymous memory, no file, no exchange
-        nbytes = _shared_offset(world, capacity) + shared_bytes
         return SharedMemoryAllreduce(mmap.mmap(-1, nbytes), rank, world, capacity, [os.getpid()], timeout,
                                      shared_bytes)
     # this group's n-th call on every rank (they call alike): its keys are its own
@@ -196,7 +196,6 @@ def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: i
     flags = _exchange(store, f"{key}/host", rank, world, (_same_host_token() or "") if usable else "")
     if not flags[0] or any(f != flags[0] for f in flags):  # off across hosts (or containers): gloo stays
         return None
-    nbytes = _shared_offset(world, capacity) + shared_bytes
     fd = -1
     if rank == 0:
         name = ""

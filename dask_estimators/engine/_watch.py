@@ -181,7 +181,6 @@ class _Done:
         self._event = threading.Event()
         self._left = 1  # until every callback is in: one that runs at once must not set the event early
         self._futures = list(futures)
-        self._polled = []  # futures whose client takes no callback (closed): polled
         for f in self._futures:
             if f.done():
                 continue
@@ -189,9 +188,8 @@ class _Done:
                 self._left += 1
             try:
                 f.add_done_callback(self._one)
-            except Exception:
-                self._polled.append(f)
-                self._one(f)
+            except Exception:  # a client that takes no callback (closed): its futures are looked at, a slice apart
+                pass
         self._one(None)
 
     def _one(self, _f) -> None:
@@ -202,21 +200,16 @@ class _Done:
 
     def wait(self, timeout) -> bool:
         """True once every future is done; False after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        if not self._event.wait(timeout):  # a callback held up (distributed runs them in one thread): look
-            return all(f.done() for f in self._futures)
-        while not all(f.done() for f in self._polled):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-        return True
+        # at the slice's end the futures themselves: a callback held up (distributed runs them in one thread) or
+        # never registered
+        return self._event.wait(timeout) or all(f.done() for f in self._futures)
 
 
 def _result(f, timeout, done=None):
     """``f.result(timeout)``; for a Dask future, its wait on ``done`` (its :class:`_Done`, made here if None)."""
     if timeout is None or not hasattr(f, "key"):
         return f.result(timeout=timeout)
-    if not f.done() and not (done or _Done([f])).wait(timeout) and not f.done():
+    if not f.done() and not (done or _Done([f])).wait(timeout):
         raise TimeoutError(f"timed out after {timeout} s.")
     return f.result()
 

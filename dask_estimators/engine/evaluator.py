@@ -156,17 +156,17 @@ class DistributedEvaluator:
         ``dask-estimators.shared-memory`` is off)."""
         import dask
 
-        from .reduce import _identities, _identity, shares_memory, shares_with_client
+        from .reduce import _identities, _identity, shares_memory
 
         n = len(children)
         self._share_args = False
         if not dask.config.get("dask-estimators.shared-memory", True):
             return [None] * n
         workers = list(self.placement.workers)
-        self._share_args = all(shares_with_client(self.client, workers))
         ids = _identities(self.client, sorted(set(workers)))
         where = [ids[w] for w in workers]
         client = _identity()
+        self._share_args = all(shares_memory(w, client) for w in where)
         if self.reduction == "gather":
             return [None] * n
         index = {id(a): i for i, a in enumerate(self.placement.actors)}

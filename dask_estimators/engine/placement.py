@@ -53,20 +53,6 @@ def is_dask_collection(a) -> bool:
     return hasattr(a, "__dask_graph__") and hasattr(a, "to_delayed")
 
 
-def wait(futs, client=None, workers=()):
-    """``distributed.wait`` on the futures' own client (which need not be the default one), never hanging.
-
-    Returns when every future is finished or failed; raises
-    :class:`~dask_estimators.engine.WorkerLostError` when one of ``workers``
-    dies and :class:`~dask_estimators.engine.ClusterLostError` when the client
-    or its scheduler goes away meanwhile.
-    """
-    futs = list(futs)
-    if futs:
-        # not distributed.wait(timeout=...): one that times out leaves a waiter holding the futures (and their data)
-        _watch.wait_done(futs, client or futs[0].client, workers)
-
-
 def _build_shard(device, *parts):
     """Task body: one part (a dict of NumPy arrays scattered by the client) as an aligned shard on this worker."""
     _worker.setup_threads()
@@ -778,7 +764,7 @@ def _place_shared(client, parts, workers, device, buffers, actors=False):
         if actors:
             kept = handles
             return futs
-        wait(futs, client, workers)
+        _watch.wait_done(futs, client, workers)
         out = []
         for f, h in zip(futs, handles):
             if f.status == "error" and isinstance(f.exception(), _shm.NotShared):
@@ -815,7 +801,7 @@ def _place_dask(client, arrays, check, device, ws):
         lengths = {k: _dask_input.known_lengths(colls[k]) for k in names}
         counted = {k: client.map(_dask_input.n_rows, blocks[k], pure=False) for k in names if lengths[k] is None}
         waited = blocks[names[0]] + [f for fs in counted.values() for f in fs]
-        wait(waited, client)
+        _watch.wait_done(waited, client, [])
         _raise_first_error(waited)
         lengths.update({k: client.gather(fs) for k, fs in counted.items()})
         totals = [int(sum(lengths[k])) for k in names]
@@ -836,7 +822,7 @@ def _place_dask(client, arrays, check, device, ws):
             used.append(w)
             # the input's graph, never its data
             sources.append((colls, names, check, segments, n, refs, {k: len(v) for k, v in lengths.items()}))
-        wait(shards, client, used)
+        _watch.wait_done(shards, client, used)
         _raise_first_error(shards)
     except BaseException:
         _watch._cancel(client, shards)
