@@ -14,11 +14,18 @@ gets the same bits, without a socket.
 - The wait yields the core between looks.  It checks that the other ranks'
   processes are still alive every 0.2 s and gives up after the group's timeout:
   a lost rank is a ``RuntimeError`` within a fraction of a second, never a hang.
+- The mapping is a memfd of rank 0's process (:mod:`._memfd`), which the
+  other ranks open through ``/proc``: nothing is left behind by a rank that
+  dies.  Rank 0 gives it back to a pool of its process when the run ends
+  cleanly (:meth:`SharedMemoryAllreduce.close`), and the next group's rank 0
+  takes it with its pages in memory: a fresh 40 MB mapping (a million
+  float64 parameters with Adam's state shared) took 12-20 ms to make here,
+  a pooled one about 4, most of it the ranks' exchange (docs/performance.md).
 - x86-64 only: its stores are seen by other cores in program order, so a
   published sequence number implies the data written before it.  Elsewhere,
-  or when a rank cannot open the file (another host or container), or with
-  ``dask-estimators.shared-memory`` off, :func:`create` returns None and
-  the caller keeps gloo.
+  or when a rank cannot open the memfd (another host, pid namespace or
+  user), or with ``dask-estimators.shared-memory`` off, :func:`create`
+  returns None and the caller keeps gloo.
 """
 
 from __future__ import annotations
@@ -27,16 +34,19 @@ import mmap
 import os
 import platform
 import time
-import uuid
 
 import numpy as np
 
-from . import _shm
+from . import _memfd, _shm
 
 __all__ = ["SharedMemoryAllreduce", "create"]
 
 _LINE = 64  # bytes per sequence number: one cache line each, so ranks never write the same line
 _CHECK_EVERY = 0.2  # seconds between liveness checks of the other ranks while waiting
+#: Rank 0's free mappings: at most 1 GiB, each closed after 30 s unused; one is reused for a group needing at
+#: least 1 / _SLACK of its size.
+_POOL = _memfd.Pool("dask-estimators-allreduce", max_bytes=1 << 30, idle_seconds=30.0)
+_SLACK = 1.5
 
 
 def _alive(pid: int) -> bool:
@@ -61,14 +71,15 @@ class SharedMemoryAllreduce:
     """
 
     def __init__(self, mm: mmap.mmap, rank: int, world: int, capacity: int, pids: list, timeout: float,
-                 shared_bytes: int = 0):
+                 shared_bytes: int = 0, memfd=None):
         self.rank, self.world, self.capacity, self.pids, self.timeout = rank, world, capacity, pids, timeout
-        self._mm = mm
+        self._mm, self._memfd = mm, memfd  # rank 0's memfd, whose mapping ``mm`` is: the pool's at the end
         head = world * _LINE
         self._seqs = np.frombuffer(mm, dtype=np.int64, count=head // 8)[:: _LINE // 8]
         self._slots = np.frombuffer(mm, dtype=np.uint8, offset=head, count=2 * world * capacity).reshape(
             2, world, capacity)
-        #: ``shared_bytes`` of the mapping for the caller's own use (zero-filled, 64-byte aligned), or None
+        #: ``shared_bytes`` of the mapping for the caller's own use (64-byte aligned), or None.  Not zero-filled:
+        #: a pooled mapping keeps the bytes of its last use.
         self.shared = np.frombuffer(mm, dtype=np.uint8, offset=_shared_offset(world, capacity),
                                     count=shared_bytes) if shared_bytes else None
         self._seq = 0
@@ -129,32 +140,26 @@ class SharedMemoryAllreduce:
                         f"did not arrive within {self.timeout:g} s."
                     )
 
-    def close(self):
+    def close(self, reuse: bool = False):
+        """Unmap; rank 0's memfd goes back to its pool with ``reuse``, else is closed.
+
+        Reuse only after a last :meth:`barrier` that every rank passed after its last use of the mapping, and
+        with no view of it left (the next group's rank 0 writes into it).  On a failure, close without it.
+        """
         self._seqs = self._slots = self.shared = None
         self._views = {}
         mm, self._mm = self._mm, None
-        if mm is not None:
+        memfd, self._memfd = self._memfd, None
+        if memfd is not None:
+            if reuse:
+                _POOL.give_back(memfd)
+            else:
+                memfd.close()
+        elif mm is not None:
             try:
                 mm.close()
             except BufferError:  # pragma: no cover - a view still exported: the GC unmaps it later
                 pass
-
-
-def _same_host_token():
-    """What every rank must share to use one /dev/shm file and watch each other's pids.
-
-    The kernel's boot (one machine), the pid namespace (the pids it watches
-    mean the same process) and the device of /dev/shm (the same tmpfs, not a
-    container's own).  None where any of them cannot be read.
-    """
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        pid_ns = os.stat("/proc/self/ns/pid").st_ino
-        shm_dev = os.stat(_shm.SHM_DIR).st_dev
-    except OSError:
-        return None
-    return f"{boot}:{pid_ns}:{shm_dev}"
 
 
 def _shared_offset(world, capacity):
@@ -174,62 +179,61 @@ def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: i
     ``shared_bytes``: the size of :attr:`SharedMemoryAllreduce.shared`, a region of the mapping every rank
     reads and writes (none by default).  ``store``: the group's store
     (:func:`~dask_estimators.engine.collective.process_group` yields it).
-    Collective: the ranks exchange whether they share a host, the file's
-    name (rank 0's) and whether each could map it, through the store (a few
-    of its round trips; gloo's object collectives took about 8 ms for the
-    three).  The file's pages are reserved when it is made: a /dev/shm too
-    small for it (a container's 64 MB) means gloo, not a SIGBUS at a later write.
+    Collective: the ranks exchange whether they share a host (:func:`._shared.host_token`), the path of rank
+    0's memfd and whether each could map it, through the store (a few of its round trips; gloo's object
+    collectives took about 8 ms for the three).
     """
     import dask.config
+
+    from . import _shared
 
     usable = (
         platform.machine().lower() in ("x86_64", "amd64")
         and bool(dask.config.get("dask-estimators.shared-memory", True))
-        and _shm._available()
+        and _shm._memfd_available()
     )
     nbytes = _shared_offset(world, capacity) + shared_bytes
-    if world == 1 and usable:  # nobody to meet: the slots in anonymous memory, no file, no exchange
+    if world == 1 and usable:  # nobody to meet: the slots in anonymous memory, no memfd, no exchange
         return SharedMemoryAllreduce(mmap.mmap(-1, nbytes), rank, world, capacity, [os.getpid()], timeout,
                                      shared_bytes)
     # this group's n-th call on every rank (they call alike): its keys are its own
     key = f"dask-estimators-shm-{store.add(f'dask-estimators-shm-calls-{rank}', 1)}"
-    flags = _exchange(store, f"{key}/host", rank, world, (_same_host_token() or "") if usable else "")
+    flags = _exchange(store, f"{key}/host", rank, world, (_shared.host_token() or "") if usable else "")
     if not flags[0] or any(f != flags[0] for f in flags):  # off across hosts (or containers): gloo stays
         return None
-    fd = -1
+    memfd = mm = None
     if rank == 0:
-        name = ""
-        path = os.path.join(_shm.SHM_DIR, f"dask-estimators-allreduce-{uuid.uuid4().hex}")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        path = ""
         try:
-            os.ftruncate(fd, nbytes)  # zero-filled: every sequence number starts at 0
-            if hasattr(os, "posix_fallocate"):
-                os.posix_fallocate(fd, 0, nbytes)
-            name = path
-        except OSError:  # no room: every rank is told by the empty name
-            os.close(fd)
-            fd = -1
-            _shm._unlink_path(path)
-        store.set(f"{key}/name", name)
+            memfd = _POOL.take(nbytes, slack=_SLACK)
+            mm = memfd.mapping()
+            mm[: world * _LINE] = bytes(world * _LINE)  # every sequence number starts at 0 (a pooled one too)
+            path = memfd.path
+        except OSError:  # no memfd to be had: every rank is told by the empty path
+            if memfd is not None:
+                memfd.close()
+            memfd = mm = None
+        store.set(f"{key}/name", path)
     else:
-        name = store.get(f"{key}/name").decode()
-    if not name:
+        path = store.get(f"{key}/name").decode()
+        if not path:
+            return None
+        try:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+            finally:
+                os.close(fd)
+        except OSError:
+            mm = None
+    if rank == 0 and memfd is None:
         return None
-    mm = None
-    try:
-        if rank != 0:
-            fd = os.open(name, os.O_RDWR)
-        mm = mmap.mmap(fd, nbytes)
-    except OSError:
-        mm = None
-    finally:
-        if fd >= 0:
-            os.close(fd)
     seen = [v.split() for v in _exchange(store, f"{key}/mapped", rank, world, f"{int(mm is not None)} {os.getpid()}")]
-    if rank == 0:
-        _shm._unlink_path(name)  # every rank has mapped it, or given up: the mappings outlive the name
     if not all(ok == "1" for ok, _ in seen):
-        if mm is not None:
+        if memfd is not None:
+            _POOL.give_back(memfd)  # nobody else mapped it (the ranks that did close theirs now)
+        elif mm is not None:
             mm.close()
         return None
-    return SharedMemoryAllreduce(mm, rank, world, capacity, [int(pid) for _, pid in seen], timeout, shared_bytes)
+    return SharedMemoryAllreduce(mm, rank, world, capacity, [int(pid) for _, pid in seen], timeout, shared_bytes,
+                                 memfd=memfd)

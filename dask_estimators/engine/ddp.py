@@ -60,8 +60,6 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
     import gc
     import traceback
 
-    import torch.distributed as dist
-
     from ..engine._worker import setup_threads
     from ..engine.collective import process_group
 
@@ -72,7 +70,6 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
         try:
             out = _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key,
                             checkpoint_share, store)
-            dist.barrier()  # no collective of this fit is still in flight
             _CHECKPOINTS.pop(checkpoint_key, None)
             return out
         except BaseException as e:
@@ -185,6 +182,7 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
     instead, and each sums and steps its part (:class:`_SharedAdam`).
     Other problems (the character LSTM) train through ``DistributedDataParallel``.
     """
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     shard = shards[0]
@@ -217,6 +215,9 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
         out = _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks, checkpoint_key,
                           checkpoint_share=checkpoint_share,
                           small_sums=shm if by_hand else None)
+        dist.barrier()  # no collective of this fit is still in flight, and no rank reads the mapping any more
+        if shm is not None:  # rank 0's may serve the next group
+            shm.close(reuse=True)
         if out is not None:  # rank 0
             out.info["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
             out.info["gradient"] = "hand-written" if by_hand else "DistributedDataParallel"
@@ -343,8 +344,8 @@ class _SharedAdam:
     def adopt(self, opt, l2):
         """Put ``opt``'s Adam state into the shared arrays (this rank writes its part) and return its part's step.
 
-        Without state (a fresh run), the state a first ``step()`` starts from: the shared arrays' own zeros
-        (the mapping is a new file), not new tensors copied in (16 MB for a million float64 parameters).
+        Without state (a fresh run), the state a first ``step()`` starts from: the shared arrays zeroed, each
+        rank its part, not new tensors copied in (16 MB for a million float64 parameters).
         A barrier ends it: the parameters and the state are then whole for every rank.
         """
         params = opt.param_groups[0]["params"]
@@ -358,8 +359,11 @@ class _SharedAdam:
             a, b = max(pos, lo), min(pos + k, hi)
             for key, flat in (("exp_avg", self.m), ("exp_avg_sq", self.v)):
                 mine = flat[pos:pos + k]
-                if a < b and not fresh:
-                    mine[a - pos:b - pos] = st[key].reshape(-1)[a - pos:b - pos]
+                if a < b:
+                    if fresh:
+                        mine[a - pos:b - pos] = 0
+                    else:
+                        mine[a - pos:b - pos] = st[key].reshape(-1)[a - pos:b - pos]
                 st[key] = mine.view(p.shape)
         self.shm.barrier()
         return AdamPartStep(opt, lo, hi, l2=l2)

@@ -21,8 +21,8 @@ from dask_estimators.engine import _shm
 from dask_estimators.engine import _shm_allreduce as A
 from dask_estimators.engine.collective import process_group, run_collective
 
-pytestmark = pytest.mark.skipif(not _shm._available() or A.platform.machine().lower() not in ("x86_64", "amd64"),
-                                reason="needs /dev/shm on x86-64")
+pytestmark = pytest.mark.skipif(not _shm._memfd_available() or A.platform.machine().lower() not in ("x86_64", "amd64"),
+                                reason="needs memfd and /proc on x86-64")
 
 # sizes of successive calls: odd and even call numbers use the two slot sets; the largest fills the slots
 SIZES = [10_302, 1, 5_000, 10_302, 3, 7_777, 10_302, 2, 10_302, 64, 999]
@@ -131,8 +131,6 @@ def _shared_body(shard, comm, n):
             return None
         try:
             region = ar.shared.view(np.float64)
-            seen_zero = bool((region == 0).all())  # a fresh region is zero-filled
-            ar.barrier()  # no rank writes its half before every rank has looked at the fresh region
             lo, hi = comm.rank * n // 2, (comm.rank + 1) * n // 2
             out = []
             for k in range(5):
@@ -143,7 +141,7 @@ def _shared_body(shard, comm, n):
                 ar.allreduce_(t)  # the barrier and the allreduce share one sequence
                 out.append(t.numpy().copy())
                 ar.barrier()  # no rank writes the next k before every rank has read this one
-            return seen_zero, out
+            return out
         finally:
             ar.close()
 
@@ -152,32 +150,65 @@ def test_every_rank_sees_the_shared_region_whole_after_a_barrier(two_ranks):
     n = 10_001
     outs = run_collective(two_ranks, _shared_body, n)
     assert all(o is not None for o in outs)
-    for seen_zero, out in outs:
-        assert seen_zero
+    for out in outs:
         for k in range(5):
             np.testing.assert_array_equal(out[2 * k], np.arange(n) + 1000.0 * k)
             np.testing.assert_array_equal(out[2 * k + 1], np.full(3, 2.0 * k + 1))
 
 
-def _no_room_body(shard, comm):
-    import errno
+def _fds():
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _no_memfd_body(shard, comm):
     from unittest import mock
 
-    def full(fd, offset, length):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def none(*a, **k):
+        raise OSError(24, "Too many open files")
 
     with process_group(comm) as store:
-        patch = mock.patch.object(A.os, "posix_fallocate", full) if comm.rank == 0 else contextlib.nullcontext()
-        before = set(os.listdir(_shm.SHM_DIR))
+        patch = mock.patch.object(A._POOL, "take", none) if comm.rank == 0 else contextlib.nullcontext()
+        before = _fds()
         with patch:
             ar = A.create(comm.rank, comm.world_size, 64, comm.timeout, shared_bytes=1 << 20, store=store)
-        return ar is None, sorted(set(os.listdir(_shm.SHM_DIR)) - before)
+        return ar is None, sorted(_fds() - before)
 
 
-def test_a_dev_shm_without_room_means_gloo_on_every_rank(two_ranks):
-    """A /dev/shm too small for the mapping (a container's 64 MB) is found when rank 0 reserves the file's
-    pages: every rank then keeps gloo, and no file is left; a SIGBUS at a later write is never risked."""
-    assert run_collective(two_ranks, _no_room_body) == [(True, []), (True, [])]
+def test_no_memfd_for_the_mapping_means_gloo_on_every_rank(two_ranks):
+    """Rank 0 cannot make the mapping (no descriptor left): every rank keeps gloo, and no descriptor is left open."""
+    assert run_collective(two_ranks, _no_memfd_body) == [(True, []), (True, [])]
+
+
+def _reuse_body(shard, comm, fail_first):
+    """Two groups' mappings in turn: the sums of the second are right whether it reuses the first's memfd."""
+    with process_group(comm) as store:
+        first = A.create(comm.rank, comm.world_size, 64, comm.timeout, shared_bytes=4096, store=store)
+        t = torch.full((5,), float(comm.rank + 1), dtype=torch.float64)
+        first.allreduce_(t)
+        first.allreduce_(t)  # a sequence number left at 2 in the first mapping
+        memfd = first._memfd  # rank 0's (None on the others)
+        first.shared[:] = 7  # bytes left behind
+        first.barrier()
+        first.close(reuse=not fail_first)
+        second = A.create(comm.rank, comm.world_size, 64, comm.timeout, shared_bytes=4000, store=store)
+        try:
+            u = torch.full((5,), 10.0 * (comm.rank + 1), dtype=torch.float64)
+            second.allreduce_(u)
+            same = second._memfd is memfd if comm.rank == 0 else None
+            return t.tolist(), u.tolist(), same, int(second._seqs.max())
+        finally:
+            second.close(reuse=True)
+
+
+@pytest.mark.parametrize("fail_first", [False, True], ids=["closed-for-reuse", "closed-after-a-failure"])
+def test_a_mapping_given_back_serves_the_next_group_from_a_clean_start(two_ranks, fail_first):
+    """Rank 0's memfd goes back to its pool when the run closes it for reuse, and the next group (a smaller
+    one: within the pool's slack) takes it: its sequence numbers start again at 0, so its first sum waits for
+    both ranks' new tensors.  A mapping closed after a failure is not reused."""
+    outs = run_collective(two_ranks, _reuse_body, fail_first)
+    assert [o[:2] for o in outs] == [([6.0] * 5, [30.0] * 5)] * 2
+    assert outs[0][2] is (not fail_first)
+    assert [o[3] for o in outs] == [1, 1]
 
 
 def test_a_silent_rank_at_a_barrier_is_an_error_after_the_timeout():
