@@ -46,11 +46,6 @@ class Handle:
     token: str | None = None
 
 
-def _available() -> bool:
-    """A writable /dev/shm (the ddp strategy's shared-memory allreduce uses it)."""
-    return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
-
-
 def _memfd_available() -> bool:
     return hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 
@@ -135,13 +130,6 @@ def read_parts(handles: dict) -> dict:
             v = read(v)
         out[k] = v
     return out
-
-
-def _unlink_path(path):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def release(h) -> None:
