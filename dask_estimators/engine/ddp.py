@@ -40,7 +40,7 @@ _HANDED = weakref.WeakKeyDictionary()
 
 
 def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor,
-             opt_state=None, callbacks=(), checkpoint_key=None, checkpoint_share=None):
+             opt_state=None, callbacks=(), checkpoint_key=None, checkpoint_share=None, finish=None):
     """One rank of the ddp strategy: the whole training loop on this worker, inside a process group.
 
     Returns, on rank 0, the :class:`~dask_estimators.optim.torch_driver.TrainResult` (other ranks return None).
@@ -48,6 +48,10 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
     With ``checkpoint_key`` the rank keeps the run's state at an epoch's end in this worker's memory, within
     ``checkpoint_share`` of the run's time (:class:`_Checkpoints`); :func:`train_ddp` resumes from it after a
     worker loss, and a rank that returns drops it.
+    ``finish``, when given, is called on rank 0 with the result while the run's buffers live, its parameters
+    and optimizer state views of them where they are (maybe the ranks' shared mapping, which the next run
+    reuses); it returns what the rank returns, and must keep no view of those arrays.  Without it, rank 0
+    returns arrays of its own.
 
     The ``DistributedDataParallel`` wrapper lives in :func:`_ddp_loop`'s frame
     and is freed before the group is destroyed, also on failure: freed after
@@ -69,7 +73,7 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
     with process_group(comm, shard.device, teardown_behind=spec.hand_gradient) as store:
         try:
             out = _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key,
-                            checkpoint_share, store)
+                            checkpoint_share, store, finish)
             _CHECKPOINTS.pop(checkpoint_key, None)
             return out
         except BaseException as e:
@@ -91,17 +95,21 @@ def _shipped_rank(shard, comm, share, spec, start, cfg, monitor, callbacks, chec
     it releases the fit's placement.
     """
     w0, opt_state = _shared.unwrap(start)
-    out = ddp_rank(shard, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key, checkpoint_share)
-    if out is None:
-        return None
-    msg = _ship(out)
-    big = share and any(_shared._is_big(a) for a in msg["arrays"].values())
-    out.info["result_transfer"] = "shared memory" if big else "network"
-    if big:
-        from ._worker import _add
 
-        msg["arrays"] = _HANDED[shard] = _shared.shared_sum((msg["arrays"],), True, _add)
-    return msg
+    def finish(out):  # rank 0's arrays, read where the run left them, copied once: into segments or the message
+        msg = _ship(out)
+        big = share and any(_shared._is_big(a) for a in msg["arrays"].values())
+        out.info["result_transfer"] = "shared memory" if big else "network"
+        if big:
+            from ._worker import _add
+
+            msg["arrays"] = _HANDED[shard] = _shared.shared_sum((msg["arrays"],), True, _add)
+        else:
+            msg["arrays"] = {k: np.array(a, copy=True) for k, a in msg["arrays"].items()}
+        return msg
+
+    return ddp_rank(shard, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key, checkpoint_share,
+                    finish)
 
 
 def _shares(placement) -> tuple:
@@ -152,6 +160,17 @@ def _shared_optimizer_bytes() -> int:
     return int(dask.config.get("dask-estimators.shared-optimizer-bytes", 1 << 18))
 
 
+def _owned(out):
+    """``out`` with its parameters and optimizer state copied out of the run's buffers (the shared mapping, which
+    the next run reuses, and the live tensors)."""
+    out.w = out.w.copy()
+    for s in out.opt_state["state"].values():
+        for k, v in s.items():
+            if isinstance(v, np.ndarray):
+                s[k] = v.copy()
+    return out
+
+
 def _checkpoint_share():
     """The most of a ddp run's time that keeping its epochs' state may take (:class:`_Checkpoints`).
 
@@ -168,7 +187,7 @@ _SMALL_SUM_BYTES = 4096
 
 
 def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key, checkpoint_share,
-              store):
+              store, finish=None):
     """The epoch loop of one ddp rank (see :func:`ddp_rank`).
 
     A problem with a hand-written gradient (``hand_gradient``, the MLPs) trains on
@@ -215,15 +234,16 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
         out = _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks, checkpoint_key,
                           checkpoint_share=checkpoint_share,
                           small_sums=shm if by_hand else None)
-        dist.barrier()  # no collective of this fit is still in flight, and no rank reads the mapping any more
-        if shm is not None:  # rank 0's may serve the next group
-            shm.close(reuse=True)
         if out is not None:  # rank 0
             out.info["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
             out.info["gradient"] = "hand-written" if by_hand else "DistributedDataParallel"
             out.info["optimizer"] = "in parts, state shared" if shared is not None else "whole on every rank"
             if by_hand:
                 out.info["kernel"] = M.loss_grad_kernel(shard.get("X"))
+            out = finish(out) if finish is not None else _owned(out)
+        dist.barrier()  # no collective of this fit is still in flight, and no rank reads the mapping any more
+        if shm is not None:  # rank 0's may serve the next group
+            shm.close(reuse=True)
         return out
     finally:
         if shm is not None:
@@ -548,9 +568,10 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
                      params=snapshot, report=report, callbacks=callbacks, checkpoint=keep)
     if comm.rank != 0:
         return None
-    # the run is over: its tensors may go as they are; the parameters in their own dtype (half the bytes to
-    # send back of a float32 network's; the estimator takes them as float64)
-    out.w, out.opt_state = _cpu_copy(gradient.flat()).numpy(), _numpy_state(opt, copy=shared is not None)
+    # the run is over: its arrays are views of the live tensors (_ddp_loop copies them once, where they go); the
+    # parameters in their own dtype (half the bytes to send back of a float32 network's; the estimator takes
+    # them as float64)
+    out.w, out.opt_state = gradient.flat().detach().to("cpu").numpy(), _numpy_state(opt)
     out.info["step_seconds"] = _step_seconds(spent, gradient.allreduce_s)
     if keep is not None:
         out.info["epochs_kept"] = keep.kept  # the epochs whose state this rank kept for a resumed run
@@ -570,16 +591,16 @@ def _step_seconds(spent, allreduce_s):
     return out
 
 
-def _numpy_state(opt, copy=False) -> dict:
+def _numpy_state(opt) -> dict:
     """The optimizer's ``state_dict`` with its tensors as NumPy arrays on the CPU (views of the live ones where
-    they are there already, unless ``copy``: those in shared memory must not outlive its mapping).
+    they are there already: :func:`_owned` or a ``finish`` copies them).
 
     NumPy, because a torch tensor inside a pickled object has its bytes copied into the stream: 12.6 MB of
     Adam state took 25 ms to serialize and 11 ms to load as tensors, 2 ms each as arrays (docs/performance.md);
     :func:`_ship` then sends the arrays apart from the result.  The client's ``torch_state`` takes either.
     """
     state = opt.state_dict()
-    state["state"] = {k: {n: (v.detach().to("cpu", copy=copy).numpy() if torch.is_tensor(v) else v)
+    state["state"] = {k: {n: (v.detach().to("cpu").numpy() if torch.is_tensor(v) else v)
                           for n, v in s.items()} for k, s in state["state"].items()}
     return state
 
