@@ -67,7 +67,8 @@ class Memfd:
 
 
 class Pool:
-    """Freed :class:`Memfd` objects kept for reuse.
+    """Freed :class:`Memfd` objects kept for reuse (or, with ``make``, other blocks of memory: any object with a
+    ``size`` in bytes and a ``close()``, made by ``make(size)``).
 
     Examples
     --------
@@ -79,8 +80,9 @@ class Pool:
     True
     """
 
-    def __init__(self, name: str, max_bytes: int, idle_seconds: float):
+    def __init__(self, name: str, max_bytes: int, idle_seconds: float, make=None):
         self.name, self.max_bytes, self.idle_seconds = name, max_bytes, idle_seconds
+        self._make = make if make is not None else (lambda size: Memfd(size, name))
         self._lock = threading.Lock()
         self._free: list = []  # (Memfd, monotonic time it was freed), oldest first
         self._timer = None
@@ -94,15 +96,16 @@ class Pool:
             m.close()
         return sum(m.size for m, _ in free)
 
-    def take(self, nbytes: int, slack: float = 1.0) -> Memfd:
-        """A memfd of at least ``nbytes`` and at most ``slack`` times that: a free one if any fits, else a new one."""
+    def take(self, nbytes: int, slack: float = 1.0):
+        """A memfd (or block) of at least ``nbytes`` and at most ``slack`` times that: a free one if any fits, else
+        a new one."""
         with self._lock:
             for i in range(len(self._free) - 1, -1, -1):
                 m = self._free[i][0]
                 if nbytes <= m.size <= max(nbytes, int(slack * nbytes)):
                     del self._free[i]
                     return m
-        return Memfd(max(nbytes, 1), self.name)
+        return self._make(max(nbytes, 1))
 
     def give_back(self, m: Memfd) -> None:
         with self._lock:
