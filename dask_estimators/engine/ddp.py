@@ -240,10 +240,13 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
 
     shard = shards[0]
     dev = shard.device
-    module = _built_empty(spec, dev)
-    params = list(module.parameters())
-    torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=spec.torch_dtype, device=dev), params)
     by_hand = spec.hand_gradient
+    if by_hand:  # one flat buffer trains (_FlatGradient), w0 copied into it: the module gives only the shapes
+        params = list(spec.build("meta").parameters())
+    else:
+        module = _built_empty(spec, dev)
+        params = list(module.parameters())
+        torch.nn.utils.vector_to_parameters(torch.tensor(w0, dtype=spec.torch_dtype, device=dev), params)
     shm = shared = None
     if not dev.startswith("cuda"):  # ranks on one host sum the gradients through shared memory, not gloo's TCP
         p_bytes = sum(p.numel() * p.element_size() for p in params)
@@ -259,7 +262,7 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
             shared = _SharedAdam(shm, params)
     try:
         if by_hand:
-            gradient = _FlatGradient(spec, params, shm, shared)
+            gradient = _FlatGradient(spec, params, w0, dev, shm, shared)
         else:
             ddp = DistributedDataParallel(module, device_ids=[dev] if dev.startswith("cuda") else None)
             if shm is not None:
@@ -435,15 +438,17 @@ class _FlatGradient:
     of the gradient buffer.
     """
 
-    def __init__(self, spec, params, shm, shared=None):
+    def __init__(self, spec, params, w0, dev, shm, shared=None):
+        """``params``: the module's parameters, for their shapes (they may be on ``meta``); ``w0``: the flat
+        starting point (NumPy), copied into ``w`` on ``dev``."""
         self.spec, self.shm, self.shared, self.work = spec, shm, shared, {}  # work: activations kept between steps
         self.allreduce_s = 0.0  # seconds in the allreduce, over the run
-        w = torch.nn.utils.parameters_to_vector(params).detach()
         if shared is None:
-            self.w = w
+            self.w = torch.tensor(w0, dtype=params[0].dtype, device=dev)
         else:  # this rank's part of the starting point (every rank has the same); adopt()'s barrier completes it
             self.w = shared.w
-            self.w[shared.lo:shared.hi] = w[shared.lo:shared.hi]
+            lo, hi = shared.lo, shared.hi
+            self.w[lo:hi].numpy()[:] = w0[lo:hi]
         self.g = torch.zeros_like(self.w)
         self.local = self.g if shared is None else shared.slots[shm.rank]  # where this rank's gradient goes
         sizes, shapes = [p.numel() for p in params], [p.shape for p in params]
