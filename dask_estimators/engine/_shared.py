@@ -110,8 +110,8 @@ class _Leaf:
         self.view, self.ref = view, ref
 
 
-def _is_big(a) -> bool:
-    return isinstance(a, np.ndarray) and a.dtype.kind in "iuf" and a.nbytes >= MIN_BYTES
+def _is_big(a, min_bytes: int = MIN_BYTES) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype.kind in "iuf" and a.nbytes >= min_bytes
 
 
 def _map(fn, *trees):
@@ -161,10 +161,11 @@ class Shared:
         return self
 
 
-def _shared_leaf(parts, add):
-    """The sum of one leaf of the parts: into a fresh segment when it is a large array that can hold it."""
+def _shared_leaf(parts, add, min_bytes=MIN_BYTES):
+    """The sum of one leaf of the parts: into a fresh segment when it is an array of ``min_bytes`` or more that can
+    hold it."""
     first = parts[0]
-    if not (_is_big(first) and all(isinstance(p, np.ndarray) and p.shape == first.shape for p in parts)
+    if not (_is_big(first, min_bytes) and all(isinstance(p, np.ndarray) and p.shape == first.shape for p in parts)
             and np.result_type(*parts) == first.dtype):
         return add(*parts)
     seg, lease, base = _take(first.nbytes)
@@ -178,9 +179,10 @@ def _shared_leaf(parts, add):
     return _Leaf(view, _Ref(os.getpid(), seg.fd, lease, tuple(first.shape), first.dtype.str))
 
 
-def shared_sum(parts, copy: bool, add, private: bool = False) -> Shared:
-    """The sum of the result trees ``parts``, its large arrays written into segments; ``add`` sums other leaves."""
-    return Shared(_map(lambda *leaves: _shared_leaf(leaves, add), *parts), copy, private)
+def shared_sum(parts, copy: bool, add, private: bool = False, min_bytes: int = MIN_BYTES) -> Shared:
+    """The sum of the result trees ``parts``, its arrays of ``min_bytes`` or more written into segments; ``add``
+    sums other leaves."""
+    return Shared(_map(lambda *leaves: _shared_leaf(leaves, add, min_bytes), *parts), copy, private)
 
 
 def share_args(args: tuple, add) -> Shared:

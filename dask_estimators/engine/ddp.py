@@ -37,6 +37,11 @@ __all__ = ["ddp_rank", "train_ddp"]
 _CHECKPOINTS: dict = {}
 #: rank 0's shard -> its last result handed to the client through shared memory (:func:`_shipped_rank`)
 _HANDED = weakref.WeakKeyDictionary()
+#: Rank 0's result arrays of this many bytes or more go to a client of the same host through shared memory (the
+#: message carries the rest).  Lower than the tree-sum's: a 784-100-10 network's (three 636 KB arrays) fit
+#: spent 55 ms outside its epochs with them in the message, 47 through shared memory; at 100 KB an array the
+#: two were alike (docs/performance.md).
+RESULT_MIN_BYTES = 1 << 18
 #: fit key -> the blocks its _Checkpoints keeps its two sets in, given back to _BLOCKS when the rank returns
 _KEPT_BLOCKS: dict = {}
 
@@ -132,12 +137,13 @@ def _shipped_rank(shard, comm, share, spec, start, cfg, monitor, callbacks, chec
 
     def finish(out):  # rank 0's arrays, read where the run left them, copied once: into segments or the message
         msg = _ship(out)
-        big = share and any(_shared._is_big(a) for a in msg["arrays"].values())
+        big = share and any(_shared._is_big(a, RESULT_MIN_BYTES) for a in msg["arrays"].values())
         out.info["result_transfer"] = "shared memory" if big else "network"
         if big:
             from ._worker import _add
 
-            msg["arrays"] = _HANDED[shard] = _shared.shared_sum((msg["arrays"],), True, _add)
+            msg["arrays"] = _HANDED[shard] = _shared.shared_sum((msg["arrays"],), True, _add,
+                                                                min_bytes=RESULT_MIN_BYTES)
         else:
             msg["arrays"] = {k: np.array(a, copy=True) for k, a in msg["arrays"].items()}
         return msg

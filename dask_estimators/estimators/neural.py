@@ -614,7 +614,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         worker loss (each epoch's, unless keeping it would take more than the dask config
         ``dask-estimators.checkpoint-share``, 5%, of the training time), and ``result_transfer``: how
         rank 0's parameters and optimizer state came back (``"shared memory"`` to a client on its host,
-        for arrays of 1 MB or more, else ``"network"``).
+        for arrays of 256 KiB or more, else ``"network"``).
 
     Examples
     --------

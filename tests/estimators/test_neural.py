@@ -310,6 +310,28 @@ def test_a_large_networks_start_and_result_cross_through_shared_memory(monkeypat
     assert all(np.array_equal(a, b) for a, b in zip(arrays(shm), kept))
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_mid_sized_networks_result_crosses_through_shared_memory(client):
+    """Rank 0's arrays from 256 KiB (under the tree-sum's 1 MB) come back through shared memory: here three of
+    about 320 KB (a 400-100-3 network's weights and Adam's two moments), the same numbers as through the
+    network, and the client's own memory."""
+    import dask
+
+    from dask_estimators.engine.ddp import RESULT_MIN_BYTES
+
+    X, y = _blobs(n=300, d=400, k=3)
+    kw = dict(hidden_layer_sizes=(100,), batch_size=100, max_iter=2)
+    shm = _small("ddp", **kw).fit(X, y)
+    assert RESULT_MIN_BYTES <= 8 * (400 * 100 + 100 + 100 * 3 + 3) < 1 << 20
+    with dask.config.set({"dask-estimators.shared-memory": False}):
+        net = _small("ddp", **kw).fit(X, y)
+    assert (shm.fit_stats_["result_transfer"], net.fit_stats_["result_transfer"]) == ("shared memory", "network")
+    assert _coefs_equal(shm, net) and shm.loss_curve_ == net.loss_curve_
+    kept = [a.copy() for a in shm.coefs_]
+    _small("ddp", **kw).fit(X[::-1], y[::-1])  # the same segments again, other numbers
+    assert all(np.array_equal(a, b) for a, b in zip(shm.coefs_, kept))
+
+
 def test_the_client_of_a_network_fit_loads_no_numba(client):
     """The kernels run on the workers: a fresh client process that fits and predicts with a network on this
     cluster (its scheduler's address) has not imported numba (which took it 0.26-0.35 s)."""
