@@ -14,6 +14,10 @@ gets the same bits, without a socket.
 - The wait yields the core between looks.  It checks that the other ranks'
   processes are still alive every 0.2 s and gives up after the group's timeout:
   a lost rank is a ``RuntimeError`` within a fraction of a second, never a hang.
+  A rank that fails with its process alive (an error in its own code) marks
+  itself aborted (:meth:`SharedMemoryAllreduce.abort`), and the others' waits
+  raise at once instead of spinning out the timeout while holding their
+  workers' process-group locks.
 - The mapping is a memfd of rank 0's process (:mod:`._memfd`), which the
   other ranks open through ``/proc``: nothing is left behind by a rank that
   dies.  Rank 0 gives it back to a pool of its process when the run ends
@@ -39,7 +43,7 @@ import numpy as np
 
 from . import _memfd, _shm
 
-__all__ = ["SharedMemoryAllreduce", "create"]
+__all__ = ["PeerAborted", "SharedMemoryAllreduce", "create"]
 
 _LINE = 64  # bytes per sequence number: one cache line each, so ranks never write the same line
 _CHECK_EVERY = 0.2  # seconds between liveness checks of the other ranks while waiting
@@ -47,6 +51,11 @@ _CHECK_EVERY = 0.2  # seconds between liveness checks of the other ranks while w
 #: least 1 / _SLACK of its size.
 _POOL = _memfd.Pool("dask-estimators-allreduce", max_bytes=1 << 30, idle_seconds=30.0)
 _SLACK = 1.5
+
+
+class PeerAborted(RuntimeError):
+    """Another rank of the group failed (and said so with :meth:`SharedMemoryAllreduce.abort`): its own error is
+    the one to report."""
 
 
 def _alive(pid: int) -> bool:
@@ -75,7 +84,9 @@ class SharedMemoryAllreduce:
         self.rank, self.world, self.capacity, self.pids, self.timeout = rank, world, capacity, pids, timeout
         self._mm, self._memfd = mm, memfd  # rank 0's memfd, whose mapping ``mm`` is: the pool's at the end
         head = world * _LINE
-        self._seqs = np.frombuffer(mm, dtype=np.int64, count=head // 8)[:: _LINE // 8]
+        words = np.frombuffer(mm, dtype=np.int64, count=head // 8)
+        self._seqs = words[:: _LINE // 8]  # each rank's line: its sequence number, then its abort flag
+        self._aborted = words[1 :: _LINE // 8]
         self._slots = np.frombuffer(mm, dtype=np.uint8, offset=head, count=2 * world * capacity).reshape(
             2, world, capacity)
         #: ``shared_bytes`` of the mapping for the caller's own use (64-byte aligned), or None.  Not zero-filled:
@@ -118,6 +129,11 @@ class SharedMemoryAllreduce:
         self._seqs[self.rank] = self._seq
         self._wait(self._seq)
 
+    def abort(self):
+        """Tell the other ranks that this one stops (it failed): their waits raise instead of waiting it out."""
+        if self._aborted is not None:
+            self._aborted[self.rank] = 1
+
     def _wait(self, seq):
         seqs = self._seqs
         if seqs.min() >= seq:
@@ -126,6 +142,11 @@ class SharedMemoryAllreduce:
         next_check = start + _CHECK_EVERY
         while seqs.min() < seq:
             os.sched_yield()
+            if self._aborted.any():
+                raise PeerAborted(
+                    f"Rank(s) {np.flatnonzero(self._aborted).tolist()} of the process group failed during a "
+                    "shared-memory allreduce; this rank stops too."
+                )
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + _CHECK_EVERY
@@ -146,7 +167,7 @@ class SharedMemoryAllreduce:
         Reuse only after a last :meth:`barrier` that every rank passed after its last use of the mapping, and
         with no view of it left (the next group's rank 0 writes into it).  On a failure, close without it.
         """
-        self._seqs = self._slots = self.shared = None
+        self._seqs = self._aborted = self._slots = self.shared = None
         self._views = {}
         mm, self._mm = self._mm, None
         memfd, self._memfd = self._memfd, None
@@ -207,7 +228,7 @@ def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: i
         try:
             memfd = _POOL.take(nbytes, slack=_SLACK)
             mm = memfd.mapping()
-            mm[: world * _LINE] = bytes(world * _LINE)  # every sequence number starts at 0 (a pooled one too)
+            mm[: world * _LINE] = bytes(world * _LINE)  # sequence numbers at 0, no abort (a pooled one too)
             path = memfd.path
         except OSError:  # no memfd to be had: every rank is told by the empty path
             if memfd is not None:

@@ -349,9 +349,15 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
                 events.complete(client, topic, sent)
             return list(results)
         except Exception as e:
+            from ._shm_allreduce import PeerAborted
+
             # the surviving ranks fail first (gloo: "Connection reset by peer"): was a worker lost?
             lost = e.workers if isinstance(e, WorkerLostError) else _lost_soon(placement)
             if not lost:
+                if isinstance(e, PeerAborted):  # a rank failed and stopped the others: its error is the fit's
+                    origin = _first_error(futs, PeerAborted)
+                    if origin is not None:
+                        raise origin from None
                 raise
             raise WorkerLostError(
                 lost,
@@ -444,6 +450,24 @@ def _identity_and_port(rank0: str, host: str, timeout: float = 120.0, dask_worke
         return process_identity(), free_port(host), False
     _SERVED[port] = (store, now + timeout)
     return process_identity(), port, True
+
+
+def _first_error(futs, echo, wait_s=5.0):
+    """The first error, in rank order, of ``futs`` that is not an ``echo`` of another rank's; None if none comes
+    within ``wait_s`` seconds (a rank that aborted returns its error right after it marked the abort)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    for f in futs:
+        try:
+            f.result(timeout=max(0.0, deadline - time.monotonic()))
+        except echo:
+            continue
+        except Exception as e:  # noqa: BLE001 - the rank's own error, or a timeout: the first that is not an echo
+            if isinstance(e, TimeoutError) and not f.done():
+                return None
+            return e
+    return None
 
 
 def _lost_soon(placement, grace=3.0) -> set:

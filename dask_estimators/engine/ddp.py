@@ -288,6 +288,10 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
         if shm is not None:  # rank 0's may serve the next group
             shm.close(reuse=True)
         return out
+    except BaseException:
+        if shm is not None:  # the other ranks stop at their next sum, not after the collective timeout
+            shm.abort()
+        raise
     finally:
         if shm is not None:
             shm.close()

@@ -113,6 +113,20 @@ def test_a_silent_rank_is_an_error_after_the_timeout():
     ar.close()
 
 
+def test_a_rank_that_aborted_is_an_error_at_once():
+    """A rank that failed with its process alive marks itself aborted: the others' next sum raises at once, not
+    after the timeout (600 s here), and names it; a barrier too."""
+    ar = _one_rank([os.getpid(), os.getpid()], timeout=600)
+    peer = A.SharedMemoryAllreduce(ar._mm, 1, 2, 64, ar.pids, 600)  # rank 1's view of the same mapping
+    peer.abort()
+    with pytest.raises(A.PeerAborted, match=r"Rank\(s\) \[1\] of the process group failed"):
+        ar.allreduce_(torch.ones(8, dtype=torch.float64))
+    with pytest.raises(A.PeerAborted):
+        ar.barrier()
+    peer.close()
+    ar.close()
+
+
 def test_one_rank_alone_sums_nothing_and_a_tensor_over_capacity_is_refused():
     ar = _one_rank([os.getpid()], timeout=1.0)
     t = torch.arange(8, dtype=torch.float64)

@@ -3,8 +3,11 @@
 * a user's EarlyStopping and LRScheduler act the same in the client's loop (tree) and on every rank (ddp);
 * Checkpoint writes the best epoch's layers, which are the fitted ones when the last epoch is the best;
 * the estimator's own rule (tol, n_iter_no_change, early_stopping) is such a callback, run first;
-* the objects given are never changed by a fit (its copies are ``callbacks_``); bad callbacks are refused.
+* the objects given are never changed by a fit (its copies are ``callbacks_``); bad callbacks are refused;
+* a loop callback that fails on one rank only fails the fit with its own error, and frees the other rank.
 """
+
+import time
 
 import numpy as np
 import pytest
@@ -183,3 +186,44 @@ def test_charlstm_takes_the_same_callbacks(client, strategy, tmp_path):
     np.testing.assert_array_equal(saved["params"], model.params_)
     with pytest.raises(ValueError, match="CharLSTM holds out no validation strings"):
         de.CharLSTM(max_epochs=1, callbacks=[EarlyStopping(monitor="validation_score")], client=client).fit(names)
+
+
+def _fail_here(on):
+    """On a worker: whether the test's loop callback raises there."""
+    import dask
+
+    dask.config.set({"dask-estimators-test.fail-here": on})
+
+
+def _group_free():
+    from dask_estimators.engine import collective
+
+    return not collective._PG_LOCK.locked()
+
+
+def test_a_rank_that_fails_alone_stops_the_others_and_its_error_is_the_fits(client):
+    """A loop callback raises on one worker's rank only, its process alive: the fit raises that error (not the
+    other rank's), and the other rank stops at its next sum instead of waiting out the collective timeout (600 s
+    here) while it holds its worker's process group; the next fit trains.  Each worker's rank in turn."""
+
+    class FailOnOneWorker(Callback):
+        def on_epoch_end(self, history, **info):
+            import dask
+
+            if len(history) >= 2 and dask.config.get("dask-estimators-test.fail-here", False):
+                raise RuntimeError("this rank's own error")
+
+    X, y = _data()
+    for worker in sorted(client.nthreads()):
+        client.run(_fail_here, True, workers=[worker])
+        try:
+            with pytest.raises(RuntimeError, match="this rank's own error"):
+                _mlp(client, "ddp", [FailOnOneWorker()], max_iter=5, timeout=600).fit(X, y)
+        finally:
+            client.run(_fail_here, False)
+        deadline = time.monotonic() + 30
+        while not all(client.run(_group_free).values()):
+            assert time.monotonic() < deadline, "a rank still holds its worker's process group"
+            time.sleep(0.05)
+        est = _mlp(client, "ddp", None, max_iter=2, timeout=600).fit(X, y)
+        assert est.n_iter_ == 2 and est.fit_stats_["n_shards"] == 2
