@@ -298,9 +298,10 @@ def plot(out, path):
     ax.axvline(1.5, color="#d83b3b", lw=0.8, ls="--", label="1.5x")
     ax.set_yticks(ys, [r["cell"] for r in cells], fontsize=7)
     ax.set_xlabel("samples/s, ours / scikit-learn (5 epochs, set-up included)")
-    ax.legend(fontsize=7, loc="lower right")
+    # below the axes: inside them it covered the lowest cells' bars
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
