@@ -4,7 +4,7 @@ gloo sums a tensor over TCP even between two processes of one machine.  For
 the small gradients of an MLP step (10k numbers) that round trip, with the
 threads it wakes, costs more than the step's arithmetic (see
 docs/performance.md).  Here every rank writes its tensor into its own slot of
-one /dev/shm mapping, publishes a sequence number, waits until every rank
+one shared mapping, publishes a sequence number, waits until every rank
 has published the same one, and adds the slots in rank order: every rank
 gets the same bits, without a socket.
 

@@ -2,7 +2,7 @@
 
 * NumPy input (pandas is converted by the estimator's validation) is split by
   rows on the client and each part goes straight to its worker: through a
-  file in /dev/shm that the worker maps when it runs on the client's host
+  memfd of the client's that the worker maps when it runs on the client's host
   (one memcpy, no pickling), else by ``scatter``.  A scipy.sparse ``X`` is
   made canonical CSR once and split the same way, each part as its three
   arrays (views of the matrix's ``data`` and ``indices``); the worker keeps
@@ -594,7 +594,7 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
         actor_futures[:] = list(shards)
     else:
         shards = _place_shared(client, parts, used, device, buffers) if shared_memory else [None] * n_parts
-    sent = [i for i in range(n_parts) if shards[i] is None]  # not on this host (or no /dev/shm): send the bytes
+    sent = [i for i in range(n_parts) if shards[i] is None]  # not on this host (or no memfd): send the bytes
     for i, fut in zip(sent, _scatter_parts(client, [parts[i] for i in sent], [used[i] for i in sent], device)):
         shards[i] = fut
     if wait_builds:
@@ -780,7 +780,7 @@ def _place_shared(client, parts, workers, device, buffers, actors=False):
 
 
 def _build_shard_shared(device, handles):
-    """Task body: map the client's /dev/shm files and build the shard on them."""
+    """Task body: map the client's memfds and build the shard on them."""
     _worker.setup_threads()
     return _worker.Shard(_shm.read_parts(handles), device=device)
 
