@@ -53,18 +53,22 @@ class _Block:
         self.size = int(size)
         self.data = torch.empty(self.size, dtype=torch.uint8)
 
+    @staticmethod
+    def _span(t) -> int:
+        """The bytes ``t`` takes in a block: its own, up to the next 64-byte boundary."""
+        return -(-(t.numel() * t.element_size()) // 64) * 64
+
     def carve(self, like) -> list:
         """Tensors shaped and typed as the tensors ``like``, each at a 64-byte boundary of the block."""
         out, at = [], 0
         for t in like:
-            n = t.numel() * t.element_size()
-            out.append(self.data[at:at + n].view(t.dtype).view(t.shape))
-            at += -(-n // 64) * 64
+            out.append(self.data[at:at + t.numel() * t.element_size()].view(t.dtype).view(t.shape))
+            at += self._span(t)
         return out
 
-    @staticmethod
-    def nbytes(like) -> int:
-        return sum(-(-(t.numel() * t.element_size()) // 64) * 64 for t in like)
+    @classmethod
+    def nbytes(cls, like) -> int:
+        return sum(cls._span(t) for t in like)
 
     def close(self) -> None:
         self.data = None
@@ -726,7 +730,6 @@ class _Checkpoints:
             "opt_state": {"state": kept["state"], "param_groups": [_group_copy(g) for g in state["param_groups"]]},
             "monitor": copy.deepcopy(self.monitor), "callbacks": copy.deepcopy(self.callbacks),
         }
-
 
     def _new_set(self, w, state, live):
         """Buffers for ``w`` and the optimizer's tensors ``live`` (in ``state``'s order), carved from one block of
