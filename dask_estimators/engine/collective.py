@@ -351,13 +351,18 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
         except Exception as e:
             from ._shm_allreduce import PeerAborted
 
-            # the surviving ranks fail first (gloo: "Connection reset by peer"): was a worker lost?
-            lost = e.workers if isinstance(e, WorkerLostError) else _lost_soon(placement)
+            # a rank failed and stopped the others: its own error is the fit's
+            origin = _first_error(futs, PeerAborted) if isinstance(e, PeerAborted) else None
+            if isinstance(e, WorkerLostError):
+                lost = e.workers
+            else:
+                # the surviving ranks may fail before the scheduler learns of a death (gloo: "Connection reset by
+                # peer"), so such an error waits for its news a while; a rank's own error needs no wait
+                own = origin if isinstance(e, PeerAborted) else e
+                lost = _lost_soon(placement, grace=3.0 if own is None or _may_tell_a_loss(own) else 0.0)
             if not lost:
-                if isinstance(e, PeerAborted):  # a rank failed and stopped the others: its error is the fit's
-                    origin = _first_error(futs, PeerAborted)
-                    if origin is not None:
-                        raise origin from None
+                if origin is not None:
+                    raise origin from None
                 raise
             raise WorkerLostError(
                 lost,
@@ -453,21 +458,37 @@ def _identity_and_port(rank0: str, host: str, timeout: float = 120.0, dask_worke
 
 
 def _first_error(futs, echo, wait_s=5.0):
-    """The first error, in rank order, of ``futs`` that is not an ``echo`` of another rank's; None if none comes
-    within ``wait_s`` seconds (a rank that aborted returns its error right after it marked the abort)."""
+    """The error of the first of ``futs`` (in rank order, among those done) that failed with an error other than an
+    ``echo`` of another rank's; None if none does within ``wait_s`` seconds (a rank that aborted returns its error
+    right after it marked the abort; a rank whose worker died may never return)."""
     import time
 
     deadline = time.monotonic() + wait_s
-    for f in futs:
-        try:
-            f.result(timeout=max(0.0, deadline - time.monotonic()))
-        except echo:
-            continue
-        except Exception as e:  # noqa: BLE001 - the rank's own error, or a timeout: the first that is not an echo
-            if isinstance(e, TimeoutError) and not f.done():
-                return None
-            return e
-    return None
+    while True:
+        for f in futs:  # Dask futures or actor futures: only done() and result() are common to both
+            if f.done():
+                try:
+                    f.result()  # done: returns or raises at once (an actor future times out at timeout=0)
+                except echo:
+                    continue
+                except Exception as err:  # noqa: BLE001 - a rank's error that is not an echo
+                    return err
+        if all(f.done() for f in futs) or time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
+
+
+def _may_tell_a_loss(err) -> bool:
+    """Whether ``err``, a rank's error, may be how it saw a peer's worker die (a broken connection, a peer that
+    stopped answering, a task the scheduler gave up on); not errors of the rank's own work (a ``ValueError`` in a
+    callback, say), which no loss explains."""
+    from concurrent.futures import CancelledError
+
+    from distributed import KilledWorker
+
+    if isinstance(err, (NotImplementedError, RecursionError)):
+        return False
+    return isinstance(err, (RuntimeError, OSError, KilledWorker, CancelledError))
 
 
 def _lost_soon(placement, grace=3.0) -> set:

@@ -227,3 +227,48 @@ def test_a_rank_that_fails_alone_stops_the_others_and_its_error_is_the_fits(clie
             time.sleep(0.05)
         est = _mlp(client, "ddp", None, max_iter=2, timeout=600).fit(X, y)
         assert est.n_iter_ == 2 and est.fit_stats_["n_shards"] == 2
+
+
+def test_a_ranks_own_error_is_raised_without_waiting_for_news_of_a_lost_worker(client, monkeypatch):
+    """A ``ValueError`` in one rank's callback cannot come from a lost worker: the fit asks the scheduler once
+    (no grace) and raises it.  A ``RuntimeError`` may be how a rank saw its peer die (gloo's broken connection, the
+    shared-memory sum's dead peer), so it still waits for the scheduler's news a while (the test above)."""
+    from dask_estimators.engine import collective
+
+    graces = []
+    real = collective._lost_soon
+
+    def recorded(placement, grace=3.0):
+        graces.append(grace)
+        return real(placement, grace)
+
+    monkeypatch.setattr(collective, "_lost_soon", recorded)
+
+    class FailOnOneWorker(Callback):
+        def on_epoch_end(self, history, **info):
+            import dask
+
+            if len(history) >= 2 and dask.config.get("dask-estimators-test.fail-here", False):
+                raise ValueError("this rank's own bad value")
+
+    X, y = _data()
+    worker = sorted(client.nthreads())[-1]
+    client.run(_fail_here, True, workers=[worker])
+    try:
+        with pytest.raises(ValueError, match="this rank's own bad value"):
+            _mlp(client, "ddp", [FailOnOneWorker()], max_iter=5, timeout=600).fit(X, y)
+    finally:
+        client.run(_fail_here, False)
+    assert graces == [0.0]
+    est = _mlp(client, "ddp", None, max_iter=2, timeout=600).fit(X, y)  # the workers train on
+    assert est.n_iter_ == 2 and est.fit_stats_["n_shards"] == 2
+
+
+@pytest.mark.parametrize("err, may", [
+    (ValueError("x"), False), (TypeError("x"), False), (ZeroDivisionError(), False), (NotImplementedError(), False),
+    (RuntimeError("Connection reset by peer"), True), (ConnectionResetError(), True), (TimeoutError(), True),
+])
+def test_which_rank_errors_may_tell_of_a_lost_worker(err, may):
+    from dask_estimators.engine.collective import _may_tell_a_loss
+
+    assert _may_tell_a_loss(err) is may
