@@ -201,64 +201,62 @@ def _group_free():
     return not collective._PG_LOCK.locked()
 
 
-def test_a_rank_that_fails_alone_stops_the_others_and_its_error_is_the_fits(client):
-    """A loop callback raises on one worker's rank only, its process alive: the fit raises that error (not the
-    other rank's), and the other rank stops at its next sum instead of waiting out the collective timeout (600 s
-    here) while it holds its worker's process group; the next fit trains.  Each worker's rank in turn."""
+def _fit_failing_on(client, worker, error, X, y):
+    """A ddp fit whose loop callback raises ``error`` at epoch 2 on ``worker``'s rank only; the fit must raise it."""
 
     class FailOnOneWorker(Callback):
         def on_epoch_end(self, history, **info):
             import dask
 
             if len(history) >= 2 and dask.config.get("dask-estimators-test.fail-here", False):
-                raise RuntimeError("this rank's own error")
+                raise error
 
+    client.run(_fail_here, True, workers=[worker])
+    try:
+        with pytest.raises(type(error), match=str(error)):
+            _mlp(client, "ddp", [FailOnOneWorker()], max_iter=5, timeout=600).fit(X, y)
+    finally:
+        client.run(_fail_here, False)
+
+
+@pytest.fixture
+def graces(monkeypatch):
+    """The grace of each wait for news of a lost worker (``collective._lost_soon``) in this test, in order."""
+    from dask_estimators.engine import collective
+
+    seen, real = [], collective._lost_soon
+
+    def recorded(placement, grace=3.0):
+        seen.append(grace)
+        return real(placement, grace)
+
+    monkeypatch.setattr(collective, "_lost_soon", recorded)
+    return seen
+
+
+def test_a_rank_that_fails_alone_stops_the_others_and_its_error_is_the_fits(client, graces):
+    """A loop callback raises on one worker's rank only, its process alive: the fit raises that error (not the
+    other rank's), and the other rank stops at its next sum instead of waiting out the collective timeout (600 s
+    here) while it holds its worker's process group; the next fit trains.  Each worker's rank in turn.  A
+    ``RuntimeError`` may be how a rank saw its peer die (gloo's broken connection, the shared-memory sum's dead
+    peer), so the fit waits for the scheduler's news a while before raising it."""
     X, y = _data()
     for worker in sorted(client.nthreads()):
-        client.run(_fail_here, True, workers=[worker])
-        try:
-            with pytest.raises(RuntimeError, match="this rank's own error"):
-                _mlp(client, "ddp", [FailOnOneWorker()], max_iter=5, timeout=600).fit(X, y)
-        finally:
-            client.run(_fail_here, False)
+        _fit_failing_on(client, worker, RuntimeError("this rank's own error"), X, y)
         deadline = time.monotonic() + 30
         while not all(client.run(_group_free).values()):
             assert time.monotonic() < deadline, "a rank still holds its worker's process group"
             time.sleep(0.05)
         est = _mlp(client, "ddp", None, max_iter=2, timeout=600).fit(X, y)
         assert est.n_iter_ == 2 and est.fit_stats_["n_shards"] == 2
+    assert graces == [3.0, 3.0]
 
 
-def test_a_ranks_own_error_is_raised_without_waiting_for_news_of_a_lost_worker(client, monkeypatch):
+def test_a_ranks_own_error_is_raised_without_waiting_for_news_of_a_lost_worker(client, graces):
     """A ``ValueError`` in one rank's callback cannot come from a lost worker: the fit asks the scheduler once
-    (no grace) and raises it.  A ``RuntimeError`` may be how a rank saw its peer die (gloo's broken connection, the
-    shared-memory sum's dead peer), so it still waits for the scheduler's news a while (the test above)."""
-    from dask_estimators.engine import collective
-
-    graces = []
-    real = collective._lost_soon
-
-    def recorded(placement, grace=3.0):
-        graces.append(grace)
-        return real(placement, grace)
-
-    monkeypatch.setattr(collective, "_lost_soon", recorded)
-
-    class FailOnOneWorker(Callback):
-        def on_epoch_end(self, history, **info):
-            import dask
-
-            if len(history) >= 2 and dask.config.get("dask-estimators-test.fail-here", False):
-                raise ValueError("this rank's own bad value")
-
+    (no grace) and raises it."""
     X, y = _data()
-    worker = sorted(client.nthreads())[-1]
-    client.run(_fail_here, True, workers=[worker])
-    try:
-        with pytest.raises(ValueError, match="this rank's own bad value"):
-            _mlp(client, "ddp", [FailOnOneWorker()], max_iter=5, timeout=600).fit(X, y)
-    finally:
-        client.run(_fail_here, False)
+    _fit_failing_on(client, sorted(client.nthreads())[-1], ValueError("this rank's own bad value"), X, y)
     assert graces == [0.0]
     est = _mlp(client, "ddp", None, max_iter=2, timeout=600).fit(X, y)  # the workers train on
     assert est.n_iter_ == 2 and est.fit_stats_["n_shards"] == 2
