@@ -136,9 +136,10 @@ def gemm_floor(cell, n, cores, reps=15):
 
     d, hidden, _, batch, k, dtype = cell
     widths = [d, *hidden, max(k, 1)]
-    steps = math.ceil(n / min(batch, n)) * EPOCHS
+    b_global = min(batch, n)
+    steps = math.ceil(n / b_global) * EPOCHS
     ways = {}
-    for way, b, threads in (("threads", min(batch, n), cores), ("ranks", -(-min(batch, n) // cores), 1)):
+    for way, b, threads in (("threads", b_global, cores), ("ranks", -(-b_global // cores), 1)):
         rng = np.random.default_rng(0)
         acts = [rng.standard_normal((b, w)).astype(dtype) for w in widths]
         Ws = [rng.standard_normal((fi, fo)).astype(dtype) for fi, fo in zip(widths, widths[1:])]

@@ -351,14 +351,15 @@ def run_collective(placement, fn, *args, on_event=None, timeout=None) -> list:
         except Exception as e:
             from ._shm_allreduce import PeerAborted
 
-            # a rank failed and stopped the others: its own error is the fit's
-            origin = _first_error(futs, PeerAborted) if isinstance(e, PeerAborted) else None
+            origin = None  # with PeerAborted: the error of the rank that failed and stopped the others
             if isinstance(e, WorkerLostError):
                 lost = e.workers
             else:
+                own = e
+                if isinstance(e, PeerAborted):
+                    own = origin = _first_error(futs, PeerAborted)
                 # the surviving ranks may fail before the scheduler learns of a death (gloo: "Connection reset by
                 # peer"), so such an error waits for its news a while; a rank's own error needs no wait
-                own = origin if isinstance(e, PeerAborted) else e
                 lost = _lost_soon(placement, grace=3.0 if own is None or _may_tell_a_loss(own) else 0.0)
             if not lost:
                 if origin is not None:
