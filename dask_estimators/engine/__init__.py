@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._worker import Shard, aligned_copy, is_aligned
     from .cluster import client_context, close_embedded_cluster, get_embedded_client, resolve_client
     from .evaluator import DistributedEvaluator, EvalStats, LocalEvaluator
-    from .placement import Placement, is_dask_collection, place, workers_worth
+    from .placement import Placement, is_dask_collection, place, workers_per_gpu, workers_worth
     from .reduce import REDUCTIONS, reduce_parts, tree_sum
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "is_aligned",
     "is_dask_collection",
     "place",
+    "workers_per_gpu",
     "workers_worth",
     "reduce_parts",
     "resolve_client",
@@ -57,6 +58,7 @@ _LAZY = {
     "Placement": ".placement",
     "is_dask_collection": ".placement",
     "place": ".placement",
+    "workers_per_gpu": ".placement",
     "workers_worth": ".placement",
     "REDUCTIONS": ".reduce",
     "reduce_parts": ".reduce",

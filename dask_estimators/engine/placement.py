@@ -36,7 +36,7 @@ from ._watch import WorkerLostError
 #: calls, no scheduler) or plain tasks (scatter, pinned tasks, tree of add tasks).
 TRANSPORTS = ("actors", "tasks")
 
-__all__ = ["TRANSPORTS", "Placement", "place", "is_dask_collection", "workers_worth"]
+__all__ = ["TRANSPORTS", "Placement", "place", "is_dask_collection", "workers_per_gpu", "workers_worth"]
 
 
 def is_dask_collection(a) -> bool:
@@ -412,7 +412,7 @@ MAX_BYTES_PER_WORKER = 1 << 30
 _turn = [0]  # which workers :func:`workers_worth` gives next
 
 
-def workers_worth(client, flops_per_step: float, nbytes: int = 0) -> list | None:
+def workers_worth(client, flops_per_step: float, nbytes: int = 0, workers=None) -> list | None:
     """The workers a fit of minibatch steps should take: None for every worker, or a few of them.
 
     The ranks of a fit meet at every step (an allreduce and a barrier): on
@@ -425,7 +425,9 @@ def workers_worth(client, flops_per_step: float, nbytes: int = 0) -> list | None
     gets at least ``dask-estimators.min-step-flops-per-worker`` (2.5 MFLOP,
     0 for every worker) of each step's ``flops_per_step``, and
     at most :data:`MAX_BYTES_PER_WORKER` of the input's ``nbytes``.  Fits
-    that take fewer than every worker take them in turn.
+    that take fewer than every worker take them in turn.  ``workers`` (None:
+    every worker) are those to choose from; all of them are returned as they
+    were given (None stays None).
 
     Examples
     --------
@@ -442,14 +444,80 @@ def workers_worth(client, flops_per_step: float, nbytes: int = 0) -> list | None
 
     least = float(dask.config.get("dask-estimators.min-step-flops-per-worker", 2.5e6))
     if least <= 0:
-        return None
-    ws = _workers(client)
+        return workers
+    ws = _workers(client, workers)
     k = max(1, int(flops_per_step // least), -(-int(nbytes) // MAX_BYTES_PER_WORKER))
     if k >= len(ws):
-        return None
+        return workers
     start = _turn[0] % len(ws)
     _turn[0] += k
     return [ws[(start + i) % len(ws)] for i in range(k)]
+
+
+_GPU: dict = {}  # (worker address, device) -> the UUID of the CUDA device its shards live on; "" for none
+
+
+def _gpu_of(device: str) -> str:
+    """On a worker: the UUID of the CUDA device that ``device`` means here; "" where it means none."""
+    import torch
+
+    if device == "cpu" or not torch.cuda.is_available():
+        return ""
+    return str(torch.cuda.get_device_properties(torch.device(_worker.choose_device(device))).uuid)
+
+
+def one_per_gpu(workers: list, gpu_of: dict) -> list:
+    """Of ``workers``, the first on each GPU of ``gpu_of`` (worker -> GPU UUID, "" for none); all where none has one.
+
+    Examples
+    --------
+    >>> one_per_gpu(["a", "b", "c", "d"], {"a": "", "b": "GPU-1", "c": "GPU-1", "d": "GPU-2"})
+    ['b', 'd']
+    >>> one_per_gpu(["a", "b"], {"a": "", "b": ""})
+    ['a', 'b']
+    """
+    seen: dict = {}
+    for w in workers:
+        if gpu_of.get(w):
+            seen.setdefault(gpu_of[w], w)
+    return list(seen.values()) or list(workers)
+
+
+def workers_per_gpu(client, device: str, workers=None) -> list | None:
+    """The workers (None: every worker) a network fit on ``device`` takes: one per GPU where the cluster has GPUs.
+
+    The ranks of a network fit sum their gradients through NCCL on GPUs, and
+    NCCL takes one rank per GPU: two workers on one GPU (a ``LocalCluster`` of
+    several workers on a one-GPU machine) fail it.  Nor would a second rank
+    there help: the two processes take turns on the one device.  So the first
+    worker on each GPU trains, and where only some workers have a GPU
+    (``device="auto"``), only those.  Without a GPU, or with ``device="cpu"``,
+    ``workers`` are returned unchanged.  Each worker is asked once
+    (``client.run``, cached by its address).
+
+    Examples
+    --------
+    >>> from dask_estimators.engine import place, resolve_client, workers_per_gpu
+    >>> client = resolve_client()  # doctest: +SKIP
+    >>> workers_per_gpu(client, "auto") is None  # CPU workers, or one worker per GPU: every worker  # doctest: +SKIP
+    True
+    >>> ws = workers_per_gpu(client, "auto")  # two workers on one GPU: the first of them  # doctest: +SKIP
+    >>> len(ws)  # doctest: +SKIP
+    1
+    >>> p = place(client, {"X": X}, device="auto", workers=ws)  # doctest: +SKIP
+    """
+    if device == "cpu":
+        return workers
+    ws = _workers(client, workers)
+    missing = [w for w in ws if (w, device) not in _GPU]
+    if missing:
+        try:
+            found = client.run(_gpu_of, device, workers=missing)
+        except Exception:  # a worker that cannot answer: the placement says what is wrong with it
+            return workers
+        _GPU.update({(w, device): g for w, g in found.items()})
+    kept = one_per_gpu(ws, {w: _GPU.get((w, device), "") for w in ws})
+    return workers if kept == ws else kept
 
 
 def _accepts_n_workers(client) -> bool:

@@ -34,7 +34,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from ..engine import DistributedEvaluator, client_context, place, workers_worth
+from ..engine import DistributedEvaluator, client_context, place, workers_per_gpu, workers_worth
 from ..objectives import module as M
 from ..objectives import targets as T
 from ..optim.progress import check_progress
@@ -231,13 +231,15 @@ class _BaseMLP(DistributedEstimator):
     def _workers_worth(self, client, X, hidden, n_outputs):
         """The workers this fit's steps are worth (:func:`~dask_estimators.engine.workers_worth`); None: all.
 
+        On a cluster with GPUs, one worker per GPU (:func:`~dask_estimators.engine.workers_per_gpu`).
         A step's arithmetic is about 6 multiply-adds per parameter and row of
         the batch (the forward pass, the two products of the backward one).
         """
+        ws = workers_per_gpu(client, self.device)
         try:
             n = int(X.shape[0])
         except (AttributeError, TypeError, ValueError):  # a dask collection of unknown length: every worker
-            return None
+            return ws
         vf = self.validation_fraction if self.early_stopping and self.solver != "lbfgs" else 0.0
         n_train = max(1, int(n * (1.0 - vf)))
         if self.solver == "lbfgs":
@@ -253,7 +255,7 @@ class _BaseMLP(DistributedEstimator):
             nbytes = int(nbytes or 0)
         except (TypeError, ValueError):  # a dask array's unknown bytes
             nbytes = 0
-        return workers_worth(client, 6.0 * batch * params, nbytes)
+        return workers_worth(client, 6.0 * batch * params, nbytes, workers=ws)
 
     def _encode_targets(self, y, dask_input, classes, reset, incremental):
         """(targets to place or None to encode on the workers, output link, n_outputs or None)."""

@@ -17,7 +17,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..engine import client_context, is_dask_collection, place
+from ..engine import client_context, is_dask_collection, place, workers_per_gpu
 from ..objectives import sequence as S
 from ..optim.progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig
@@ -242,7 +242,8 @@ class CharLSTM(DistributedEstimator):
             if not any(strings):
                 raise ValueError("CharLSTM needs at least one non-empty string; got none.")
         with client_context(self.client) as client:
-            placement = place(client, {"X": data}, device=self.device, timeout=self.timeout)
+            placement = place(client, {"X": data}, device=self.device, timeout=self.timeout,
+                              workers=workers_per_gpu(client, self.device))
             try:
                 self._fit_placed(client, placement)
             finally:

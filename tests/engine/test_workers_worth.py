@@ -8,7 +8,7 @@ from sklearn.datasets import load_iris
 from sklearn.preprocessing import StandardScaler
 
 import dask_estimators as de
-from dask_estimators.engine import placement, workers_worth
+from dask_estimators.engine import placement, workers_per_gpu, workers_worth
 
 LEAST = 2.5e6
 
@@ -28,6 +28,36 @@ def test_small_steps_take_one_worker_in_turn(client, rule):
     assert picks[0] != picks[1]
     assert workers_worth(client, 2 * LEAST) is None  # every worker: None
     assert workers_worth(client, 1e12) is None
+
+
+def test_the_workers_given_are_those_chosen_from(client, rule):
+    ws = sorted(client.nthreads())
+    assert workers_worth(client, 0.1e6, workers=ws[1:]) == ws[1:]  # one is all of them: returned as given
+    assert workers_worth(client, 1e12, workers=ws) == ws
+    with dask.config.set({"dask-estimators.min-step-flops-per-worker": 0}):
+        assert workers_worth(client, 1.0, workers=ws[:1]) == ws[:1]
+
+
+def test_workers_per_gpu_on_workers_without_one(client, monkeypatch):
+    """CPU workers all train (None stays None), each asked once; device="cpu" asks none."""
+    monkeypatch.setattr(placement, "_GPU", {})
+    assert workers_per_gpu(client, "cpu") is None and placement._GPU == {}
+    ws = sorted(client.nthreads())
+    if placement._gpu_of("auto"):
+        pytest.skip("the workers have a GPU (tests/test_gpu.py)")
+    assert workers_per_gpu(client, "auto") is None
+    assert placement._GPU == {(w, "auto"): "" for w in ws}
+    assert workers_per_gpu(client, "auto", workers=ws[:1]) == ws[:1]
+
+
+def test_workers_per_gpu_takes_the_first_worker_on_each_gpu(client, monkeypatch):
+    ws = sorted(client.nthreads())
+    monkeypatch.setattr(placement, "_GPU", {(ws[0], "cuda"): "GPU-a", (ws[1], "cuda"): "GPU-a"})
+    assert workers_per_gpu(client, "cuda") == ws[:1]  # two workers on one GPU: one rank
+    placement._GPU[(ws[1], "cuda")] = "GPU-b"
+    assert workers_per_gpu(client, "cuda") is None  # one each: every worker
+    placement._GPU[(ws[0], "cuda")] = ""
+    assert workers_per_gpu(client, "cuda") == ws[1:]  # only one has a GPU: it trains
 
 
 def test_the_rule_off_and_large_inputs_take_every_worker(client, rule, monkeypatch):
@@ -66,7 +96,8 @@ def test_a_small_network_trains_on_one_worker_and_takes_the_same_steps(client, r
 def test_a_network_whose_steps_are_worth_two_workers_takes_both(client, rule, rng):
     X = rng.standard_normal((2000, 100))
     y = (X[:, 0] > 0).astype(int)
-    est = de.MLPClassifier((100,), batch_size=256, max_iter=1, random_state=0).fit(X, y)  # 15.5 MFLOP a step
+    # the rule is the CPU ranks' (on a GPU machine the session's two workers share its GPU: one rank, test_gpu.py)
+    est = de.MLPClassifier((100,), batch_size=256, max_iter=1, random_state=0, device="cpu").fit(X, y)  # 15.5 MFLOP
     assert est.fit_stats_["n_shards"] == 2
     small = de.MLPClassifier((8,), batch_size=32, max_iter=1, random_state=0).fit(X, y)  # 0.15 MFLOP
     assert small.fit_stats_["n_shards"] == 1

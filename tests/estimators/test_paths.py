@@ -75,10 +75,11 @@ def test_strategy_auto_on_a_thread_cluster_is_ddp_with_one_rank(make):
     data = (["anna", "bob", "carl", "dora"] * 10,) if isinstance(make(), de.CharLSTM) else (X, y)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster, set_as_default=False) as threads:
-        est = make().set_params(client=threads, strategy="auto").fit(*data)
+        # device="cpu": CPU ranks are this test's subject (the workers of a GPU machine share its GPU, test_gpu.py)
+        est = make().set_params(client=threads, strategy="auto", device="cpu").fit(*data)
         assert est.fit_stats_["strategy"] == "ddp"
         assert est.fit_stats_["n_shards"] == 2
-    ref = make().set_params(strategy="auto").fit(*data)
+    ref = make().set_params(strategy="auto", device="cpu").fit(*data)
     assert ref.fit_stats_["strategy"] == "ddp"
     np.testing.assert_allclose(est.loss_curve_, ref.loss_curve_, rtol=1e-5)
     if hasattr(est, "coefs_"):
