@@ -65,14 +65,14 @@ def bigram_logloss(train, test, vocab_chars, ks=(0.01, 0.03, 0.1, 0.3, 1.0)):
     return best
 
 
-def torch_loop(model, train, epochs, threads):
+def torch_loop(model, train, epochs, threads, device="cpu"):
     """The same network, batch and Adam in one process: a plain torch loop over the same pairs.
 
     The fitted ``model``'s vocabulary and settings; contexts and next symbols
     encoded as ours encodes them; a fresh network from the same seed; each
     epoch a shuffled order, ``batch_size`` pairs a step, the summed
     cross-entropy / batch rows, ``torch.optim.Adam`` at the same learning
-    rate; ``torch.set_num_threads(threads)``.  Returns pairs/s of each epoch.
+    rate; ``torch.set_num_threads(threads)``; on ``device`` (bench_gpu.py: "cuda").  Returns pairs/s of each epoch.
     """
     import torch
 
@@ -86,21 +86,23 @@ def torch_loop(model, train, epochs, threads):
     torch.set_num_threads(threads)
     try:
         torch.manual_seed(0)
-        net = spec.build("cpu")
+        net = spec.build(device)
         opt = torch.optim.Adam(net.parameters(), lr=model.learning_rate)
-        X, Y = torch.from_numpy(ctx), torch.from_numpy(y)
+        X, Y = torch.from_numpy(ctx).to(device), torch.from_numpy(y).to(device)
         n, batch = len(Y), int(min(model.batch_size, len(Y)))
-        g = torch.Generator().manual_seed(0)
+        g = torch.Generator(device=device).manual_seed(0)
         rates = []
         for _ in range(epochs):
             t0 = time.perf_counter()
-            order = torch.randperm(n, generator=g)
+            order = torch.randperm(n, generator=g, device=device)
             for lo in range(0, n, batch):
                 idx = order[lo:lo + batch]
                 opt.zero_grad(set_to_none=True)
                 loss = spec.loss(net(X[idx]), Y[idx], None) / len(idx)
                 loss.backward()
                 opt.step()
+            if device != "cpu":
+                torch.cuda.synchronize()
             rates.append(n / (time.perf_counter() - t0))
         return rates
     finally:

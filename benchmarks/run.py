@@ -34,6 +34,8 @@ plots, ``scaling.png`` (time per iteration against workers, measured and
 modelled) and ``reductions.png`` (reduction strategies against parameter count).
 The in-process anchors get ``--cores`` BLAS threads (threadpoolctl); ours get
 ``--cores`` worker processes of one thread each.  Nothing here gates CI.
+On a machine with CUDA, ``benchmarks/bench_gpu.py`` (run by ``.ci/gpu``) is the GPU's part: it is not in
+this suite, which runs on the CPU machines.
 """
 
 from __future__ import annotations
