@@ -512,10 +512,11 @@ def workers_per_gpu(client, device: str, workers=None) -> list | None:
     missing = [w for w in ws if (w, device) not in _GPU]
     if missing:
         try:
-            found = client.run(_gpu_of, device, workers=missing)
-        except Exception:  # a worker that cannot answer: the placement says what is wrong with it
+            found = client.run(_gpu_of, device, workers=missing, on_error="return")
+        except Exception:  # no worker could be asked: the placement says what is wrong
             return workers
-        _GPU.update({(w, device): g for w, g in found.items()})
+        # a worker that failed to answer counts as one without a GPU this time, and is asked again next time
+        _GPU.update({(w, device): g for w, g in found.items() if isinstance(g, str)})
     kept = one_per_gpu(ws, {w: _GPU.get((w, device), "") for w in ws})
     return workers if kept == ws else kept
 
