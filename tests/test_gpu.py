@@ -1,8 +1,8 @@
 """On a CUDA device: shards live on the GPU, the models equal their CPU fits, and fitted models leave the GPU behind.
 
 Every test here is marked ``gpu`` and skipped without CUDA (tests/conftest.py).
-They run on the session's process cluster, whose two workers then share the
-machine's GPU, and on a cluster of one worker per GPU where a test says so.
+They run on the session's process cluster, whose two workers share the GPU
+of a one-GPU machine (a network then trains on one of them, workers_per_gpu).
 Each model is fitted twice on the same data, ``device="cuda"`` and
 ``device="cpu"``, and the two are compared (float64: the same optimum up to
 rounding).
