@@ -182,8 +182,7 @@ def test_charlstm_on_cuda(strategy):
 def test_workers_sharing_a_gpu_train_a_network_as_one_rank(client):
     """The session's two workers share the machine's GPU: NCCL takes one rank per GPU, so one of them trains."""
     gpus = len({torch.cuda.get_device_properties(i).uuid for i in range(torch.cuda.device_count())})
-    ws = workers_per_gpu(client, "auto")
-    assert len(ws if ws is not None else client.nthreads()) == min(gpus, len(client.nthreads()))
+    assert len(workers_per_gpu(client, "auto")) == min(gpus, len(client.nthreads()))
     X, y = _classification(n=2000)
     est = de.MLPClassifier(hidden_layer_sizes=(16,), max_iter=2, strategy="ddp", random_state=0).fit(X, y)
     assert est.fit_stats_["n_shards"] == min(gpus, len(client.nthreads()))

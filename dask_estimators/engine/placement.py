@@ -484,22 +484,25 @@ def one_per_gpu(workers: list, gpu_of: dict) -> list:
 
 
 def workers_per_gpu(client, device: str, workers=None) -> list | None:
-    """The workers (None: every worker) a network fit on ``device`` takes: one per GPU where the cluster has GPUs.
+    """The workers of ``workers`` (None: every worker) a network fit on ``device`` takes: one per GPU, if any.
 
     The ranks of a network fit sum their gradients through NCCL on GPUs, and
     NCCL takes one rank per GPU: two workers on one GPU (a ``LocalCluster`` of
     several workers on a one-GPU machine) fail it.  Nor would a second rank
     there help: the two processes take turns on the one device.  So the first
     worker on each GPU trains, and where only some workers have a GPU
-    (``device="auto"``), only those.  Without a GPU, or with ``device="cpu"``,
-    ``workers`` are returned unchanged.  Each worker is asked once
-    (``client.run``, cached by its address).
+    (``device="auto"``), only those; without a GPU, all of them.  The list
+    is the one looked up here, so that the fit's :func:`workers_worth` and
+    :func:`place` need not ask the scheduler again.  With ``device="cpu"``,
+    ``workers`` as given, nothing asked.  Each worker is asked once which GPU
+    it has (``client.run``, cached by its address).
 
     Examples
     --------
     >>> from dask_estimators.engine import place, resolve_client, workers_per_gpu
     >>> client = resolve_client()  # doctest: +SKIP
-    >>> workers_per_gpu(client, "auto") is None  # CPU workers, or one worker per GPU: every worker  # doctest: +SKIP
+    >>> ws = workers_per_gpu(client, "auto")  # doctest: +SKIP
+    >>> ws == sorted(client.nthreads())  # CPU workers, or one per GPU: all of them  # doctest: +SKIP
     True
     >>> ws = workers_per_gpu(client, "auto")  # two workers on one GPU: the first of them  # doctest: +SKIP
     >>> len(ws)  # doctest: +SKIP
@@ -514,11 +517,10 @@ def workers_per_gpu(client, device: str, workers=None) -> list | None:
         try:
             found = client.run(_gpu_of, device, workers=missing, on_error="return")
         except Exception:  # no worker could be asked: the placement says what is wrong
-            return workers
+            return ws
         # a worker that failed to answer counts as one without a GPU this time, and is asked again next time
         _GPU.update({(w, device): g for w, g in found.items() if isinstance(g, str)})
-    kept = one_per_gpu(ws, {w: _GPU.get((w, device), "") for w in ws})
-    return workers if kept == ws else kept
+    return one_per_gpu(ws, {w: _GPU.get((w, device), "") for w in ws})
 
 
 def _accepts_n_workers(client) -> bool:

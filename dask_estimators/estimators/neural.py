@@ -231,7 +231,8 @@ class _BaseMLP(DistributedEstimator):
     def _workers_worth(self, client, X, hidden, n_outputs):
         """The workers this fit's steps are worth (:func:`~dask_estimators.engine.workers_worth`); None: all.
 
-        On a cluster with GPUs, one worker per GPU (:func:`~dask_estimators.engine.workers_per_gpu`).
+        Chosen from those :func:`~dask_estimators.engine.workers_per_gpu` gives (one worker per GPU on a cluster
+        with GPUs; with ``device="cpu"``, None: every worker, looked up by ``workers_worth``).
         A step's arithmetic is about 6 multiply-adds per parameter and row of
         the batch (the forward pass, the two products of the backward one).
         """

@@ -39,13 +39,13 @@ def test_the_workers_given_are_those_chosen_from(client, rule):
 
 
 def test_workers_per_gpu_on_workers_without_one(client, monkeypatch):
-    """CPU workers all train (None stays None), each asked once; device="cpu" asks none."""
+    """CPU workers all train (the list looked up), each asked once; device="cpu" asks none (None stays None)."""
     monkeypatch.setattr(placement, "_GPU", {})
     assert workers_per_gpu(client, "cpu") is None and placement._GPU == {}
     ws = sorted(client.nthreads())
     if placement._gpu_of("auto"):
         pytest.skip("the workers have a GPU (tests/test_gpu.py)")
-    assert workers_per_gpu(client, "auto") is None
+    assert workers_per_gpu(client, "auto") == ws
     assert placement._GPU == {(w, "auto"): "" for w in ws}
     assert workers_per_gpu(client, "auto", workers=ws[:1]) == ws[:1]
 
@@ -55,7 +55,7 @@ def test_workers_per_gpu_takes_the_first_worker_on_each_gpu(client, monkeypatch)
     monkeypatch.setattr(placement, "_GPU", {(ws[0], "cuda"): "GPU-a", (ws[1], "cuda"): "GPU-a"})
     assert workers_per_gpu(client, "cuda") == ws[:1]  # two workers on one GPU: one rank
     placement._GPU[(ws[1], "cuda")] = "GPU-b"
-    assert workers_per_gpu(client, "cuda") is None  # one each: every worker
+    assert workers_per_gpu(client, "cuda") == ws  # one each: every worker
     placement._GPU[(ws[0], "cuda")] = ""
     assert workers_per_gpu(client, "cuda") == ws[1:]  # only one has a GPU: it trains
 
