@@ -93,12 +93,13 @@ def logistic(n, cores, repeat, gpu_client, cpu_client, device="cuda"):
         sk.LogisticRegression(max_iter=100).fit(X[:2000], y[:2000])
         first, med, _ = _timed(lambda: sk.LogisticRegression(max_iter=100).fit(X, y), repeat)
     rows.append(("scikit-learn", f"{cores} threads", first, med))
-    for name, client, device in [("ours, cpu", cpu_client, "cpu"), (f"ours, {device}", gpu_client, device)]:
-        est = de.LogisticRegression(max_iter=100, device=device, client=client)
+    for client, on in [(cpu_client, "cpu"), (gpu_client, device)]:
+        est = de.LogisticRegression(max_iter=100, device=on, client=client)
         est.fit(X[:2000], y[:2000])
         first, med, _ = _timed(lambda: est.fit(X, y), repeat)
         k = len(client.nthreads())
-        where = f"{k} worker{'s' if k > 1 else ''}" + (" (GPU)" if device != "cpu" else "")
+        where = f"{k} worker{'s' if k > 1 else ''}" + (" (GPU)" if on != "cpu" else "")
+        name = f"ours, {on}"
         rows.append((name, where, first, med))
     return {"what": f"LogisticRegression, {n} x 100, 10 classes, float64, lbfgs max_iter=100", "rows": rows}
 
