@@ -23,6 +23,9 @@ from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import check_cv
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn import get_config
+from sklearn.utils import metadata_routing
+from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
 from ..engine import DistributedEvaluator, client_context, place
 from ..engine.cluster import prestart
@@ -67,34 +70,86 @@ def _on_fold(evaluator, k, kernel, *args):
 class _PlacedSearchMixin:
     """Validation, one placement, the splits on the shards, the fold paths, and the release."""
 
-    def _splits_on_client(self, X, y, dask_input):
-        """Splits computed on the client (a splitter, an iterable of splits, or a scorer run on the client)."""
+    def _splits_on_client(self, X, y, dask_input, split_params):
+        """Splits computed on the client (a splitter, an iterable of splits, metadata routed to the splitter,
+        or a scorer run on the client); ``split_params``: the splitter's ``split`` arguments (``groups``)."""
         cv = check_cv(self.cv, None if dask_input else y, classifier=self._is_classifier)
         if dask_input:
             y_host = np.asarray(y.compute()).reshape(-1) if y is not None else None
             X_host = np.empty((len(y_host), 0))
             if self._is_classifier and isinstance(self.cv, (Integral, type(None))):
                 cv = check_cv(self.cv, y_host, classifier=True)
-            return list(cv.split(X_host, y_host))
-        return list(cv.split(X, y))
+            return list(cv.split(X_host, y_host, **split_params))
+        return list(cv.split(X, y, **split_params))
+
+    def _routed(self, method, sample_weight, params):
+        """``method``'s metadata as scikit-learn's CV estimators route it: {child: its arguments}.
+
+        Without metadata routing, extra arguments are refused with scikit-learn's
+        error and the scorer (if any) gets the sample weights; with it,
+        :func:`~sklearn.utils.metadata_routing.process_routing` decides, by the
+        requests of the splitter (``groups``) and of the scorer (a scorer that
+        does not request ``sample_weight`` scores unweighted).
+        """
+        routing = get_config().get("enable_metadata_routing", False)
+        if params and not routing:
+            raise ValueError(
+                f"Passing extra keyword arguments to {type(self).__name__}.{method} is only supported if "
+                "enable_metadata_routing=True, which you can set using `sklearn.set_config`. Extra parameters "
+                f"passed are: {set(params)}"
+            )
+        if method == "score":
+            children = {"scorer": "score"}
+        else:
+            children = {"splitter": "split", "scorer": "score"} if self._has_scorer else {"splitter": "split"}
+        if not routing:
+            out = {child: {} for child in children}
+            if "scorer" in out and sample_weight is not None:
+                out["scorer"]["sample_weight"] = sample_weight
+            return out
+        weights = {} if sample_weight is None else {"sample_weight": sample_weight}
+        routed = process_routing(self, method, **weights, **params)
+        return {child: dict(routed[child][callee]) for child, callee in children.items()}
+
+    def get_metadata_routing(self):
+        """The metadata routing of this estimator: its own ``fit`` arguments, the splitter's (``fit`` routes to
+        ``split``) and, with a scorer, the scorer's (``fit`` and ``score`` route to ``score``), as scikit-learn's
+        CV estimators have it.  See scikit-learn's metadata routing user guide.
+
+        Returns
+        -------
+        routing : sklearn.utils.metadata_routing.MetadataRouter
+        """
+        router = MetadataRouter(owner=self).add_self_request(self).add(
+            splitter=check_cv(self.cv), method_mapping=MethodMapping().add(caller="fit", callee="split"))
+        if self._has_scorer:
+            router.add(scorer=self._get_scorer(),
+                       method_mapping=MethodMapping().add(caller="score", callee="score").add(caller="fit",
+                                                                                             callee="score"))
+        return router
 
     def _worker_folds(self):
         """Whether the splits are computed on the workers: ``cv`` None or an int."""
         return self.cv is None or isinstance(self.cv, Integral)
 
-    def _place_and_search(self, X, y, sample_weight, loss_of, n_outputs_of):
+    def _place_and_search(self, X, y, sample_weight, params, loss_of, n_outputs_of):
+        """The search: validation, one placement, the splits, ``_search``, the release.  ``params``: fit's
+        extra arguments (metadata, routed by :meth:`_routed`)."""
         prestart(self.client)
+        routed = self._routed("fit", sample_weight, params)
+        split_params, score_params = routed["splitter"], routed.get("scorer", {})
         dtype = input_float_dtype(X)
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
-        if dask_input and not self._scores_on_workers():
+        on_workers = self._scores_on_workers(score_params)
+        if dask_input and not on_workers:
             raise ValueError(
                 f"scoring={self.scoring!r} needs the held-out rows on the client; with dask input use one of "
                 f"{sorted(_WORKER_SCORERS)} or None, which are computed on the workers."
             )
         if not dask_input and not self._is_classifier:
             y = np.reshape(y, -1)
-        splits = None if self._worker_folds() and self._scores_on_workers() else \
-            self._splits_on_client(X, y, dask_input)
+        splits = None if self._worker_folds() and on_workers and not split_params else \
+            self._splits_on_client(X, y, dask_input, split_params)
         check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=False,
                                   accept_sparse=self._accept_sparse)
         y_placed, classes = y, None
@@ -123,8 +178,11 @@ class _PlacedSearchMixin:
                 spec = LinearSpec(loss, self.n_features_in_, n_outputs, self.fit_intercept)
                 evaluator = DistributedEvaluator(placement, reduction=self.reduction)
                 search = _Search(placement, evaluator, spec, sums, n_splits)
-                search.splits = splits
-                search.X, search.y, search.sample_weight = (None, None, None) if dask_input else (X, y, sample_weight)
+                search.splits, search.scores_on_workers = splits, on_workers
+                search.X, search.y = (None, None) if dask_input else (X, y)
+                if "sample_weight" in score_params:  # the validated weights
+                    score_params["sample_weight"] = sample_weight
+                search.score_params = score_params
                 search.sparse = sp.issparse(getattr(X, "_meta", X))
                 self._search(search)
                 stats = evaluator.stats.as_dict()
@@ -140,7 +198,11 @@ class _PlacedSearchMixin:
         self.fit_stats_ = stats
         return self
 
-    def _scores_on_workers(self):
+    #: Whether held-out rows are scored by ``scoring`` (else: the mean squared error, on the workers).
+    _has_scorer = False
+
+    def _scores_on_workers(self, score_params):
+        """Whether the held-out scores are sums computed on the workers (else: the scorer on the client)."""
         return True
 
     def _set_splits(self, placement, splits, n_classes):
@@ -383,8 +445,14 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         self.device = device
         self.timeout = timeout
 
-    def _scores_on_workers(self):
-        return self.scoring is None or (isinstance(self.scoring, str) and self.scoring in _WORKER_SCORERS)
+    _has_scorer = True
+    # score's sample_weight goes to the scorer alone, as in scikit-learn's LogisticRegressionCV
+    __metadata_request__score = {"sample_weight": metadata_routing.UNUSED}
+
+    def _scores_on_workers(self, score_params):
+        # the sums weight by the sample weights; other metadata for the scorer needs the scorer itself
+        return (self.scoring is None or (isinstance(self.scoring, str) and self.scoring in _WORKER_SCORERS)) \
+            and set(score_params) <= {"sample_weight"}
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None, **params):
@@ -396,14 +464,15 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         y : array-like or dask collection of shape (n_samples,)
         sample_weight : array-like or dask collection of shape (n_samples,), default=None
         **params : dict
-            Refused with a ``ValueError``: metadata routing to the splitter and
-            the scorer is not offered.
+            Metadata for the splitter (``groups``) and the scorer, routed as
+            scikit-learn's ``LogisticRegressionCV`` routes them where
+            ``enable_metadata_routing=True``; refused otherwise.  Without
+            routing the scorer gets ``sample_weight``.
 
         Returns
         -------
         self : object
         """
-        _refuse_params(self, "fit", params)
         if self.scoring is not None and not callable(self.scoring):
             from sklearn.metrics import get_scorer_names
 
@@ -423,7 +492,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
             raise ValueError(f"Solver {self.solver!r} supports only the L2 penalty (l1_ratios of 0); use "
                              "solver='lbfgs' for L1 or elastic-net penalties.")
         self._place_and_search(
-            X, y, sample_weight,
+            X, y, sample_weight, params,
             lambda n_classes: "binomial" if n_classes == 2 else "multinomial",
             lambda n_classes: 1 if n_classes == 2 else n_classes,
         )
@@ -494,7 +563,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
 
     def _scores(self, search, k, path):
         """Held-out scores of split k for each point of its path."""
-        if self._scores_on_workers():
+        if search.scores_on_workers:
             metric, sign = _WORKER_SCORERS[self.scoring or "accuracy"]
             sums = search.heldout(k, path, metric)
             return sign * sums[:, 0] / sums[:, 1]
@@ -504,7 +573,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         scorer = _with_labels(get_scorer(self.scoring), self.classes_)
         train, test = search.splits[k]
         Xt, yt = search.X[test], search.y[test]
-        params = {} if search.sample_weight is None else {"sample_weight": search.sample_weight[test]}
+        params = _rows_of(search.score_params, len(search.y), test)
         out = []
         for w in path:
             est = SkLR()
@@ -524,15 +593,15 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         y : array-like of shape (n_samples,)
         sample_weight : array-like of shape (n_samples,), default=None
         **params : dict
-            Refused with a ``ValueError`` (no metadata routing).
+            Metadata for the scorer, routed where ``enable_metadata_routing=True``
+            (``sample_weight`` then goes to it only if it requests it); refused
+            otherwise.
 
         Returns
         -------
         float
         """
-        _refuse_params(self, "score", params)
-        kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
-        return self._get_scorer()(self, X, y, **kwargs)
+        return self._get_scorer()(self, X, y, **self._routed("score", sample_weight, params)["scorer"])
 
     def _get_scorer(self):
         """The scorer of ``scoring`` (accuracy when None), as scikit-learn's ``LogisticRegressionCV`` has it."""
@@ -668,7 +737,7 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         self.timeout = timeout
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, **params):
         """Search ``alphas`` (and ``l1_ratio``) by cross-validation on the cluster, then refit.
 
         Parameters
@@ -676,6 +745,10 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
         y : array-like or dask collection of shape (n_samples,)
         sample_weight : array-like or dask collection of shape (n_samples,), default=None
+        **params : dict
+            Metadata for the splitter (``groups``), routed as scikit-learn's
+            ``ElasticNetCV`` routes it where ``enable_metadata_routing=True``;
+            refused otherwise.
 
         Returns
         -------
@@ -694,7 +767,7 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
             if alphas.size == 0 or np.any(alphas < 0) or not np.all(np.isfinite(alphas)):
                 raise ValueError(f"alphas must be non-negative finite floats, got {self.alphas!r}.")
         self._l1 = l1s
-        self._place_and_search(X, y, sample_weight, lambda n: "squared", lambda n: 1)
+        self._place_and_search(X, y, sample_weight, params, lambda n: "squared", lambda n: 1)
         del self._l1
         return self
 
@@ -862,13 +935,10 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         return tags
 
 
-def _refuse_params(est, method, params):
-    if params:
-        raise ValueError(
-            f"{type(est).__name__}.{method} got unexpected argument(s) {set(params)}: passing extra keyword "
-            "arguments is only supported if enable_metadata_routing=True in scikit-learn's estimators, and "
-            f"{type(est).__name__} routes no metadata."
-        )
+def _rows_of(params, n, idx):
+    """Metadata of the rows ``idx``: each argument of ``n`` entries indexed, any other as it is."""
+    return {k: np.asarray(v)[idx] if hasattr(v, "__len__") and not isinstance(v, str) and len(v) == n else v
+            for k, v in params.items()}
 
 
 def _with_labels(scorer, classes):

@@ -6,7 +6,8 @@
   same folds: the same hyperparameters, the same scores, coefficients within rtol 1e-4;
 * the data is placed once per search; dask input gives the NumPy result;
 * the lockstep (batched) paths equal the sequential ones; splitters, iterables, client-side
-  scorers, ``refit=False``, class and sample weights; pickling and predicting without a cluster.
+  scorers, ``refit=False``, class and sample weights; pickling and predicting without a cluster;
+* metadata routing as scikit-learn's: ``groups`` to the splitter, ``sample_weight`` to the scorer as it requests.
 """
 
 import pickle
@@ -15,10 +16,12 @@ import warnings
 import dask.array as da
 import numpy as np
 import pytest
+import sklearn
 from sklearn import linear_model as sk
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.exceptions import ConvergenceWarning, UnsetMetadataPassedError
+from sklearn.metrics import get_scorer
+from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
 import dask_estimators as de
@@ -350,6 +353,64 @@ def test_fit_params_refused_without_routing(cancer):
     X, y = cancer
     with pytest.raises(ValueError, match="only supported if enable_metadata_routing=True"):
         de.LogisticRegressionCV(Cs=2).fit(X, y, groups=np.zeros(len(y)))
+
+
+def _check_mse_paths(ours, ref):
+    np.testing.assert_allclose(ours.alphas_, ref.alphas_, rtol=1e-10)
+    np.testing.assert_allclose(ours.mse_path_, ref.mse_path_, rtol=1e-5)
+    assert ours.alpha_ == pytest.approx(ref.alpha_, rel=1e-10)
+
+
+def test_routing_groups_to_the_splitter_as_sklearn(cancer):
+    X, y = cancer
+    groups = np.arange(len(y)) % 7
+    kw = dict(Cs=CS, cv=GroupKFold(3))
+    with sklearn.config_context(enable_metadata_routing=True):
+        ours = de.LogisticRegressionCV(**kw, **TIGHT).fit(X, y, groups=groups)
+        ref = _sk_logistic_cv(**kw, tol=1e-10, max_iter=10_000).fit(X, y, groups=groups)
+        _check_logistic(ours, ref)
+        # ElasticNetCV's routing; dask input with NumPy groups gives the NumPy search
+        Xd, yd = load_diabetes(return_X_y=True)
+        g = np.arange(len(yd)) % 5
+        kw = dict(l1_ratio=0.5, alphas=6, cv=GroupKFold(3))
+        ours = de.LinearRegressionCV(**kw, tol=1e-12).fit(Xd, yd, groups=g)
+        ref = sk.ElasticNetCV(**kw, tol=1e-12, max_iter=100_000).fit(Xd, yd, groups=g)
+        _check_mse_paths(ours, ref)
+        on_dask = de.LinearRegressionCV(**kw, tol=1e-12).fit(da.from_array(Xd, chunks=(150, -1)),
+                                                            da.from_array(yd, chunks=150), groups=g)
+        np.testing.assert_allclose(on_dask.mse_path_, ours.mse_path_, rtol=1e-10)
+        # groups with a splitter that takes none: not routed, scikit-learn's error
+        with pytest.raises(TypeError, match="not routed to any object"):
+            de.LinearRegressionCV(alphas=2, cv=3).fit(Xd, yd, groups=g)
+    with pytest.raises(ValueError, match="only supported if enable_metadata_routing=True"):
+        de.LinearRegressionCV(alphas=2).fit(Xd, yd, groups=g)
+
+
+@pytest.mark.parametrize("requested", [True, False])
+def test_routing_sample_weight_to_the_scorer_as_requested(cancer, requested):
+    X, y = cancer
+    sw = np.where(np.arange(len(y)) % 3 == 0, 4.0, 1.0)
+    kw = dict(Cs=CS, cv=StratifiedKFold(3, shuffle=True, random_state=0))
+    with sklearn.config_context(enable_metadata_routing=True):
+        scorer = get_scorer("accuracy").set_score_request(sample_weight=requested)
+        ours = de.LogisticRegressionCV(scoring=scorer, **kw, **TIGHT).fit(X, y, sample_weight=sw)
+        ref = _sk_logistic_cv(scoring=scorer, **kw, tol=1e-10, max_iter=10_000).fit(X, y, sample_weight=sw)
+        _check_logistic(ours, ref)
+        # the held-out scores are the accuracies of the fold paths, weighted only as requested
+        for k, (_, test) in enumerate(kw["cv"].split(X, y)):
+            for j, path in enumerate(ours.coefs_paths_[1][k]):
+                right = ((X[test] @ path[:-1] + path[-1] > 0) == y[test]).astype(float)
+                w = sw[test] if requested else np.ones(len(test))
+                assert ours.scores_[1][k, j] == pytest.approx((w * right).sum() / w.sum(), rel=1e-12)
+        if requested:
+            assert ours.score(X, y, sample_weight=sw) == ref.score(X, y, sample_weight=sw)
+        else:  # score's sample_weight goes to the scorer alone, which does not take it
+            with pytest.raises(TypeError, match="score got unexpected argument"):
+                ours.score(X, y, sample_weight=sw)
+        assert ours.score(X, y) == ref.score(X, y)
+        # a scorer whose request is unset: scikit-learn's error, before any work
+        with pytest.raises(UnsetMetadataPassedError):
+            de.LogisticRegressionCV(Cs=CS).fit(X, y, sample_weight=sw)
 
 
 def test_splitter_on_dask_input_equals_numpy(cancer):

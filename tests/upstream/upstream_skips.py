@@ -93,10 +93,6 @@ SKIPS = [
 ]
 
 XFAILS = [
-    # LogisticRegression
-    Rule("no metadata routing in LogisticRegressionCV", "LogisticRegressionCV passes sample_weight to its "
-         "scorer whenever fit gets it; a scorer's set_score_request(sample_weight=False) is not honoured.",
-         {LOGISTIC: [r"lr_cv_scores_differ_when_sample_weight_is_requested"]}),
     # LinearSVC / LinearSVR
     Rule("not liblinear's iterations", "LinearSVC's default (squared hinge, dual='auto', n_samples >= "
          "n_features) is the primal, solved by trust-region Newton-CG, which converges on this problem within "
