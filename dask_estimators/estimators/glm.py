@@ -80,11 +80,20 @@ class _GeneralizedLinearRegressor(InferenceMixin, RegressorMixin, DistributedLin
         self.timeout = timeout
 
     # ----------------------------------------------------------------- hooks
-    def _get_loss(self):
+    def _family_loss(self):
+        """This family's loss (:mod:`dask_estimators.objectives.losses`): deviance, link, domain of y."""
         return get_loss(self._loss, **self._loss_params())
 
+    def _get_loss(self, *args, **kwargs):
+        """scikit-learn's loss object for this model's family and link: the private hook of scikit-learn's GLMs,
+        which its own GLM tests call on the estimator they test.  Given by scikit-learn's estimator of the same
+        parameters; nothing here uses it."""
+        from sklearn import linear_model as lm
+
+        return getattr(lm, self._sklearn_name)(**self._sklearn_params())._get_loss(*args, **kwargs)
+
     def _y_loss(self):
-        return self._get_loss()
+        return self._family_loss()
 
     def _penalties(self, sw_sum):
         return self.alpha * (1.0 - self.l1_ratio), self.alpha * self.l1_ratio
@@ -110,7 +119,7 @@ class _GeneralizedLinearRegressor(InferenceMixin, RegressorMixin, DistributedLin
         ndarray or dask array of shape (n_samples,)
         """
         check_is_fitted(self)
-        loss = self._get_loss()
+        loss = self._family_loss()
         return self._map_rows(X, lambda A: loss.inverse_link(self._linear_predictor(A)), None)
 
     def score(self, X, y, sample_weight=None):
@@ -142,7 +151,7 @@ class _GeneralizedLinearRegressor(InferenceMixin, RegressorMixin, DistributedLin
         y = check_array(y, dtype=np.float64, ensure_2d=False, input_name="y")
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, mu.reshape(-1, 1), dtype=np.float64)
-        loss = self._get_loss()
+        loss = self._family_loss()
         loss.check_y(y)
         y_mean = np.average(y, weights=sample_weight)
         dev = np.average(loss.deviance(y, mu), weights=sample_weight)
@@ -196,7 +205,7 @@ class _GeneralizedLinearRegressor(InferenceMixin, RegressorMixin, DistributedLin
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         try:  # positive targets for the estimator checks where the family needs them
-            low = self._get_loss().y_interval[0]
+            low = self._family_loss().y_interval[0]
             tags.target_tags.positive_only = low >= 0
         except (ValueError, TypeError):  # an invalid link or power: the default tags
             pass

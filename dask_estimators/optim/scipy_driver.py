@@ -345,8 +345,10 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
 def _fallback_lbfgs(objective, x, error, *, nit, nfev, tol, max_iter, callback):
     """Newton-Cholesky met a singular Hessian at iteration ``nit + 1``: warn, and finish with L-BFGS from ``x``."""
     warnings.warn(
-        f"newton-cholesky met a singular or very ill-conditioned Hessian at iteration {nit + 1} and goes on with "
-        "lbfgs. Remove collinear features, or increase the penalty (smaller C, larger alpha), to keep Newton's "
+        # scikit-learn's opening words (users match on them): its Newton-Cholesky solver's class name
+        f"The inner solver of NewtonCholeskySolver stumbled upon a singular or very ill-conditioned Hessian "
+        f"matrix at iteration {nit + 1}. It will now resort to lbfgs instead (newton-cholesky goes on with "
+        "lbfgs). Remove collinear features, or increase the penalty (smaller C, larger alpha), to keep Newton's "
         f"steps. The linear algebra said: {error}",
         linalg.LinAlgWarning,
         stacklevel=4,

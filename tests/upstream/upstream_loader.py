@@ -57,6 +57,14 @@ TARGETS = {
             },
         ),
         Target(
+            "sklearn.linear_model._glm.tests.test_glm",
+            {
+                ("sklearn.linear_model", "PoissonRegressor"): dask_estimators.PoissonRegressor,
+                ("sklearn.linear_model", "GammaRegressor"): dask_estimators.GammaRegressor,
+                ("sklearn.linear_model", "TweedieRegressor"): dask_estimators.TweedieRegressor,
+            },
+        ),
+        Target(
             "sklearn.svm.tests.test_svm",
             {
                 ("sklearn.svm", "LinearSVC"): dask_estimators.LinearSVC,
