@@ -327,7 +327,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
     def _resolved_solver(self, n_params: int, l1: float) -> str:
         if self.solver != "auto":
             return self.solver
-        if l1 > 0:
+        if l1 > 0 or getattr(self, "positive", False):  # L-BFGS-B's bounds
             return "lbfgs"
         if self._auto_solver == "newton-cholesky" and n_params > SOLVERS["newton-cholesky"].max_params:
             return "newton-cg"
@@ -432,6 +432,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         evaluator = DistributedEvaluator(placement, reduction=self.reduction)
         objective = LinearObjective(evaluator, spec, weight_sums=sums[:2])
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
+        objective.positive = bool(getattr(self, "positive", False))
         objective = self._primal_objective(objective)
         solver = self._resolved_solver(spec.n_params, objective.l1)
         y_mean = sums[2] / objective.sw_sum if self._start_at_mean else None
@@ -456,7 +457,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             self.coef_cov_, self.coef_cov_robust_ = found["cov"], found["cov_robust"]
             self.dispersion_ = found["dispersion"]
             self.df_resid_ = float(found["df_resid"])
-            self._inference_penalised = bool(objective.l2 > 0 or objective.l1 > 0)
+            self._inference_penalised = bool(objective.l2 > 0 or objective.l1 > 0 or objective.positive)
         else:
             for name in ("coef_cov_", "coef_cov_robust_", "dispersion_", "df_resid_"):
                 self.__dict__.pop(name, None)
@@ -653,8 +654,8 @@ class InferenceMixin:
             )
         if getattr(self, "_inference_penalised", False):
             warnings.warn(
-                "The model was fitted with a penalty; these standard errors, p-values and intervals ignore it "
-                "(they are those of an unpenalised fit at the penalised coefficients).",
+                "The model was fitted with a penalty or positive=True; these standard errors, p-values and "
+                "intervals ignore it (they are those of an unpenalised, unconstrained fit at these coefficients).",
                 UserWarning,
                 stacklevel=2,
             )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
@@ -762,6 +762,16 @@ class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
     l1_ratio : float in [0, 1], default=0.0
         Share of the L1 term.  Needs ``solver="lbfgs"`` (or "auto") when positive.
     fit_intercept : bool, default=True
+    positive : bool, default=False
+        Keep the coefficients non-negative (not the intercept), as
+        scikit-learn's ``positive=True``: L-BFGS-B with bounds (``solver``
+        "lbfgs" or "auto"), with or without a penalty, for dense and sparse X.
+    copy_X : bool, default=True
+        Accepted for scikit-learn's signature; X is never changed (its
+        shards are copies on the workers).
+    n_jobs : int, default=None
+        Accepted for scikit-learn's signature; the cluster's workers set the
+        parallelism.
     compute_inference : bool, default=False
         One target only: after the fit, one more distributed round computes
         ``coef_cov_`` (``dispersion_`` times the inverse of ``X^T X``, with
@@ -790,6 +800,9 @@ class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
         **DistributedLinearModel._parameter_constraints,
         "alpha": [Interval(Real, 0, None, closed="left")],
         "l1_ratio": [Interval(Real, 0, 1, closed="both")],
+        "positive": ["boolean"],
+        "copy_X": ["boolean"],
+        "n_jobs": [None, Integral],
         "compute_inference": ["boolean"],
     }
 
@@ -799,6 +812,9 @@ class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
         *,
         l1_ratio=0.0,
         fit_intercept=True,
+        positive=False,
+        copy_X=True,
+        n_jobs=None,
         solver="auto",
         tol=1e-6,
         max_iter=1000,
@@ -814,6 +830,9 @@ class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
         self.alpha = alpha
         self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
+        self.positive = positive
+        self.copy_X = copy_X
+        self.n_jobs = n_jobs
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter
@@ -853,7 +872,7 @@ class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
         from sklearn import linear_model as lm
 
         check_is_fitted(self)
-        common = dict(fit_intercept=self.fit_intercept)
+        common = dict(fit_intercept=self.fit_intercept, positive=self.positive)
         iterative = dict(common, tol=self.tol, max_iter=self.max_iter)
         n_targets = 1 if np.ndim(self.coef_) == 1 else self.coef_.shape[0]
         if self.alpha == 0:

@@ -3,8 +3,9 @@
 A solver is registered with :func:`register` and called as
 ``solver(objective, x0, tol=, max_iter=, callback=)`` where ``objective`` offers
 ``fun_and_grad(w)``, ``hessp(w, p)``, ``hess(w)``, and the attributes ``l1``
-(strength of an L1 term not included in ``fun_and_grad``) and ``penalized``
-(boolean mask of the entries the L1 term applies to).  ``callback`` is None or
+(strength of an L1 term not included in ``fun_and_grad``), ``penalized``
+(boolean mask of the entries the L1 term applies to) and, optionally,
+``positive`` (true: those entries must stay non-negative; "lbfgs" only).  ``callback`` is None or
 is called once per iteration with an :class:`~scipy.optimize.OptimizeResult`
 of ``x``, ``fun``, ``nit``, ``grad_max`` (largest entry of the projected
 gradient) and ``time`` (``time.perf_counter()``); the values come from the
@@ -16,7 +17,8 @@ Registered solvers
     L-BFGS-B with ``jac=True``: one distributed round per evaluation.  With
     ``l1 > 0`` it solves the split-variable problem ``w = u - v``,
     ``u, v >= 0``, whose L1 term is linear, so L-BFGS-B's bounds give exact
-    zeros.
+    zeros.  With ``positive``, ``w = u >= 0`` alone (the L1 term, if any,
+    then ``l1 * sum(u)``).
 ``"newton-cg"``
     scipy's trust-region Newton-CG (``trust-ncg``) with distributed
     Hessian-vector products: per CG step only the direction travels.
@@ -123,38 +125,88 @@ def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
     # ftol=0: stop on the gradient (``tol``), not on a tiny relative decrease of the objective,
     # which L-BFGS-B otherwise reaches first and stops silently short of ``tol``.
     options = {"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 0.0}
-    if objective.l1 == 0.0:
+    positive = bool(getattr(objective, "positive", False))
+    if objective.l1 == 0.0 and not positive:
         fun, cb = _tracked(objective.fun_and_grad, callback, _max_abs)
         res = optimize.minimize(fun, x0, method="L-BFGS-B", jac=True, options=options, callback=cb)
         return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback)
     pen = objective.penalized
     n_pen = int(pen.sum())
+    n_bound = n_pen if positive else 2 * n_pen  # u (and v), each >= 0
     lam = objective.l1
 
     def split(theta):
         w = np.empty(pen.size)
-        w[pen] = theta[:n_pen] - theta[n_pen : 2 * n_pen]
-        w[~pen] = theta[2 * n_pen :]
+        w[pen] = theta[:n_pen] if positive else theta[:n_pen] - theta[n_pen:n_bound]
+        w[~pen] = theta[n_bound:]
         return w
 
     def fun(theta):
         f, g = objective.fun_and_grad(split(theta))
         gp = g[pen]
-        f = f + lam * float(theta[: 2 * n_pen].sum())
-        return f, np.concatenate([gp + lam, -gp + lam, g[~pen]])
+        f = f + lam * float(theta[:n_bound].sum())
+        return f, np.concatenate([gp + lam, g[~pen]] if positive else [gp + lam, -gp + lam, g[~pen]])
 
     x0 = np.asarray(x0, dtype=np.float64)
-    theta0 = np.concatenate([np.maximum(x0[pen], 0), np.maximum(-x0[pen], 0), x0[~pen]])
-    bounds = [(0, None)] * (2 * n_pen) + [(None, None)] * int((~pen).sum())
+    u0 = np.maximum(x0[pen], 0)
+    theta0 = np.concatenate([u0, x0[~pen]] if positive else [u0, np.maximum(-x0[pen], 0), x0[~pen]])
+    bounds = [(0, None)] * n_bound + [(None, None)] * int((~pen).sum())
 
     def projected_max(theta, g):  # L-BFGS-B's own stopping quantity: the gradient projected on the bounds
-        lower = np.concatenate([np.zeros(2 * n_pen), np.full(theta.size - 2 * n_pen, -np.inf)])
+        lower = np.concatenate([np.zeros(n_bound), np.full(theta.size - n_bound, -np.inf)])
         return np.max(np.abs(np.maximum(theta - g, lower) - theta), initial=0.0)
 
     fun, cb = _tracked(fun, callback, projected_max, params=split)
     res = optimize.minimize(fun, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options, callback=cb)
     res.x = split(res.x)
     res.jac = None
+    if positive and getattr(objective, "quadratic", False) and res.x.size <= SOLVERS["newton-cholesky"].max_params:
+        res = _bounded_newton_polish(objective, res, pen, lam)
+    return res
+
+
+def _bounded_newton_polish(objective, res, pen, lam):
+    """One exact Newton step on the entries L-BFGS-B left off their bound, for a quadratic with ``w[pen] >= 0``.
+
+    L-BFGS-B ends where its projected gradient is under ``tol``, which on a
+    quadratic leaves the coefficients ``tol / curvature`` from the solution,
+    and two fits of one problem (say one target, and the same target twice
+    in a 2-D y) at different such points.  With the bounds that hold at its
+    end (the entries at 0 whose gradient pushes outward) the rest of the
+    problem is a quadratic without bounds, solved exactly by one Newton step
+    (:func:`_least_squares_step` if its Hessian is singular), as
+    scikit-learn's ``nnls`` solves it.  The step is kept where it keeps every
+    bound and lowers the largest projected gradient (one more distributed
+    round for the Hessian and one for the check).
+    """
+    x = res.x
+    f, g = objective.fun_and_grad(x)
+    g = g + lam * pen  # the L1 term on non-negative entries is linear
+    held = pen & (x <= 0) & (g >= 0)
+    free = ~held
+    H = objective.hess(x)
+    step = np.zeros_like(x)
+    Hf, gf = H[np.ix_(free, free)], g[free]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", linalg.LinAlgWarning)
+            step[free] = linalg.solve(Hf, -gf, assume_a="pos", check_finite=False)
+    except (linalg.LinAlgError, linalg.LinAlgWarning, ValueError):
+        step[free] = _least_squares_step(Hf, gf, pen[free])
+    x_new = np.where(pen, np.maximum(x + step, 0.0), x + step)
+    if np.any(pen & (x + step < -1e-12 * np.maximum(1.0, np.abs(x)))):
+        return res  # the bounds that hold changed: L-BFGS-B's point stays
+    f_new, g_new = objective.fun_and_grad(x_new)
+    g_new = g_new + lam * pen
+
+    def projected(x, g):
+        return np.max(np.abs(np.where(pen, np.maximum(x - g, 0.0), x - g) - x), initial=0.0)
+
+    if not projected(x_new, g_new) < projected(x, g):
+        return res
+    res.x, res.fun = x_new, f_new + lam * float(x_new[pen].sum())
+    res.nfev = res.get("nfev", 0) + 2
+    res.message = f"{res.message}; then one exact Newton step on the entries off their bound"
     return res
 
 
@@ -310,7 +362,7 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
                     break
                 return _fallback_lbfgs(objective, x, e, nit=nit, nfev=nfev, tol=tol, max_iter=max_iter,
                                        callback=callback)
-            step = -linalg.lstsq(H, g, check_finite=False)[0]
+            step = _least_squares_step(H, g, getattr(objective, "penalized", None))
         slope = float(g @ step)
         if not slope < 0:  # not a descent direction: use the gradient
             step, slope = -g, -float(g @ g)
@@ -340,6 +392,40 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
     return optimize.OptimizeResult(
         x=x, fun=f, jac=g, nit=nit, nfev=nfev, status=status, success=status == 0, message=message
     )
+
+
+def _least_squares_step(H, g, coef=None):
+    """The Newton step of a quadratic with a singular Hessian ``H``: of the steps to its minimum, the one that
+    changes the coefficients (entries where ``coef`` is true) least, the others (the intercepts) free.
+
+    From zero coefficients that is scikit-learn's least-squares solution, the minimum-norm coefficients of
+    the problem centred on the (weighted) means.  The intercepts are eliminated first (``H``'s Schur
+    complement on the coefficients: the centred Gram matrix); without a mask, the minimum-norm step.
+    Eigenvalues under ``n * eps`` of the largest count as zero (numpy's rank rule): a Gram matrix made in
+    float64 holds rounding of about ``eps`` times its largest entry where the data has a null direction,
+    which LAPACK's own cut (``eps``) kept, giving steps of any size along it.  The cut is on the symmetric
+    eigenvalues (``eigh``): ``lstsq``'s, on its own singular values, fell on either side of it for two
+    Hessians equal to rounding.
+    """
+    if coef is None or coef.all() or not coef.any():
+        return -_pinv_solve(H, g)
+    c, b = np.asarray(coef, dtype=bool), ~np.asarray(coef, dtype=bool)
+    H_cb = H[np.ix_(c, b)]
+    # s_b = -H_bb^-1 (g_b + H_bc s_c): H_bb holds the weights' sums, positive
+    bb_inv = linalg.solve(H[np.ix_(b, b)], np.column_stack([g[b], H_cb.T]), assume_a="pos", check_finite=False)
+    step = np.empty_like(g)
+    step[c] = -_pinv_solve(H[np.ix_(c, c)] - H_cb @ bb_inv[:, 1:], g[c] - H_cb @ bb_inv[:, 0])
+    step[b] = -(bb_inv[:, 0] + bb_inv[:, 1:] @ step[c])
+    return step
+
+
+def _pinv_solve(A, r):
+    """The minimum-norm solution of ``A x = r`` for a symmetric positive semi-definite ``A``: eigenvalues under
+    ``n * eps`` of the largest taken as zero."""
+    w, V = linalg.eigh((A + A.T) / 2, check_finite=False)
+    keep = w > max(A.shape) * np.finfo(np.float64).eps * max(float(w[-1]), 0.0)
+    Vk = V[:, keep]
+    return Vk @ ((Vk.T @ r) / w[keep])
 
 
 def _fallback_lbfgs(objective, x, error, *, nit, nfev, tol, max_iter, callback):
@@ -396,12 +482,14 @@ def _no_iteration(objective, x0):
     )
 
 
-def check_solver(solver: str, *, l1: float, n_params: int) -> SolverInfo:
+def check_solver(solver: str, *, l1: float, n_params: int, positive: bool = False) -> SolverInfo:
     """Return the registry entry for ``solver`` or raise a clear ``ValueError``."""
     try:
         info = SOLVERS[solver]
     except KeyError:
         raise ValueError(f"solver must be one of {sorted(SOLVERS)}, got {solver!r}.") from None
+    if positive and solver != "lbfgs":
+        raise ValueError(f"Solver {solver!r} does not support positive=True; use solver='lbfgs' (or 'auto').")
     if l1 > 0 and not info.supports_l1:
         supported = sorted(k for k, v in SOLVERS.items() if v.supports_l1)
         raise ValueError(
@@ -439,7 +527,8 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     >>> res.x, res.nit  # doctest: +SKIP
     """
     x0 = np.asarray(x0, dtype=np.float64)
-    info = check_solver(solver, l1=objective.l1, n_params=x0.size)
+    info = check_solver(solver, l1=objective.l1, n_params=x0.size, positive=bool(getattr(objective, "positive",
+                                                                                         False)))
     if verbose >= 2:
         objective = _Printing(objective)
     with np.errstate(invalid="ignore", over="ignore"):

@@ -21,6 +21,7 @@ from numbers import Integral
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from scipy.special import expit, softmax
 from sklearn import linear_model as sk_lm
 from sklearn import svm as sk_svm
@@ -320,6 +321,58 @@ def test_linear_regression_l1_diabetes(kind, alpha, l1_ratio, solver):
     assert est.solver_ == "lbfgs"
     assert_params(est, ref.coef_, ref.intercept_)
     assert_zeros_match(est.coef_, ref.coef_)
+
+
+# ------------------------------------------- LinearRegression: positive=True, and rank-deficient least squares
+@pytest.mark.parametrize("alpha, l1_ratio", [(0.0, 0.0), (2.0, 0.5), (1.0, 0.0)], ids=["nnls", "enet", "ridge"])
+def test_linear_regression_positive_diabetes(alpha, l1_ratio):
+    X, y = diabetes()
+    n = len(y)
+    if alpha == 0:
+        ref = sk_lm.LinearRegression(positive=True).fit(X, y)  # scipy's nnls: exact
+    elif l1_ratio == 0:
+        ref = sk_lm.Ridge(alpha=alpha * n, positive=True, tol=1e-14, max_iter=BIG).fit(X, y)
+    else:
+        ref = _quiet_fit(sk_lm.ElasticNet(alpha=alpha, l1_ratio=l1_ratio, positive=True, tol=1e-14, max_iter=BIG),
+                         X, y)
+    est = de.LinearRegression(alpha=alpha, l1_ratio=l1_ratio, positive=True).fit(X, y)  # the default tol
+    assert est.solver_ == "lbfgs" and np.all(est.coef_ >= 0)
+    assert (ref.coef_ < 1e-8).any(), "test set-up: some coefficient is held at its bound"
+    np.testing.assert_array_equal(est.coef_ == 0, ref.coef_ < 1e-8)
+    # exact where scikit-learn's is (the Newton step on the entries off their bound)
+    assert_params(est, ref.coef_, ref.intercept_, rtol=1e-9 if alpha == 0 else RTOL, atol=1e-9)
+    # sparse X gives the dense fit (scikit-learn refuses it); one target twice gives the fit of one
+    sparse = de.LinearRegression(alpha=alpha, l1_ratio=l1_ratio, positive=True).fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(sparse.coef_, est.coef_, rtol=1e-9, atol=1e-9)
+    twice = de.LinearRegression(alpha=alpha, l1_ratio=l1_ratio, positive=True).fit(X, np.c_[y, y])
+    np.testing.assert_allclose(twice.coef_, np.vstack([est.coef_] * 2), rtol=1e-9, atol=1e-9)
+    assert twice.to_sklearn().positive
+
+
+def test_linear_regression_positive_needs_lbfgs():
+    X, y = diabetes()
+    with pytest.raises(ValueError, match="does not support positive=True"):
+        de.LinearRegression(positive=True, solver="newton-cholesky").fit(X, y)
+    # scikit-learn's signature: copy_X and n_jobs are taken (X is never changed)
+    X0 = X.copy()
+    est = de.LinearRegression(copy_X=False, n_jobs=-1).fit(X, y)
+    np.testing.assert_array_equal(X, X0)
+    assert_params(est, sk_regression("ols").coef_, sk_regression("ols").intercept_)
+
+
+@pytest.mark.parametrize("shape", [(100, 100), (20, 60)], ids=["square", "wide"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_linear_regression_rank_deficient_is_sklearns_minimum_norm(shape, weighted):
+    # with the intercept the centred X has rank n - 1 < n_features: every such fit has the same predictions,
+    # scikit-learn's (lstsq on centred data) the smallest coefficients; ours the same, whatever the weights' scale
+    rng = np.random.RandomState(0)
+    X, y = rng.rand(*shape), rng.rand(shape[0])
+    sw = rng.uniform(0.1, 2.0, shape[0]) if weighted else None
+    ref = sk_lm.LinearRegression().fit(X, y, sample_weight=sw)
+    for scale in (1.0, np.pi):
+        est = de.LinearRegression().fit(X, y, sample_weight=None if sw is None else scale * sw)
+        assert est.solver_ == "newton-cholesky" and est.n_iter_ == 1
+        assert_params(est, ref.coef_, ref.intercept_, rtol=1e-8, atol=1e-10)
 
 
 # ------------------------------------------------------- LinearSVR: diabetes

@@ -57,6 +57,10 @@ TARGETS = {
             },
         ),
         Target(
+            "sklearn.linear_model.tests.test_base",
+            {("sklearn.linear_model", "LinearRegression"): dask_estimators.LinearRegression},
+        ),
+        Target(
             "sklearn.linear_model._glm.tests.test_glm",
             {
                 ("sklearn.linear_model", "PoissonRegressor"): dask_estimators.PoissonRegressor,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 LOGISTIC = "sklearn.linear_model.tests.test_logistic"
 GLM = "sklearn.linear_model._glm.tests.test_glm"
+BASE = "sklearn.linear_model.tests.test_base"
 MLP = "sklearn.neural_network.tests.test_mlp"
 SVM = "sklearn.svm.tests.test_svm"
 
@@ -42,7 +43,7 @@ SKIPS = [
         "array API",
         "scikit-learn's array API dispatch (torch, CuPy or array_api_strict input under "
         "array_api_dispatch=True) is not offered: we take NumPy and dask input.",
-        {LOGISTIC: [r"array_api"], GLM: [r"array_api"]},
+        {LOGISTIC: [r"array_api"], GLM: [r"array_api"], BASE: [r"array_api"]},
     ),
     Rule(
         "deprecated arguments",
@@ -57,6 +58,20 @@ SKIPS = [
                 r"warns_with_use_legacy_attributes", r"lr_scoring_warns",
             ]
         },
+    ),
+    Rule(
+        "data on the workers",
+        "X is placed on the workers as copies and never changed on the client, so copy_X=False has nothing to "
+        "allow (LinearRegression accepts it for scikit-learn's signature); the test asserts that X was "
+        "changed in place.",
+        {BASE: [r"^test_inplace_data_preprocessing"]},
+    ),
+    Rule(
+        "scikit-learn's own limits",
+        "The test asserts an error for input scikit-learn cannot fit and ours fits: sparse X with "
+        "positive=True (L-BFGS-B's bounds take any X; tests/estimators/test_linear_parity.py checks it against "
+        "the dense fit).",
+        {BASE: [r"^test_raises_value_error_if_positive_and_sparse"]},
     ),
     Rule(
         "solvers liblinear/sag/saga",
