@@ -61,6 +61,12 @@ TARGETS = {
             {("sklearn.linear_model", "LinearRegression"): dask_estimators.LinearRegression},
         ),
         Target(
+            "sklearn.linear_model.tests.test_common",
+            {("sklearn.linear_model", n): getattr(dask_estimators, n) for n in (
+                "LinearRegression", "LogisticRegression", "LogisticRegressionCV", "PoissonRegressor",
+                "GammaRegressor", "TweedieRegressor")},
+        ),
+        Target(
             "sklearn.linear_model._glm.tests.test_glm",
             {
                 ("sklearn.linear_model", "PoissonRegressor"): dask_estimators.PoissonRegressor,
