@@ -75,6 +75,11 @@ TARGETS = {
             },
         ),
         Target(
+            "sklearn.svm.tests.test_sparse",
+            {("sklearn.svm", "LinearSVC"): dask_estimators.LinearSVC,
+             ("sklearn.svm", "LinearSVR"): dask_estimators.LinearSVR},
+        ),
+        Target(
             "sklearn.svm.tests.test_svm",
             {
                 ("sklearn.svm", "LinearSVC"): dask_estimators.LinearSVC,
