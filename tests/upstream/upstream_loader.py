@@ -75,6 +75,13 @@ TARGETS = {
             },
         ),
         Target(
+            "sklearn.model_selection.tests.test_validation",
+            {("sklearn.linear_model", "LogisticRegression"): dask_estimators.LogisticRegression,
+             ("sklearn.svm", "LinearSVC"): dask_estimators.LinearSVC,
+             ("sklearn.neural_network", "MLPRegressor"): dask_estimators.MLPRegressor,
+             ("sklearn.neural_network", "MLPClassifier"): dask_estimators.MLPClassifier},
+        ),
+        Target(
             "sklearn.svm.tests.test_sparse",
             {("sklearn.svm", "LinearSVC"): dask_estimators.LinearSVC,
              ("sklearn.svm", "LinearSVR"): dask_estimators.LinearSVR},

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 LOGISTIC = "sklearn.linear_model.tests.test_logistic"
 GLM = "sklearn.linear_model._glm.tests.test_glm"
 BASE = "sklearn.linear_model.tests.test_base"
+VALIDATION = "sklearn.model_selection.tests.test_validation"
 MLP = "sklearn.neural_network.tests.test_mlp"
 SVM = "sklearn.svm.tests.test_svm"
 
@@ -90,7 +91,9 @@ SKIPS = [
                 r"^test_logistic_regression_cv_refit", r"LogisticRegressionCV_GridSearchCV_elastic_net",
                 r"^test_LogisticRegressionCV_no_refit", r"LogisticRegressionCV_elasticnet_attribute_shapes",
                 r"^test_scores_attribute_layout_elasticnet",
-            ]
+            ],
+            # LogisticRegression(solver="liblinear") inside cross_val_predict
+            VALIDATION: [r"^test_cross_val_predict\[", r"^test_cross_val_predict_with_method_multilabel_ovr"],
         },
     ),
     Rule(
