@@ -19,12 +19,12 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn import get_config
 from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import check_cv
-from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn import get_config
 from sklearn.utils import metadata_routing
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
 from ..engine import DistributedEvaluator, client_context, place
@@ -694,7 +694,8 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
 
     _multi_output = False
     _parameter_constraints = {
-        k: v for k, v in LinearRegression._parameter_constraints.items() if k not in ("alpha", "l1_ratio", "warm_start")
+        k: v for k, v in LinearRegression._parameter_constraints.items()
+        if k not in ("alpha", "l1_ratio", "warm_start", "positive", "copy_X", "n_jobs")
     }
     _parameter_constraints.update({
         "l1_ratio": [Interval(Real, 0, 1, closed="both"), "array-like"],
@@ -936,9 +937,16 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
 
 
 def _rows_of(params, n, idx):
-    """Metadata of the rows ``idx``: each argument of ``n`` entries indexed, any other as it is."""
-    return {k: np.asarray(v)[idx] if hasattr(v, "__len__") and not isinstance(v, str) and len(v) == n else v
-            for k, v in params.items()}
+    """Metadata of the rows ``idx``: each argument of ``n`` entries (array, sparse matrix, pandas, list) indexed
+    by position, any other as it is."""
+    out = {}
+    for k, v in params.items():
+        if hasattr(v, "shape"):
+            rows = v.shape[0] if len(v.shape) else None
+        else:
+            rows = len(v) if isinstance(v, (list, tuple)) else None
+        out[k] = (v[idx] if sp.issparse(v) else np.asarray(v)[idx]) if rows == n else v
+    return out
 
 
 def _with_labels(scorer, classes):
