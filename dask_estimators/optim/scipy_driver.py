@@ -158,14 +158,17 @@ def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
 
     fun, cb = _tracked(fun, callback, projected_max, params=split)
     res = optimize.minimize(fun, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options, callback=cb)
+    jac = res.jac  # at res.x: in the split variables, the L1 term's lam included
     res.x = split(res.x)
     res.jac = None
     if positive and getattr(objective, "quadratic", False) and res.x.size <= SOLVERS["newton-cholesky"].max_params:
-        res = _bounded_newton_polish(objective, res, pen, lam)
+        g = np.empty(pen.size)
+        g[pen], g[~pen] = jac[:n_pen], jac[n_bound:]
+        res = _bounded_newton_polish(objective, res, g, pen, lam)
     return res
 
 
-def _bounded_newton_polish(objective, res, pen, lam):
+def _bounded_newton_polish(objective, res, g, pen, lam):
     """One exact Newton step on the entries L-BFGS-B left off their bound, for a quadratic with ``w[pen] >= 0``.
 
     L-BFGS-B ends where its projected gradient is under ``tol``, which on a
@@ -177,21 +180,19 @@ def _bounded_newton_polish(objective, res, pen, lam):
     (:func:`_least_squares_step` if its Hessian is singular), as
     scikit-learn's ``nnls`` solves it.  The step is kept where it keeps every
     bound and lowers the largest projected gradient (one more distributed
-    round for the Hessian and one for the check).
+    round for the Hessian and one for the check).  ``g``: the gradient at
+    ``res.x`` with the L1 term's ``lam`` on ``pen`` (L-BFGS-B's own, so not
+    evaluated again).
     """
     x = res.x
-    f, g = objective.fun_and_grad(x)
-    g = g + lam * pen  # the L1 term on non-negative entries is linear
     held = pen & (x <= 0) & (g >= 0)
     free = ~held
     H = objective.hess(x)
     step = np.zeros_like(x)
     Hf, gf = H[np.ix_(free, free)], g[free]
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", linalg.LinAlgWarning)
-            step[free] = linalg.solve(Hf, -gf, assume_a="pos", check_finite=False)
-    except (linalg.LinAlgError, linalg.LinAlgWarning, ValueError):
+        step[free] = _cholesky_solve(Hf, -gf)
+    except _SINGULAR:
         step[free] = _least_squares_step(Hf, gf, pen[free])
     x_new = np.where(pen, np.maximum(x + step, 0.0), x + step)
     if np.any(pen & (x + step < -1e-12 * np.maximum(1.0, np.abs(x)))):
@@ -351,11 +352,9 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
                 "check the scale of the data and the penalty."
             )
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", linalg.LinAlgWarning)
-                step = np.zeros_like(g)
-                step[free] = linalg.solve(H[np.ix_(free, free)], -g[free], assume_a="pos", check_finite=False)
-        except (linalg.LinAlgError, linalg.LinAlgWarning, ValueError) as e:
+            step = np.zeros_like(g)
+            step[free] = _cholesky_solve(H[np.ix_(free, free)], -g[free])
+        except _SINGULAR as e:
             if not getattr(objective, "quadratic", False):
                 if not fallback:  # a polish (see _newton_polish) just stops here
                     status, message = 2, f"Singular Hessian: {e}"
@@ -392,6 +391,18 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
     return optimize.OptimizeResult(
         x=x, fun=f, jac=g, nit=nit, nfev=nfev, status=status, success=status == 0, message=message
     )
+
+
+#: What :func:`_cholesky_solve` raises for a singular or very ill-conditioned matrix.
+_SINGULAR = (linalg.LinAlgError, linalg.LinAlgWarning, ValueError)
+
+
+def _cholesky_solve(H, rhs):
+    """``H^-1 rhs`` for a symmetric positive definite ``H`` (Cholesky); one of :data:`_SINGULAR` where ``H`` is
+    singular or so ill-conditioned that scipy warns (its ``LinAlgWarning``, raised here)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", linalg.LinAlgWarning)
+        return linalg.solve(H, rhs, assume_a="pos", check_finite=False)
 
 
 def _least_squares_step(H, g, coef=None):
@@ -527,8 +538,8 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     >>> res.x, res.nit  # doctest: +SKIP
     """
     x0 = np.asarray(x0, dtype=np.float64)
-    info = check_solver(solver, l1=objective.l1, n_params=x0.size, positive=bool(getattr(objective, "positive",
-                                                                                         False)))
+    positive = bool(getattr(objective, "positive", False))
+    info = check_solver(solver, l1=objective.l1, n_params=x0.size, positive=positive)
     if verbose >= 2:
         objective = _Printing(objective)
     with np.errstate(invalid="ignore", over="ignore"):
