@@ -17,6 +17,8 @@ Parts, each next to its anchor in this one run:
    cross-validated search on one placement: LogisticRegressionCV (5 C x 5
    folds) and LinearRegressionCV against scikit-learn's LogisticRegressionCV
    and ElasticNetCV (``bench_cv``; 200k and 1M rows, quick: 200k);
+   small fits on scikit-learn's bundled sets and a grid search over them,
+   the solver on one worker against one round per evaluation (``bench_small_fits``);
 2. the engine: per-evaluation overhead against one scheduler round trip;
    parameters inline against scattered; one task per worker against one task per
    example; tree-sum against gather, ``as_completed`` and one summing task
@@ -57,6 +59,7 @@ import bench_logistic  # noqa: E402
 import bench_mlp  # noqa: E402
 import bench_mlp_matrix  # noqa: E402
 import bench_scaling  # noqa: E402
+import bench_small_fits  # noqa: E402
 from bench_engine import RESULTS, _table  # noqa: E402
 
 
@@ -85,6 +88,7 @@ def summary_rows(out):
                      "anchor": f"{r['what']} {r['seconds']:.3g}", "ours / anchor": ours["seconds"] / r["seconds"]})
     rows += bench_dask_input.summary_rows(out["dask_input"])
     rows += bench_cv.summary_rows(out["cv"])
+    rows += bench_small_fits.summary_rows(out["small_fits"])
     rows += bench_first_contact.summary_rows(out["first_contact"])
     rows += bench_glm.summary_rows(out["glm"])
     eng = out["engine"]
@@ -166,6 +170,7 @@ def markdown(out):
               _table(out["logistic"], ["n", "what", "seconds", "first_seconds", "ratio_to_sklearn", "ours_speedup",
                                        "n_iter", "accuracy", "log_loss"])]
     parts += [bench_dask_input.markdown(out["dask_input"]), bench_cv.markdown(out["cv"]),
+              "\n" + bench_small_fits.markdown(out["small_fits"]),
               "\n" + bench_first_contact.markdown(out["first_contact"]).replace("# First contact", "## First contact"),
               bench_glm.markdown(out["glm"])]
     for key, rows in out["engine"].items():
@@ -207,6 +212,7 @@ def main(argv=None):
     out["dask_input"] = bench_dask_input.run(args.cores, args.quick)
     out["glm"] = bench_glm.main(q + ["--cores", str(args.cores), "--repeat", "1" if args.quick else "3"])
     out["cv"] = bench_cv.run(args.cores, args.quick)
+    out["small_fits"] = bench_small_fits.run(args.cores, 3 if args.quick else 5)
     out["engine"] = bench_engine.main(q)
     rows, model = bench_scaling.main(q + ["--cores", str(args.cores)])
     out["scaling"] = {"rows": rows, "model": model}

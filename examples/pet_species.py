@@ -64,7 +64,7 @@ def main(quick: bool = False) -> dict:
     big = np.abs(ref) > 0.1 * np.abs(ref).max()  # the n-grams that matter
     out = {
         "n_rows": X.shape[0], "n_features": X.shape[1], "nnz": int(X.nnz), "format": X.format,
-        "rows_per_shard": ours.fit_stats_["rows_per_shard"],
+        "rows_per_shard": ours.fit_stats_["rows_per_shard"], "solved_on_worker": ours.fit_stats_["solved_on_worker"],
         "accuracy": float(ours.score(X_te, y_te)), "sklearn_accuracy": float(sk.score(X_te, y_te)),
         "majority": float(max(y_te.mean(), 1 - y_te.mean())),
         "max_rel_coef_diff": float(np.max(np.abs(coef - ref)[big] / np.abs(ref)[big])),

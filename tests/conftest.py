@@ -56,6 +56,16 @@ def client(cluster):
 
 
 @pytest.fixture
+def spread():
+    """Small linear fits spread their data over every worker and run one distributed round per evaluation, as
+    large ones do (``dask-estimators.worker-solve-below = 0``): for the tests of those rounds themselves."""
+    import dask
+
+    with dask.config.set({"dask-estimators.worker-solve-below": 0}):
+        yield
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(0)
 

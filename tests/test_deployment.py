@@ -34,7 +34,7 @@ import dask_estimators as de
 from dask_estimators.engine import ClusterLostError, WorkerLostError
 from dask_estimators.engine import evaluator as ev_mod
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("spread")]  # faults in the rounds
 
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
 TIGHT = dict(tol=1e-10, max_iter=1000)

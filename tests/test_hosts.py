@@ -42,7 +42,7 @@ from dask_estimators.engine.reduce import _shares
 
 from hosts import SimulatedHosts, unavailable  # tests/hosts.py (tests/ is on sys.path under pytest)
 
-pytestmark = [pytest.mark.hosts, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.hosts, pytest.mark.timeout(300), pytest.mark.usefixtures("spread")]
 TIGHT = dict(tol=1e-10, max_iter=500)
 LINEAR_RTOL = 1e-10
 DASK_RTOL = 1e-6

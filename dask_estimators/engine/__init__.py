@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ._watch import ClusterLostError, WorkerLostError
     from ._worker import Shard, aligned_copy, is_aligned
     from .cluster import client_context, close_embedded_cluster, get_embedded_client, resolve_client
-    from .evaluator import DistributedEvaluator, EvalStats, LocalEvaluator
+    from .evaluator import DistributedEvaluator, EvalStats, LocalEvaluator, solve_on_shard
     from .placement import Placement, is_dask_collection, place, workers_per_gpu, workers_worth
     from .reduce import REDUCTIONS, reduce_parts, tree_sum
 
@@ -39,6 +39,7 @@ __all__ = [
     "workers_worth",
     "reduce_parts",
     "resolve_client",
+    "solve_on_shard",
     "tree_sum",
 ]
 
@@ -55,6 +56,7 @@ _LAZY = {
     "DistributedEvaluator": ".evaluator",
     "EvalStats": ".evaluator",
     "LocalEvaluator": ".evaluator",
+    "solve_on_shard": ".evaluator",
     "Placement": ".placement",
     "is_dask_collection": ".placement",
     "place": ".placement",

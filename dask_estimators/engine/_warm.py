@@ -25,6 +25,7 @@ MODULES = (
     "dask_estimators.objectives._fused",
     "dask_estimators.objectives.linear",
     "dask_estimators.objectives.targets",
+    "dask_estimators.optim.scipy_driver",  # a small linear fit runs its solver on a worker
     "dask_estimators.objectives.module",
     "dask_estimators.objectives._fused_mlp",
     "torch.distributed",

@@ -18,7 +18,7 @@ from ._actor import Payload
 from ._watch import WorkerLostError
 from .reduce import REDUCTIONS, tree_sum
 
-__all__ = ["DistributedEvaluator", "LocalEvaluator", "EvalStats", "INLINE_BYTES"]
+__all__ = ["DistributedEvaluator", "LocalEvaluator", "EvalStats", "INLINE_BYTES", "solve_on_shard"]
 
 #: Parameter payloads up to this many bytes travel inside the task message;
 #: larger ones are scattered (broadcast) first.  The crossover measured on the
@@ -131,8 +131,7 @@ class DistributedEvaluator:
         self._share_args = False  # large arguments go to the actors through shared memory (all on the client's host)
         self._args_lease = None  # this round's arguments in shared memory: leased until the next round
         self._last: dict = {}  # kernel -> its last arguments, in order of last use (replayed on rebuilt shards)
-        if placement.actors:
-            self._link_actors()
+        self._linked = False  # the actors' tree is set up at the first round: an evaluator may never need one
 
     def _wait(self, futs, cancel=None):
         return _watch.wait_results(futs, self.client, self.placement.workers, self.timeout, cancel_on_error=cancel)
@@ -149,6 +148,7 @@ class DistributedEvaluator:
             children = [[] for _ in range(n)]
         shares = self._actor_shares(children)
         self._wait([a.set_children(c, s) for a, c, s in zip(actors, children, shares)])
+        self._linked = True
 
     def _actor_shares(self, children):
         """Per actor: how its subtotal goes to its reader through shared memory ("map" to a parent worker,
@@ -229,6 +229,8 @@ class DistributedEvaluator:
         t0 = time.perf_counter()
         client, p = self.client, self.placement
         if p.actors:
+            if not self._linked:
+                self._link_actors()
             out = self._call_actors(fn, args)
             received = _nbytes(out if isinstance(out, tuple) else (out,))
             sent = _nbytes(args)
@@ -282,3 +284,41 @@ class LocalEvaluator:
         out = _worker.add(*(_worker.run_kernel(fn, s, *args) for s in self.shards))
         self.stats.record(getattr(fn, "__name__", "kernel"), time.perf_counter() - t0, _nbytes(args), 0, False)
         return out
+
+
+def solve_on_shard(shard, driver, objective, args=(), kwargs=None, warnings_kept=(Warning,)):
+    """Task body: ``driver(objective, *args, **kwargs)`` on this worker, ``objective`` evaluating this shard here.
+
+    ``objective`` offers ``with_evaluator(evaluate)``: the copy it returns
+    evaluates through a :class:`LocalEvaluator` of ``shard``, without a round
+    trip.  Run by a placement's ``map`` on its one shard, so a worker lost
+    during the task is recovered as any placement call is (the shard placed
+    again, the task run again).
+
+    Returns the driver's result, the evaluations' counters
+    (:meth:`EvalStats.as_dict`), and the (category, message) of each
+    warning raised meanwhile whose category is one of ``warnings_kept``,
+    for the caller to raise again where the driver would have raised them.
+
+    Examples
+    --------
+    >>> from dask_estimators.engine._worker import Shard
+    >>> class Total:  # an objective: a value through its evaluator
+    ...     def __init__(self, evaluate=None):
+    ...         self.evaluate = evaluate
+    ...     def with_evaluator(self, evaluate):
+    ...         return Total(evaluate)
+    >>> shard = Shard({"X": np.ones((3, 2))}, device="cpu")
+    >>> out, stats, caught = solve_on_shard(shard, lambda obj, k: k * float(obj.evaluate(lambda s: s.get("X").sum())),
+    ...                                     Total(), (2.0,))
+    >>> out, stats["rounds"], caught
+    (12.0, 1, [])
+    """
+    import warnings
+
+    evaluator = LocalEvaluator([shard])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = driver(objective.with_evaluator(evaluator), *args, **(kwargs or {}))
+    kept = [(w.category, str(w.message)) for w in caught if issubclass(w.category, tuple(warnings_kept))]
+    return out, evaluator.stats.as_dict(), kept

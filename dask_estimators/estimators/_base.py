@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import time
 import warnings
 from numbers import Integral, Real
@@ -30,6 +31,7 @@ from sklearn.utils.validation import (
 from .._validation import assert_all_finite, classes_and_codes
 from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
 from ..engine.cluster import prestart
+from ..engine.placement import _workers
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
 from ..optim import SOLVERS, minimize
@@ -274,6 +276,48 @@ class DistributedEstimator(BaseEstimator):
         return state
 
 
+def worker_solve_below() -> int:
+    """The problem size under which a linear fit runs its solver on one worker, in one task: the dask config value
+    ``dask-estimators.worker-solve-below`` (stored values times outputs; default 2**20, 0 never).
+
+    One evaluation on one core then streams a few MB at most, well under the few milliseconds of a
+    distributed round (``benchmarks/bench_small_fits.py`` measures both ways).
+    """
+    import dask
+
+    return int(dask.config.get("dask-estimators.worker-solve-below", 2**20))
+
+
+_TURNS = itertools.count()
+
+
+def _one_worker(client) -> list:
+    """One worker for a small fit, the workers in turn: fits run at once (a parallel search) share them."""
+    workers = _workers(client)
+    return [workers[next(_TURNS) % len(workers)]]
+
+
+def _minimize_on_worker(placement, objective, w0, solver, tol, max_iter):
+    """:func:`~dask_estimators.optim.minimize` of ``objective`` in one task on the worker of ``placement``'s one
+    shard: the result, and the evaluations' counters there.
+
+    The warnings the solver raised there that it raises on the client when it runs here (scikit-learn's
+    ``ConvergenceWarning`` and the others of ``UserWarning``, scipy's ``LinAlgWarning``) are raised here.
+    """
+    from scipy.linalg import LinAlgWarning
+    from scipy.optimize import OptimizeResult
+
+    from ..engine import solve_on_shard
+
+    res, stats, caught = placement.map(
+        solve_on_shard, minimize, objective.with_evaluator(None), (w0,),
+        {"solver": solver, "tol": tol, "max_iter": max_iter}, (UserWarning, LinAlgWarning),
+    )[0]
+    for category, message in caught:
+        warnings.warn(message, category, stacklevel=3)  # where the driver's own points: fit
+    return OptimizeResult(res), stats  # the task's result came back as a plain dict
+
+
 class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
     """Base class: a linear model fitted by the distributed optimizer.
 
@@ -389,14 +433,17 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             classes, codes = labels
             classes = self._check_classes(classes)
             y_placed = np.searchsorted(classes, y) if codes is None else codes
+        on_worker = self._solves_on_worker(X, y, classes)
         with client_context(self.client) as client:
             placement = place(
                 client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
-                workers=self._placement_workers(client, X), timeout=self.timeout,
+                workers=_one_worker(client) if on_worker else self._placement_workers(client, X),
+                timeout=self.timeout,
             )
             try:
                 stats = self._fit_placed(
-                    placement, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight), t0=t0
+                    placement, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight), t0=t0,
+                    on_worker=on_worker and len(placement.shards) == 1,
                 )
             finally:
                 placement.release()
@@ -407,7 +454,35 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         """The workers to place ``X`` on (None: all of them); a method that gains nothing from more shards picks one."""
         return None
 
-    def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None):
+    def _solves_on_worker(self, X, y, classes) -> bool:
+        """Whether this fit places its data on one worker and runs its solver there, in one task.
+
+        A small problem: under :func:`worker_solve_below` stored values (rows x
+        features, or non-zeros) times outputs (the classes of a multi-class
+        model, the targets of a multi-output one).  Its evaluations take less
+        than a round trip, so each distributed round would cost more than the
+        work it spreads.  Not when the client has something to show or call
+        per iteration (``verbose``, ``progress``, callbacks): the solver then
+        runs on the client as usual, one round per evaluation.
+        """
+        if self.verbose or self.progress or getattr(self, "_skl_callbacks", None):
+            return False
+        n, d = X.shape
+        if not (isinstance(n, (int, np.integer)) and isinstance(d, (int, np.integer))):
+            return False  # a dask collection of unknown length: placed as it lies
+        values = X.nnz if sp.issparse(X) else int(n) * int(d)
+        if classes is not None:
+            outputs = len(classes) if len(classes) > 2 else 1
+        else:
+            outputs = int(np.prod(np.shape(y)[1:], dtype=np.int64)) if np.ndim(y) > 1 else 1
+        return values * max(outputs, 1) < worker_solve_below()
+
+    def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None, on_worker=False):
+        """The fit on ``placement``: the targets' encoding, the objective, the solver, the fitted attributes.
+
+        With ``on_worker`` (one shard, a small problem: :meth:`_solves_on_worker`) the solver runs in one task
+        on the shard's worker (:func:`~dask_estimators.engine.solve_on_shard`), not one round per evaluation.
+        """
         n_classes = None
         class_weight = None
         if self._is_classifier:
@@ -442,11 +517,15 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             hooks = _IterationHooks(self, solver, hook_args, w0, lambda w: self._fitted_params(w, spec, y_shape, dtype))
         log = IterationLog(self.verbose, self.progress, self.max_iter, type(self).__name__, t0)
         each = [c for c in (log if self.verbose or self.progress else None, hooks) if c is not None]
+        on_worker_stats = None
         try:
-            res = minimize(
-                objective, w0, solver=solver, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose,
-                callback=(lambda it: [c(it) for c in each]) if each else None,
-            )
+            if on_worker:
+                res, on_worker_stats = _minimize_on_worker(placement, objective, w0, solver, self.tol, self.max_iter)
+            else:
+                res = minimize(
+                    objective, w0, solver=solver, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose,
+                    callback=(lambda it: [c(it) for c in each]) if each else None,
+                )
         finally:
             log.close()
             if hooks is not None:
@@ -469,8 +548,11 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         stats = evaluator.stats.as_dict()
         stats.update(
             n_shards=len(placement.shards), rows_per_shard=list(placement.n_rows), objective=float(res.fun),
-            weight_sum=float(objective.sw_sum),
+            weight_sum=float(objective.sw_sum), solved_on_worker=on_worker,
         )
+        if on_worker_stats is not None:  # the solver's evaluations, made on the worker
+            stats["evaluations_on_worker"] = on_worker_stats["rounds"]
+            stats["seconds_on_worker"] = on_worker_stats["seconds"]
         return stats
 
     def _format_n_iter(self, nit):

@@ -68,7 +68,11 @@ _FITTED_DOC = """
         The solver used (resolves ``"auto"``).
     fit_stats_ : dict
         Distributed rounds, seconds, bytes moved, shards and rows per shard,
-        the final objective and the sum of the sample weights.
+        the final objective and the sum of the sample weights;
+        ``solved_on_worker``: whether the solver ran in one task on the
+        worker of the one shard (a small problem, under the dask config
+        ``dask-estimators.worker-solve-below``), with its
+        ``evaluations_on_worker`` then.
 """
 
 
@@ -444,10 +448,19 @@ class _LinearSVMMixin:
         size = X.nnz if hasattr(X, "nnz") else int(n) * int(d)
         return _workers(client)[:1] if size < one_shard_below() else None
 
-    def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None):
+    def _solves_on_worker(self, X, y, classes):
+        """The primal's rule; never the dual method's, whose own (:meth:`_placement_workers`) puts small data on
+        one worker, where a round runs many of LIBLINEAR's iterations."""
+        n, d = X.shape
+        if isinstance(n, (int, np.integer)) and isinstance(d, (int, np.integer)) and self._resolved_dual(n, d):
+            return False
+        return super()._solves_on_worker(X, y, classes)
+
+    def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None, on_worker=False):
         if not self._resolved_dual(placement.n_samples, self.n_features_in_):
-            return super()._fit_placed(placement, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0)
-        return self._fit_dual(placement, classes, dask_input)
+            return super()._fit_placed(placement, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0,
+                                       on_worker=on_worker)
+        return dict(self._fit_dual(placement, classes, dask_input), solved_on_worker=False)
 
     def _drive_dual(self, driver, placement, spec):
         """Run a dual driver (``dual_coordinate_ascent`` or ``crammer_singer_ascent``) on the placement: one

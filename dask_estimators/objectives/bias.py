@@ -56,6 +56,14 @@ class BiasFeatureObjective:
         self._k = objective.spec.n_outputs * objective.spec.n_features  # where the intercepts start
         self.penalized = np.ones(self.n_params, dtype=bool)
 
+    def with_evaluator(self, evaluate):
+        """This objective over another evaluator (see :meth:`.LinearObjective.with_evaluator`)."""
+        import copy
+
+        new = copy.copy(self)
+        new.objective = self.objective.with_evaluator(evaluate)
+        return new
+
     @property
     def l2(self):
         return self.objective.l2

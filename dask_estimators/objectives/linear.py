@@ -393,6 +393,20 @@ class LinearObjective:
         self.penalized[: spec.n_outputs * spec.n_features] = True
         self._state_at = None
 
+    def with_evaluator(self, evaluate):
+        """A copy of this objective (spec, penalties, weight sums, bounds) that evaluates through ``evaluate``.
+
+        ``None`` gives one to send to a worker, which gives it its own
+        :class:`~dask_estimators.engine.LocalEvaluator` there.  The copy
+        assumes no state left on the shards by this one's evaluations.
+        """
+        import copy
+
+        new = copy.copy(self)
+        new.evaluate = evaluate
+        new._state_at = None
+        return new
+
     @property
     def newton_fixed(self):
         """Entries a Newton step leaves alone: the multinomial loss is unchanged by a shift common to all classes.

@@ -515,6 +515,15 @@ def check_solver(solver: str, *, l1: float, n_params: int, positive: bool = Fals
     return info
 
 
+def _convergence_warning():
+    """scikit-learn's ``ConvergenceWarning``, imported only when a warning is raised: this module also runs on
+    workers (a small fit's solver, and engine.ddp through optim), where importing scikit-learn would weigh on
+    a fit's first task (docs/performance.md)."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    return ConvergenceWarning
+
+
 def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True, verbose=0, callback=None):
     """Minimise ``objective`` from ``x0`` with a registered solver.
 
@@ -555,10 +564,6 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
             f"Solver {solver!r} produced a non-finite objective or parameters; "
             "check the scale of the data and the penalty."
         )
-    # scikit-learn's warning class, imported here: this module is also imported on workers (engine.ddp through
-    # optim), where importing scikit-learn would weigh on a fit's first task (docs/performance.md)
-    from sklearn.exceptions import ConvergenceWarning
-
     if warn and not res.success and (res.nit >= max_iter or res.get("used_all_iterations", False)):
         # scikit-learn's wording for each solver (code and users match on it)
         used = res.get("solver", solver)  # newton-cholesky may have gone on with lbfgs
@@ -566,7 +571,7 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
                 else f"{used} failed to converge after {res.nit} iteration(s)")
         warnings.warn(
             f"{head} (max_iter={max_iter}). Increase the number of iterations (max_iter) or scale the data.",
-            ConvergenceWarning,
+            _convergence_warning(),
             stacklevel=3,
         )
     elif warn and res.get("jac") is not None and np.max(np.abs(res.jac), initial=0.0) > tol:
@@ -575,7 +580,7 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
             f"{solver} stopped after {res.nit} iteration(s) short of tol = {tol:g}: max |gradient| = "
             f"{np.max(np.abs(res.jac)):.3g} where the objective no longer decreased in floating point "
             f"({res.message}). Increase tol, or scale the data.",
-            ConvergenceWarning,
+            _convergence_warning(),
             stacklevel=3,
         )
     return res

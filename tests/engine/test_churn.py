@@ -38,7 +38,7 @@ from process_cluster import ProcessCluster  # tests/process_cluster.py
 
 N_WORKERS = 3
 TIGHT = dict(tol=1e-10, max_iter=500)
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("spread")]  # the rounds' churn
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ from process_cluster import ProcessCluster  # tests/process_cluster.py
 N_WORKERS = 3
 HANG_GUARD = 300  # seconds: only a hang guard, far above what a loaded 2-core machine takes
 TIGHT = dict(tol=1e-10, max_iter=500)
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("spread")]  # faults in the rounds
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +202,52 @@ def test_worker_killed_mid_search_gives_the_undisturbed_search(fc, monkeypatch, 
     np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-6, atol=1e-10)
     gc.collect()
     assert _nothing_held(fc, timeout=10) is True
+
+
+def _kill_in_the_solve_once(marker):
+    """On a worker: the next solver run on this worker SIGKILLs its process after its first evaluation, unless
+    ``marker`` exists (made then, so that one worker dies, once)."""
+    from dask_estimators.engine import evaluator
+
+    kept = evaluator.__dict__.get("_unpatched", evaluator.LocalEvaluator.__call__)
+    evaluator._unpatched = kept
+
+    def killing(self, fn, *args):
+        out = kept(self, fn, *args)
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    evaluator.LocalEvaluator.__call__ = killing
+
+
+def _unpatch_the_solve():
+    from dask_estimators.engine import evaluator
+
+    if "_unpatched" in evaluator.__dict__:
+        evaluator.LocalEvaluator.__call__ = evaluator.__dict__.pop("_unpatched")
+
+
+def test_worker_killed_in_a_small_fits_solve_solves_again_on_another(fc, tmp_path):
+    """A small fit's solver runs in one task on one worker: a SIGKILL of that worker in the middle of it places
+    the data on a surviving worker, where the solver runs again from the start: the undisturbed model."""
+    X, y = _data("multiclass", n=600)
+    marker = tmp_path / "killed"
+    with dask.config.set({"dask-estimators.worker-solve-below": 2**20}):  # the default, which this module turns off
+        ref = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
+        fc.run(_kill_in_the_solve_once, str(marker))
+        try:
+            t0 = time.monotonic()
+            est = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
+            assert time.monotonic() - t0 < HANG_GUARD
+        finally:
+            fc.run(_unpatch_the_solve)
+    assert marker.exists()  # a worker died inside the solve
+    assert ref.fit_stats_["solved_on_worker"] and est.fit_stats_["solved_on_worker"]
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-12, atol=1e-14)
+    assert est.n_iter_ == ref.n_iter_
 
 
 def test_worker_killed_during_placement_places_on_the_others(fc, monkeypatch):

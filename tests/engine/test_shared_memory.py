@@ -182,7 +182,7 @@ def _rows_and_dtypes(shard):
     return shard.get("X").numpy().copy(), shard.get("y").numpy().copy(), shard.dtypes["y"].name, _layout(shard)
 
 
-def test_large_parts_travel_in_pieces_and_make_the_same_shards(client, rng, monkeypatch):
+def test_large_parts_travel_in_pieces_and_make_the_same_shards(client, rng, monkeypatch, spread):
     """Across hosts a part of more than two pieces' bytes goes as several messages, copied in as they come."""
     from dask_estimators import LogisticRegression
     from dask_estimators.engine import placement

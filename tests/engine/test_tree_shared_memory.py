@@ -272,11 +272,11 @@ def test_actor_rounds_map_large_arguments_copy_on_write(client, switch):
     with dask.config.set({"dask-estimators.shared-memory": switch}), \
             place(client, {"X": np.ones((10, 2))}, transport="actors") as p:
         ev = DistributedEvaluator(p)
-        assert ev._share_args is switch
         for _ in range(3):  # consecutive rounds reuse the pooled segment: each sees its own parameters
             w = rng.standard_normal(BIG)
             keep = w.copy()
             total, mapped = ev(_write_to_args, w)
+            assert ev._share_args is switch  # decided with the actors' tree, at the first round
             assert total == pytest.approx(2 * keep.sum(), rel=1e-12)  # neither actor saw the other's writes
             assert mapped == (2.0 if switch else 0.0)
             np.testing.assert_array_equal(w, keep)  # nor did the client
@@ -291,7 +291,7 @@ def test_actor_rounds_to_another_host_send_their_arguments(client, monkeypatch):
     _second_worker_on_another_host(client, monkeypatch)
     with place(client, {"X": np.ones((10, 2))}, transport="actors") as p:
         ev = DistributedEvaluator(p)
-        assert not ev._share_args
         w = np.random.default_rng(1).standard_normal(BIG)
         total, mapped = ev(_write_to_args, w)
+        assert not ev._share_args
         assert total == pytest.approx(2 * w.sum(), rel=1e-12) and mapped == 0.0

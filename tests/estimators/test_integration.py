@@ -87,18 +87,22 @@ def _assert_same_model(got, ref):
 
 @pytest.fixture(scope="module")
 def numpy_fits():
-    """Reference fits of every case on NumPy input (the same data as the dask fits)."""
+    """Reference fits of every case on NumPy input (the same data as the dask fits), spread over the workers
+    (small as they are, they would otherwise run their solver on one worker)."""
+    import dask
+
     out = {}
-    for name, (make, kind) in CASES.items():
-        X, y = _data(kind)
-        out[name] = make().fit(X, y)
+    with dask.config.set({"dask-estimators.worker-solve-below": 0}):
+        for name, (make, kind) in CASES.items():
+            X, y = _data(kind)
+            out[name] = make().fit(X, y)
     return out
 
 
 # ------------------------------------------------------------------ 1. dask input
 @pytest.mark.parametrize("y_kind", ["dask", "numpy"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_fit_on_uneven_dask_chunks_equals_numpy_fit(name, y_kind, numpy_fits):
+def test_fit_on_uneven_dask_chunks_equals_numpy_fit(name, y_kind, numpy_fits, spread):
     make, kind = CASES[name]
     X, y = _data(kind)
     # split the columns too for one variant: placement must merge them
@@ -579,7 +583,7 @@ def _running(other):
     return cluster, client
 
 
-def test_explicit_client_is_used(other, client):
+def test_explicit_client_is_used(other, client, spread):
     _, c3 = _running(other)
     X, y = _data("binary")
     ref = de.LogisticRegression(**TIGHT).fit(X, y)
@@ -596,7 +600,7 @@ def test_explicit_client_is_used(other, client):
     _assert_same_model(est_d, de.LinearRegression(**TIGHT).fit(*_data("regression")))
 
 
-def test_scheduler_address_as_client(other):
+def test_scheduler_address_as_client(other, spread):
     cluster, _ = _running(other)
     X, y = _data("regression")
     est = de.LinearRegression(client=cluster.scheduler_address).fit(X, y)
@@ -652,7 +656,7 @@ def test_refit_on_other_data_leaks_no_state():
     [lambda **k: de.LogisticRegression(**TIGHT, **k), lambda **k: de.LinearRegression(alpha=0.1, **TIGHT, **k)],
     ids=["logistic", "linear-regression"],
 )
-def test_warm_start_reaches_the_cold_solution(make):
+def test_warm_start_reaches_the_cold_solution(make, spread):
     kind = "binary" if isinstance(make(), de.LogisticRegression) else "regression"
     Xa, ya = _data(kind, seed=3)
     Xb, yb = _data(kind, seed=4)

@@ -9,4 +9,4 @@ def test_logistic_fit_predict():
     X = StandardScaler().fit_transform(X)
     clf = de.LogisticRegression().fit(X, y)
     assert clf.score(X, y) > 0.95
-    assert clf.fit_stats_["n_shards"] == 2
+    assert clf.fit_stats_["n_shards"] == 1 and clf.fit_stats_["solved_on_worker"]  # small: on one worker

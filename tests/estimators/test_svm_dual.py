@@ -219,13 +219,18 @@ def test_one_shard_svr_and_one_vs_rest_equal_liblinear_and_warn_as_it_does():
 
 
 @pytest.mark.one_shard
-def test_the_size_threshold_and_the_primal_keep_the_data_spread():
+def test_the_size_thresholds_of_the_dual_and_of_the_primal():
     X, y = _scaled(load_breast_cancer)
     with dask.config.set({"dask-estimators.dual-one-shard-below": X.size}):
         assert de.LinearSVC(loss="hinge").fit(X, y).fit_stats_["n_shards"] == 2
     with dask.config.set({"dask-estimators.dual-one-shard-below": X.size + 1}):
-        assert de.LinearSVC(loss="hinge").fit(X, y).fit_stats_["n_shards"] == 1
-    assert de.LinearSVC(dual=False).fit(X, y).fit_stats_["n_shards"] == 2  # the primal's rounds are few
+        stats = de.LinearSVC(loss="hinge").fit(X, y).fit_stats_
+        assert stats["n_shards"] == 1 and not stats["solved_on_worker"]  # the dual's rounds, on one shard
+    # the primal of a problem this small runs its solver on one worker, in one task; its own threshold spreads it
+    stats = de.LinearSVC(dual=False).fit(X, y).fit_stats_
+    assert stats["n_shards"] == 1 and stats["solved_on_worker"]
+    with dask.config.set({"dask-estimators.worker-solve-below": X.size}):
+        assert de.LinearSVC(dual=False).fit(X, y).fit_stats_["n_shards"] == 2
 
 
 # ------------------------------------------------- Crammer and Singer's joint multi-class problem

@@ -1,0 +1,192 @@
+"""A small linear fit runs its solver on one worker, in one task: the same model as one round per evaluation.
+
+Below ``dask-estimators.worker-solve-below`` (stored values times outputs) the
+data goes to one worker, and the solver runs there (``solve_on_shard``: the
+objective over a ``LocalEvaluator`` of the placed shard); its result and
+warnings come back to the client, which sets the fitted attributes.  Each
+test compares against the same fit with the setting at 0 (the data on every
+worker, one distributed round per evaluation), on the session's process cluster.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import load_breast_cancer, load_iris
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import StandardScaler
+
+import dask_estimators as de
+from dask_estimators.engine import Shard, solve_on_shard
+from dask_estimators.estimators._base import worker_solve_below
+
+ROUNDS = {"dask-estimators.worker-solve-below": 0}
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+def _rounds(make, *args, **kw):
+    with dask.config.set(ROUNDS):
+        return make().fit(*args, **kw)
+
+
+def _close(a, b, rtol=1e-7, atol=1e-9):
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: de.LogisticRegression(tol=1e-10, max_iter=1000),
+    lambda: de.LogisticRegression(solver="newton-cholesky", tol=1e-10, class_weight="balanced"),
+    lambda: de.LinearSVC(dual=False, tol=1e-10, max_iter=1000),
+    lambda: de.LinearSVC(dual=False, intercept_scaling=3.0, tol=1e-10, max_iter=1000),
+], ids=["lbfgs", "newton-cholesky-balanced", "svc-primal", "svc-bias-feature"])
+def test_small_classifier_solves_on_one_worker_as_the_rounds_do(make):
+    X, y = load_iris(return_X_y=True)
+    sw = np.linspace(0.5, 2.0, len(y))
+    est = make().fit(X, y, sample_weight=sw)
+    ref = _rounds(make, X, y, sample_weight=sw)
+    assert est.fit_stats_["solved_on_worker"] is True
+    assert est.fit_stats_["n_shards"] == 1 and est.fit_stats_["rounds"] == 0
+    assert est.fit_stats_["evaluations_on_worker"] >= np.max(est.n_iter_)
+    assert ref.fit_stats_["solved_on_worker"] is False and ref.fit_stats_["n_shards"] == 2
+    _close(est, ref, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(est.classes_, ref.classes_)
+    assert est.n_features_in_ == 4
+    np.testing.assert_array_equal(est.predict(X), ref.predict(X))
+
+
+def test_small_regressors_and_inference_solve_on_one_worker(rng):
+    X = rng.normal(size=(300, 5))
+    y = rng.poisson(np.exp(0.3 * X[:, 0] + 0.2)).astype(float)
+    est = de.PoissonRegressor(alpha=0.0, compute_inference=True, tol=1e-12).fit(X, y)
+    ref = _rounds(lambda: de.PoissonRegressor(alpha=0.0, compute_inference=True, tol=1e-12), X, y)
+    assert est.fit_stats_["solved_on_worker"] and not ref.fit_stats_["solved_on_worker"]
+    _close(est, ref, rtol=1e-9)
+    np.testing.assert_allclose(est.coef_cov_, ref.coef_cov_, rtol=1e-7)
+    np.testing.assert_allclose(est.summary()["std_err"], ref.summary()["std_err"], rtol=1e-7)
+    Y = np.column_stack([X @ np.arange(5.0), X[:, 0] - 1.0])
+    lin = de.LinearRegression().fit(X, Y)
+    assert lin.fit_stats_["solved_on_worker"]
+    np.testing.assert_allclose(lin.coef_, np.linalg.lstsq(np.c_[X, np.ones(300)], Y, rcond=None)[0][:5].T,
+                               atol=1e-9)
+
+
+def test_the_dual_svm_keeps_its_rounds_on_one_shard():
+    X, y = load_iris(return_X_y=True)
+    est = de.LinearSVC(dual=True, tol=1e-8, max_iter=10_000).fit(X, y)
+    assert est.fit_stats_["n_shards"] == 1 and not est.fit_stats_["solved_on_worker"]
+    assert est.fit_stats_["dual_rounds"] >= 1
+
+
+def test_sparse_and_dask_input_solve_on_one_worker(cancer):
+    X, y = cancer
+    dense = de.LogisticRegression(tol=1e-10, max_iter=1000).fit(X, y)
+    Xs = sp.csr_matrix(np.where(np.abs(X) > 0.5, X, 0.0))
+    sparse = de.LogisticRegression(tol=1e-10).fit(Xs, y)
+    sparse_ref = _rounds(lambda: de.LogisticRegression(tol=1e-10), Xs, y)
+    lazy = de.LogisticRegression(tol=1e-10).fit(da.from_array(X, chunks=100), da.from_array(y, chunks=100))
+    for est in (dense, sparse, lazy):
+        assert est.fit_stats_["solved_on_worker"] and est.fit_stats_["n_shards"] == 1
+    _close(sparse, sparse_ref, rtol=1e-6, atol=1e-8)
+    _close(lazy, dense, rtol=1e-10, atol=1e-12)  # the same rows on one worker: the same sums
+
+
+def test_the_threshold_counts_values_times_outputs():
+    X, y = load_iris(return_X_y=True)  # 600 values, 3 classes: 1800
+    with dask.config.set({"dask-estimators.worker-solve-below": 1800}):
+        assert not de.LogisticRegression().fit(X, y).fit_stats_["solved_on_worker"]
+    with dask.config.set({"dask-estimators.worker-solve-below": 1801}):
+        assert de.LogisticRegression().fit(X, y).fit_stats_["solved_on_worker"]
+    yb = (y > 0).astype(int)  # two classes: one output, 600
+    with dask.config.set({"dask-estimators.worker-solve-below": 601}):
+        assert de.LogisticRegression().fit(X, yb).fit_stats_["solved_on_worker"]
+    assert worker_solve_below() == 2**20
+    big = np.zeros((2**20, 1))
+    est = de.LinearRegression()
+    assert not est._solves_on_worker(big, np.zeros(2**20), None)
+    assert est._solves_on_worker(big[:-1], np.zeros(2**20 - 1), None)
+
+
+@pytest.mark.parametrize("params", [{"verbose": 1}, {"progress": True}])
+def test_a_fit_that_reports_per_iteration_keeps_the_rounds(params, capsys):
+    pytest.importorskip("tqdm")
+    X, y = load_iris(return_X_y=True)
+    est = de.LogisticRegression(max_iter=5, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+    assert not est.fit_stats_["solved_on_worker"]
+    out = capsys.readouterr()
+    assert (out.out + out.err).strip()  # the client printed the iterations
+
+
+def test_warnings_of_the_solve_reach_the_client_and_errors_keep_their_type(cancer):
+    X, y = cancer
+    with pytest.warns(ConvergenceWarning, match="lbfgs failed to converge"):
+        est = de.LogisticRegression(max_iter=3).fit(X, y)
+    assert est.fit_stats_["solved_on_worker"] and est.n_iter_[0] == 3
+    for params in ({"max_iter": 1000}, {"max_iter": 5, "solver": "newton-cg"}):
+        seen = []
+        for make in (lambda: de.LogisticRegression(**params).fit(X, y),
+                     lambda: _rounds(lambda: de.LogisticRegression(**params), X, y)):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                make()
+            seen.append([(w.category, str(w.message).split("(")[0]) for w in caught])
+        assert seen[0] == seen[1]  # the same warnings, raised on the client, either way
+    with pytest.raises(ValueError, match="at most 5000 parameters"):
+        de.PoissonRegressor(compute_inference=True).fit(np.ones((10, 5001)), np.ones(10))
+
+
+def test_a_refit_on_the_worker_drops_what_the_new_fit_does_not_set(cancer):
+    X, y = cancer
+    est = de.LogisticRegression(compute_inference=True, C=1e6, max_iter=2000).fit(X[:, :5], y)
+    assert hasattr(est, "coef_cov_")
+    est.set_params(compute_inference=False).fit(X[:, :5], y)
+    assert est.fit_stats_["solved_on_worker"] and not hasattr(est, "coef_cov_")
+
+
+def test_warm_start_continues_from_the_clients_coefficients(cancer):
+    X, y = cancer
+    est = de.LogisticRegression(warm_start=True, tol=1e-10, max_iter=1000).fit(X, y)
+    first = est.n_iter_[0]
+    est.fit(X, y)  # from the optimum: almost nothing left to do
+    assert est.fit_stats_["solved_on_worker"] and est.n_iter_[0] < first
+
+
+class _Mean:
+    """An objective of the shape ``solve_on_shard`` needs: ``with_evaluator``, and a value through the evaluator."""
+
+    def __init__(self, evaluate=None):
+        self.evaluate = evaluate
+
+    def with_evaluator(self, evaluate):
+        return _Mean(evaluate)
+
+
+def _driver(objective, scale, *, warn):
+    total = objective.evaluate(lambda s: s.get("X").sum())
+    if warn:
+        warnings.warn("from the driver", ConvergenceWarning)
+        warnings.warn("numerical noise", RuntimeWarning)
+    return float(total) * scale
+
+
+def test_solve_on_shard_runs_the_driver_over_a_local_evaluator_and_keeps_the_warnings_asked_for():
+    shard = Shard({"X": np.arange(6.0).reshape(3, 2)}, device="cpu")
+    out, stats, caught = solve_on_shard(shard, _driver, _Mean(), (2.0,), {"warn": True}, (UserWarning,))
+    assert out == 30.0 and stats["rounds"] == 1
+    assert caught == [(ConvergenceWarning, "from the driver")]  # not the RuntimeWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # what it caught was not raised here
+        assert solve_on_shard(shard, _driver, _Mean(), (1.0,), {"warn": True})[0] == 15.0
