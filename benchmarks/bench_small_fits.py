@@ -17,7 +17,11 @@ started and warmed up first (a fresh cluster's first fit is
 
 The grid search is ``GridSearchCV(cv=5)`` over 5 values of C: 26 fits, each
 placing its own fold.  Seconds are medians; the ratios are ours / scikit-learn.
-Writes ``small_fits.json`` and ``small_fits.md`` to ``--out``.
+
+Then the threshold: ``LogisticRegression`` on ``n x 20`` Gaussian data
+(binary) with ``n x 20`` around the default threshold (2**20 to 2**23 values),
+the solver on one worker (the setting above the size) against the rounds
+(the setting at 0).  Writes ``small_fits.json`` and ``small_fits.md`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -109,21 +113,53 @@ def run(cores=2, repeat=5):
                          "repeat": reps, "times": times})
             print(f"  {name}: ours {med['ours']:.4f} s, rounds {med['ours-rounds']:.4f} s, "
                   f"sklearn {med['sklearn']:.4f} s", file=sys.stderr, flush=True)
-    return rows
+        threshold = _threshold(client, repeat)
+    return {"workloads": rows, "threshold": threshold}
+
+
+def _threshold(client, repeat):
+    import dask
+
+    import dask_estimators as de
+
+    rng = np.random.default_rng(0)
+    out = []
+    for values in (2**20, 2**21, 2**22, 2**23):
+        n = values // 20
+        X = rng.normal(size=(n, 20))
+        y = (X[:, 0] + X[:, 1] + rng.normal(size=n) > 0).astype(int)
+        times = {"on one worker": [], "rounds": []}
+        for key, below in (("on one worker", 2**40), ("rounds", 0)):
+            with dask.config.set({"dask-estimators.worker-solve-below": below}):
+                _seconds(lambda: de.LogisticRegression(client=client), X, y)  # this size's first fit, untimed
+        for _ in range(max(1, repeat // 2 + 1)):
+            for key, below in (("on one worker", 2**40), ("rounds", 0)):
+                with dask.config.set({"dask-estimators.worker-solve-below": below}):
+                    times[key].append(_seconds(lambda: de.LogisticRegression(client=client), X, y))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out.append({"values": values, "rows": n, "on one worker s": med["on one worker"], "rounds s": med["rounds"],
+                    "one worker / rounds": med["on one worker"] / med["rounds"], "times": times})
+        print(f"  threshold {values:,} values: one worker {med['on one worker']:.3f} s, rounds {med['rounds']:.3f} s",
+              file=sys.stderr, flush=True)
+    return out
 
 
 COLS = ["workload", "sklearn s", "ours s", "ours / sklearn", "ours-rounds s", "ours-rounds / sklearn", "ours first s"]
 
 
-def markdown(rows):
+def markdown(out):
     return ("## Small fits: one task on one worker\n\n"
             "Medians (`ours first s`: the workload's first fit, on a warm cluster); `ours-rounds`: the same fit "
             "with `dask-estimators.worker-solve-below = 0`, one distributed round per evaluation.\n\n"
-            + _table(rows, COLS))
+            + _table(out["workloads"], COLS)
+            + "\nAround the threshold: `LogisticRegression` on n x 20 (binary), the solver on one worker against "
+              "the rounds, medians.\n\n"
+            + _table(out["threshold"], ["values", "rows", "on one worker s", "rounds s", "one worker / rounds"]))
 
 
-def summary_rows(rows):
+def summary_rows(out):
     """The README table's rows: the first workload (iris) and the grid search, ours against scikit-learn."""
+    rows = out["workloads"]
     return [{"benchmark": f"{r['workload']}, s", "ours": r["ours s"], "anchor": f"sklearn {r['sklearn s']:.3g}",
              "ours / anchor": r["ours / sklearn"]} for r in (rows[0], rows[-1])]
 
@@ -134,11 +170,11 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    rows = run(args.cores, args.repeat)
+    out = run(args.cores, args.repeat)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "small_fits.json").write_text(json.dumps(rows, indent=1))
-    (args.out / "small_fits.md").write_text(markdown(rows))
-    print(markdown(rows))
+    (args.out / "small_fits.json").write_text(json.dumps(out, indent=1))
+    (args.out / "small_fits.md").write_text(markdown(out))
+    print(markdown(out))
 
 
 if __name__ == "__main__":

@@ -278,14 +278,15 @@ class DistributedEstimator(BaseEstimator):
 
 def worker_solve_below() -> int:
     """The problem size under which a linear fit runs its solver on one worker, in one task: the dask config value
-    ``dask-estimators.worker-solve-below`` (stored values times outputs; default 2**20, 0 never).
+    ``dask-estimators.worker-solve-below`` (stored values times outputs; default 2**21, 0 never).
 
-    One evaluation on one core then streams a few MB at most, well under the few milliseconds of a
-    distributed round (``benchmarks/bench_small_fits.py`` measures both ways).
+    On one worker an evaluation then takes about as long as a distributed round's latency or less, so
+    spreading it over W workers (``c / W + latency`` against ``c``) gains nothing for any W; the SVMs' dual
+    method puts data on one worker below the same size (docs/performance.md has the measurements).
     """
     import dask
 
-    return int(dask.config.get("dask-estimators.worker-solve-below", 2**20))
+    return int(dask.config.get("dask-estimators.worker-solve-below", 2**21))
 
 
 _TURNS = itertools.count()

@@ -234,7 +234,7 @@ def test_worker_killed_in_a_small_fits_solve_solves_again_on_another(fc, tmp_pat
     the data on a surviving worker, where the solver runs again from the start: the undisturbed model."""
     X, y = _data("multiclass", n=600)
     marker = tmp_path / "killed"
-    with dask.config.set({"dask-estimators.worker-solve-below": 2**20}):  # the default, which this module turns off
+    with dask.config.set({"dask-estimators.worker-solve-below": 2**21}):  # the default, which this module turns off
         ref = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
         fc.run(_kill_in_the_solve_once, str(marker))
         try:

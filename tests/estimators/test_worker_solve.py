@@ -110,11 +110,11 @@ def test_the_threshold_counts_values_times_outputs():
     yb = (y > 0).astype(int)  # two classes: one output, 600
     with dask.config.set({"dask-estimators.worker-solve-below": 601}):
         assert de.LogisticRegression().fit(X, yb).fit_stats_["solved_on_worker"]
-    assert worker_solve_below() == 2**20
-    big = np.zeros((2**20, 1))
+    assert worker_solve_below() == 2**21
+    big = np.zeros((2**21, 1))
     est = de.LinearRegression()
-    assert not est._solves_on_worker(big, np.zeros(2**20), None)
-    assert est._solves_on_worker(big[:-1], np.zeros(2**20 - 1), None)
+    assert not est._solves_on_worker(big, np.zeros(2**21), None)
+    assert est._solves_on_worker(big[:-1], np.zeros(2**21 - 1), None)
 
 
 @pytest.mark.parametrize("params", [{"verbose": 1}, {"progress": True}])
