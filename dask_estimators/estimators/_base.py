@@ -463,10 +463,11 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         model, the targets of a multi-output one).  Its evaluations take less
         than a round trip, so each distributed round would cost more than the
         work it spreads.  Not when the client has something to show or call
-        per iteration (``verbose``, ``progress``, callbacks): the solver then
-        runs on the client as usual, one round per evaluation.
+        per iteration (``verbose``, ``progress``, callbacks), nor with a
+        ``timeout``, which bounds each round: the solver then runs on the
+        client as usual, one round per evaluation.
         """
-        if self.verbose or self.progress or getattr(self, "_skl_callbacks", None):
+        if self.verbose or self.progress or getattr(self, "_skl_callbacks", None) or self.timeout is not None:
             return False
         n, d = X.shape
         if not (isinstance(n, (int, np.integer)) and isinstance(d, (int, np.integer))):

@@ -130,6 +130,14 @@ def test_a_fit_that_reports_per_iteration_keeps_the_rounds(params, capsys):
     assert (out.out + out.err).strip()  # the client printed the iterations
 
 
+def test_a_fit_with_a_timeout_per_round_keeps_the_rounds():
+    X, y = load_iris(return_X_y=True)
+    tight = dict(tol=1e-10, max_iter=1000)
+    est = de.LogisticRegression(timeout=60, **tight).fit(X, y)
+    assert not est.fit_stats_["solved_on_worker"] and est.fit_stats_["rounds"] > 0
+    np.testing.assert_allclose(est.coef_, de.LogisticRegression(**tight).fit(X, y).coef_, rtol=1e-6, atol=1e-8)
+
+
 def test_warnings_of_the_solve_reach_the_client_and_errors_keep_their_type(cancer):
     X, y = cancer
     with pytest.warns(ConvergenceWarning, match="lbfgs failed to converge"):
