@@ -289,6 +289,15 @@ def worker_solve_below() -> int:
     return int(dask.config.get("dask-estimators.worker-solve-below", 2**21))
 
 
+def stored_values(X) -> int | None:
+    """The values ``X`` stores (rows x features, or a sparse matrix's non-zeros); None for a dask collection of
+    unknown length, which is placed as it lies."""
+    n, d = X.shape
+    if not (isinstance(n, (int, np.integer)) and isinstance(d, (int, np.integer))):
+        return None
+    return int(X.nnz) if hasattr(X, "nnz") else int(n) * int(d)
+
+
 _TURNS = itertools.count()
 
 
@@ -469,10 +478,9 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         """
         if self.verbose or self.progress or getattr(self, "_skl_callbacks", None) or self.timeout is not None:
             return False
-        n, d = X.shape
-        if not (isinstance(n, (int, np.integer)) and isinstance(d, (int, np.integer))):
-            return False  # a dask collection of unknown length: placed as it lies
-        values = X.nnz if sp.issparse(X) else int(n) * int(d)
+        values = stored_values(X)
+        if values is None:
+            return False
         if classes is not None:
             outputs = len(classes) if len(classes) > 2 else 1
         else:

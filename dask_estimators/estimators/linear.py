@@ -14,7 +14,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ..objectives import targets as T
-from ._base import DistributedLinearModel, InferenceMixin
+from ._base import DistributedLinearModel, InferenceMixin, stored_values
 
 __all__ = ["LinearRegression", "LogisticRegression", "LinearSVC", "LinearSVR"]
 
@@ -440,19 +440,15 @@ class _LinearSVMMixin:
         from ..engine.placement import _workers
         from ..optim.dual_driver import one_shard_below
 
-        n, d = X.shape
-        if not (isinstance(n, (int, np.integer)) and isinstance(d, (int, np.integer))):
-            return None  # a dask collection of unknown length: placed as it lies
-        if not self._resolved_dual(int(n), int(d)):
+        size = stored_values(X)
+        if size is None or not self._resolved_dual(*map(int, X.shape)):
             return None
-        size = X.nnz if hasattr(X, "nnz") else int(n) * int(d)
         return _workers(client)[:1] if size < one_shard_below() else None
 
     def _solves_on_worker(self, X, y, classes):
         """The primal's rule; never the dual method's, whose own (:meth:`_placement_workers`) puts small data on
         one worker, where a round runs many of LIBLINEAR's iterations."""
-        n, d = X.shape
-        if isinstance(n, (int, np.integer)) and isinstance(d, (int, np.integer)) and self._resolved_dual(n, d):
+        if stored_values(X) is not None and self._resolved_dual(*map(int, X.shape)):
             return False
         return super()._solves_on_worker(X, y, classes)
 

@@ -29,11 +29,12 @@ REF = dict(tol=1e-10, max_iter=100_000)
 
 @pytest.fixture(autouse=True)
 def spread(request):
-    """Spread the data over both workers (small data goes to one by default), unless a test asks for one shard."""
+    """Spread the data over both workers (small data goes to one by default: the dual's rule, and the primal's
+    solver on one worker), unless a test asks for one shard.  (It stands in for tests/conftest.py's ``spread``.)"""
     if "one_shard" in request.keywords:
         yield
         return
-    with dask.config.set({"dask-estimators.dual-one-shard-below": 0}):
+    with dask.config.set({"dask-estimators.dual-one-shard-below": 0, "dask-estimators.worker-solve-below": 0}):
         yield
 
 
