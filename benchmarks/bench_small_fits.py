@@ -16,7 +16,8 @@ started and warmed up first (a fresh cluster's first fit is
   every worker, one distributed round per evaluation (what every fit did before).
 
 The grid search is ``GridSearchCV(cv=5)`` over 5 values of C: 26 fits, each
-placing its own fold.  Seconds are medians; the ratios are ours / scikit-learn.
+placing its own fold; the back-to-back workload is 10 fits of iris in a loop,
+each starting as the last ends (``dask-estimators.send-interval``).  Seconds are medians; the ratios are ours / scikit-learn.
 
 Then the threshold: ``LogisticRegression`` on ``n x 20`` Gaussian data
 (binary) with ``n x 20`` around the default threshold (2**20 to 2**23 values),
@@ -39,6 +40,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_engine import RESULTS, _table  # noqa: E402
+
+
+class _BackToBack:
+    """``k`` fits of fresh estimators one after the other, as a script's loop or a search runs them."""
+
+    def __init__(self, make, k):
+        self.make, self.k = make, k
+
+    def fit(self, X, y):
+        for _ in range(self.k):
+            self.make().fit(X, y)
+        return self
 
 
 def _workloads():
@@ -71,6 +84,9 @@ def _workloads():
          lambda c: de.PoissonRegressor(client=c), lambda: lm.PoissonRegressor()),
         ("LinearSVC, breast cancer 569x30", cancer,
          lambda c: de.LinearSVC(client=c), lambda: svm.LinearSVC()),
+        ("LogisticRegression, iris: 10 fits back to back", iris,
+         lambda c: _BackToBack(lambda: de.LogisticRegression(client=c), 10),
+         lambda: _BackToBack(lm.LogisticRegression, 10)),
         ("GridSearchCV(LogisticRegression, 5 C, cv=5), breast cancer: 26 fits", cancer,
          lambda c: GridSearchCV(de.LogisticRegression(client=c), grid, cv=5),
          lambda: GridSearchCV(lm.LogisticRegression(), grid, cv=5)),

@@ -350,6 +350,55 @@ def _one_blas_thread():
     return _BLAS[0].limit(limits=1, user_api="blas")
 
 
+#: client's message stream -> [fits running on it, its interval before the first] (see _prompt_sends)
+_PROMPT: dict = {}
+_PROMPT_LOCK = threading.Lock()
+
+
+def _send_interval() -> float:
+    """``dask-estimators.send-interval`` in seconds (default 1 ms); None where it is off (``None`` or ``False``)."""
+    import dask.config
+    from dask.utils import parse_timedelta
+
+    v = dask.config.get("dask-estimators.send-interval", "1ms")
+    if v is None or v is False:
+        return None
+    return float(parse_timedelta(v, default="ms"))
+
+
+@contextlib.contextmanager
+def _prompt_sends(client):
+    """While fits run on ``client``, its messages to the scheduler leave within ``dask-estimators.send-interval``.
+
+    A client batches what it sends the scheduler (tasks, released keys):
+    a message sent within 10 ms (distributed's interval) of the previous
+    one waits out the rest of them.  A fit's few messages then wait: the
+    release at one fit's end delays the next fit's first task, so each of
+    the back-to-back small fits of a search paid a round trip of 11 ms
+    against 6 with 1 ms (docs/performance.md).  The interval goes back to
+    the client's own when the last fit running on it ends.
+    """
+    comm = getattr(client, "scheduler_comm", None)
+    interval = _send_interval()
+    if interval is None or not isinstance(getattr(comm, "interval", None), (int, float)):
+        yield
+        return
+    with _PROMPT_LOCK:
+        entry = _PROMPT.get(id(comm))
+        if entry is None:
+            entry = _PROMPT[id(comm)] = [0, comm.interval]
+            comm.interval = min(comm.interval, interval)
+        entry[0] += 1
+    try:
+        yield
+    finally:
+        with _PROMPT_LOCK:
+            entry[0] -= 1
+            if entry[0] == 0:
+                _PROMPT.pop(id(comm), None)
+                comm.interval = entry[1]
+
+
 @contextlib.contextmanager
 def client_context(client=None):
     """Resolve the client for the duration of one fit.
@@ -357,7 +406,9 @@ def client_context(client=None):
     Inside a Dask task the task secedes from the worker's thread pool while
     the fit runs, and rejoins afterwards, like :func:`distributed.worker_client`.
     Outside one, the client's BLAS runs one thread for the duration, so that
-    its idle threads do not spin on the workers' cores.
+    its idle threads do not spin on the workers' cores.  Either way the
+    client sends its messages to the scheduler promptly for the duration
+    (:func:`_prompt_sends`).
 
     Parameters
     ----------
@@ -384,12 +435,12 @@ def client_context(client=None):
         # there leaves its threads spinning after each call, on the cores the workers compute on:
         # measured, that made the later rounds of a large LogisticRegression fit 50-100% slower on 2 cores
         # (docs/performance.md).  One BLAS thread on the client while it fits.
-        with _one_blas_thread(), c.as_current():
+        with _one_blas_thread(), _prompt_sends(c), c.as_current():
             yield c
         return
     distributed.secede()
     try:
-        with c.as_current():
+        with _prompt_sends(c), c.as_current():
             yield c
     finally:
         distributed.rejoin()

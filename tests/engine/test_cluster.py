@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 
+import dask
 import dask.array as da
 import distributed
 import numpy as np
@@ -56,6 +57,69 @@ def test_client_context_with_given_client_outside_a_task(client):
     with client_context(client) as c:
         assert c is client
         assert c.submit(operator.add, 1, 2, pure=False).result(timeout=60) == 3
+
+
+def test_client_sends_promptly_during_fits_and_restores_after(client):
+    """A fit's messages to the scheduler leave within dask-estimators.send-interval; the client's own batching
+    interval comes back when the last of the fits running on it at once ends."""
+    import threading
+
+    from dask_estimators.engine import cluster as ec
+
+    comm = client.scheduler_comm
+    own = comm.interval
+    assert own > 0.001  # distributed's 10 ms
+    inside = []
+    first_in, second_out = threading.Event(), threading.Event()
+
+    def first():
+        with client_context(client) as c:
+            inside.append(c.scheduler_comm.interval)
+            assert c.submit(operator.add, 1, 2, pure=False).result(timeout=60) == 3
+            first_in.set()
+            assert second_out.wait(60)
+            inside.append(c.scheduler_comm.interval)  # the other fit ended: still this one's
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert first_in.wait(60)
+    with client_context(client):
+        inside.append(comm.interval)
+    second_out.set()
+    t.join(60)
+    assert inside == [0.001, 0.001, 0.001]
+    assert comm.interval == own and not ec._PROMPT
+
+
+def test_send_interval_setting(client):
+    own = client.scheduler_comm.interval
+    with dask.config.set({"dask-estimators.send-interval": "3ms"}), client_context(client) as c:
+        assert c.scheduler_comm.interval == pytest.approx(0.003)
+    with dask.config.set({"dask-estimators.send-interval": None}), client_context(client) as c:
+        assert c.scheduler_comm.interval == own  # off: the client's own
+    with dask.config.set({"dask-estimators.send-interval": "1s"}), client_context(client) as c:
+        assert c.scheduler_comm.interval == own  # never longer than the client's own
+    assert client.scheduler_comm.interval == own
+
+
+def test_an_estimator_fit_sends_promptly(client, monkeypatch):
+    from dask_estimators import LogisticRegression
+    from dask_estimators.engine import placement as P
+
+    seen = []
+    init = P.Placement.__init__
+
+    def spy(self, c, *args, **kwargs):
+        seen.append(c.scheduler_comm.interval)
+        init(self, c, *args, **kwargs)
+
+    monkeypatch.setattr(P.Placement, "__init__", spy)
+    own = client.scheduler_comm.interval
+    X = np.random.default_rng(0).standard_normal((60, 3))
+    y = (X[:, 0] > 0).astype(int)
+    LogisticRegression(client=client).fit(X, y)
+    assert seen == [0.001]
+    assert client.scheduler_comm.interval == own
 
 
 def test_scheduler_address_gives_a_working_client(client, cluster):
