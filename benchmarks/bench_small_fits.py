@@ -17,7 +17,8 @@ started and warmed up first (a fresh cluster's first fit is
 
 The grid search is ``GridSearchCV(cv=5)`` over 5 values of C: 26 fits, each
 placing its own fold; the back-to-back workload is 10 fits of iris in a loop,
-each starting as the last ends (``dask-estimators.send-interval``).  Seconds are medians; the ratios are ours / scikit-learn.
+each starting as the last ends (``dask-estimators.send-interval``).  Seconds
+are medians; the ratios are ours / scikit-learn.
 
 Then the threshold: ``LogisticRegression`` on ``n x 20`` Gaussian data
 (binary) with ``n x 20`` around the default threshold (2**20 to 2**23 values),
