@@ -350,6 +350,34 @@ def _one_blas_thread():
     return _BLAS[0].limit(limits=1, user_api="blas")
 
 
+#: client id -> the workers known warm or asked to warm up through it (warm_ahead)
+_WARMED: dict = {}
+
+
+def warm_ahead(client, workers, using=()) -> None:
+    """Ask ``workers`` to import the engine and load the linear kernels now, without waiting; each once per client.
+
+    A small fit runs on one worker, the workers in turn.  On a cluster
+    started without the package's preload (a plain ``Client()``) each
+    worker's first fit imported torch and numba first: a fresh cluster's
+    first two fits took 2.4-2.5 s each (docs/performance.md).  Asked while
+    a fit runs on another worker, the next one imports meanwhile.  ``using``:
+    workers the caller's own tasks warm up (marked, not asked).  The
+    embedded cluster's workers start warm (:mod:`._warm`): nothing is sent.
+    """
+    if client is _embedded.get("client"):
+        return
+    with _lock:
+        known = _WARMED.setdefault(getattr(client, "id", None), set())
+        cold = [w for w in workers if w not in known]
+        known.update(cold, using)
+    if cold:
+        from ._warm import warm_running
+
+        with contextlib.suppress(Exception):  # a worker gone, a client closing: its first task warms it
+            client.run(warm_running, False, workers=cold, wait=False)  # what the next small linear fit needs
+
+
 #: client's message stream -> [fits running on it, its interval before the first] (see _prompt_sends)
 _PROMPT: dict = {}
 _PROMPT_LOCK = threading.Lock()

@@ -30,7 +30,7 @@ from sklearn.utils.validation import (
 
 from .._validation import assert_all_finite, classes_and_codes
 from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
-from ..engine.cluster import prestart
+from ..engine.cluster import prestart, warm_ahead
 from ..engine.placement import _workers
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
@@ -302,9 +302,15 @@ _TURNS = itertools.count()
 
 
 def _one_worker(client) -> list:
-    """One worker for a small fit, the workers in turn: fits run at once (a parallel search) share them."""
+    """One worker for a small fit, the workers in turn: fits run at once (a parallel search) share them.
+
+    The worker after it in the turns warms up meanwhile (:func:`~dask_estimators.engine.cluster.warm_ahead`).
+    """
     workers = _workers(client)
-    return [workers[next(_TURNS) % len(workers)]]
+    turn = next(_TURNS)
+    mine = workers[turn % len(workers)]
+    warm_ahead(client, [workers[(turn + 1) % len(workers)]] if len(workers) > 1 else [], using=[mine])
+    return [mine]
 
 
 def _minimize_on_worker(placement, objective, w0, solver, tol, max_iter):

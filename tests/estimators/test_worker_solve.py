@@ -201,3 +201,39 @@ def test_solve_on_shard_runs_the_driver_over_a_local_evaluator_and_keeps_the_war
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # what it caught was not raised here
         assert solve_on_shard(shard, _driver, _Mean(), (1.0,), {"warn": True})[0] == 15.0
+
+
+def _engine_imported():
+    import sys
+
+    from dask_estimators.engine._warm import MODULES
+
+    return all(m in sys.modules for m in MODULES)
+
+
+def _tasks_run(dask_worker):
+    return dask_worker.state.executed_count
+
+
+def test_a_small_fit_warms_the_next_worker_of_a_fresh_cluster():
+    """On a cluster started without the package's preload (a plain ``Client()``), the worker the next small fit
+    goes to imports the engine while this fit runs, before any task of ours reaches it (``warm_ahead``)."""
+    import time
+
+    from distributed import Client, LocalCluster
+
+    X, y = load_iris(return_X_y=True)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        assert not any(c.run(_engine_imported).values())
+        de.LogisticRegression(max_iter=1000, client=c).fit(X, y)
+        idle = [w for w, n in c.run(_tasks_run).items() if n == 0]
+        assert len(idle) == 1  # the fit's tasks ran on the other worker
+        deadline = time.monotonic() + 120
+        while not c.run(_engine_imported, workers=idle)[idle[0]] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert c.run(_engine_imported, workers=idle)[idle[0]]
+        assert c.run(_tasks_run, workers=idle)[idle[0]] == 0  # warmed up, no task of ours ran there
+        est = de.LogisticRegression(max_iter=1000, client=c).fit(X, y)
+        assert est.fit_stats_["solved_on_worker"] is True
+        assert c.run(_tasks_run, workers=idle)[idle[0]] > 0  # the next fit ran there
