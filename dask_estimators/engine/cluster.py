@@ -360,7 +360,7 @@ def warm_ahead(client, workers, using=()) -> None:
     A small fit runs on one worker, the workers in turn.  On a cluster
     started without the package's preload (a plain ``Client()``) each
     worker's first fit imported torch and numba first: a fresh cluster's
-    first two fits took 2.4-2.5 s each (docs/performance.md).  Asked while
+    first two fits took about 2 s each (docs/performance.md).  Asked while
     a fit runs on another worker, the next one imports meanwhile.  ``using``:
     workers the caller's own tasks warm up (marked, not asked).  The
     embedded cluster's workers start warm (:mod:`._warm`): nothing is sent.
@@ -371,11 +371,26 @@ def warm_ahead(client, workers, using=()) -> None:
         known = _WARMED.setdefault(getattr(client, "id", None), set())
         cold = [w for w in workers if w not in known]
         known.update(cold, using)
-    if cold:
+    if cold and getattr(client, "status", None) == "running":
+        import asyncio
+
         from ._warm import warm_running
 
-        with contextlib.suppress(Exception):  # a worker gone, a client closing: its first task warms it
-            client.run(warm_running, False, workers=cold, wait=False)  # what the next small linear fit needs
+        # what a small linear fit needs (no networks), on the client's event loop, not waited for: the fit goes on at
+        # once, also when a worker is slow to answer (a worker gone, a client closing: its first task warms it up)
+        run = None
+        try:
+            run = client.run(warm_running, False, workers=cold, wait=False, asynchronous=True)
+            asyncio.run_coroutine_threadsafe(run, client.loop.asyncio_loop).add_done_callback(_retrieved)
+        except Exception:  # noqa: BLE001 - not sent
+            if asyncio.iscoroutine(run):
+                run.close()
+
+
+def _retrieved(future) -> None:
+    """Done callback: take a background call's outcome (an error there is the worker's first task's to report)."""
+    if not future.cancelled():
+        future.exception()
 
 
 #: client's message stream -> [fits running on it, its interval before the first] (see _prompt_sends)

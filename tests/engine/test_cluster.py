@@ -102,6 +102,21 @@ def test_send_interval_setting(client):
     assert client.scheduler_comm.interval == own
 
 
+def test_warm_ahead_asks_each_worker_once(cluster):
+    """Each worker is asked once per client; a worker that is not there and a closed client are left to their
+    first task, without an error."""
+    from dask_estimators.engine import cluster as ec
+
+    with Client(cluster.scheduler_address, set_as_default=False) as c:
+        ws = sorted(c.nthreads())
+        ec.warm_ahead(c, ws[:1], using=ws[1:])
+        assert ec._WARMED[c.id] == set(ws)
+        ec.warm_ahead(c, ws)  # known: nothing sent
+        ec.warm_ahead(c, ["tcp://127.0.0.1:9"])  # no such worker
+    ec.warm_ahead(c, ["tcp://127.0.0.1:10"])  # a closed client
+    assert ec._WARMED.pop(c.id) == {*ws, "tcp://127.0.0.1:9", "tcp://127.0.0.1:10"}
+
+
 def test_an_estimator_fit_sends_promptly(client, monkeypatch):
     from dask_estimators import LogisticRegression
     from dask_estimators.engine import placement as P
@@ -115,8 +130,9 @@ def test_an_estimator_fit_sends_promptly(client, monkeypatch):
 
     monkeypatch.setattr(P.Placement, "__init__", spy)
     own = client.scheduler_comm.interval
-    X = np.random.default_rng(0).standard_normal((60, 3))
-    y = (X[:, 0] > 0).astype(int)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 3))
+    y = (X[:, 0] + rng.standard_normal(60) > 0).astype(int)
     LogisticRegression(client=client).fit(X, y)
     assert seen == [0.001]
     assert client.scheduler_comm.interval == own
