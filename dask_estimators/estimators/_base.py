@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import os
 import time
 import warnings
 from numbers import Integral, Real
@@ -30,7 +31,7 @@ from sklearn.utils.validation import (
 
 from .._validation import assert_all_finite, classes_and_codes
 from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
-from ..engine.cluster import prestart, warm_ahead
+from ..engine.cluster import adopt_sender, prestart, sender_address, warm_ahead
 from ..engine.placement import _workers
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
@@ -269,11 +270,27 @@ class DistributedEstimator(BaseEstimator):
         return tags
 
     def __getstate__(self):
-        """Pickle without the cluster: a ``client=`` (object or address) is not part of a model."""
+        """Pickle without the cluster: a ``client=`` (object or address) is not part of a model.
+
+        An estimator not fitted yet carries the address of the scheduler its
+        fit would use in this process, and this process's id: unpickled in a
+        child of this process (the workers of a search with ``n_jobs``), its
+        fit uses the same cluster (:func:`~dask_estimators.engine.cluster.adopt_sender`).
+        """
         state = super().__getstate__()
         if state.get("client") is not None:
             state = dict(state, client=None)
+        if not any(k.endswith("_") and not k.startswith("__") for k in vars(self)):  # not fitted
+            address = sender_address(self.client)
+            if address is not None:
+                state = dict(state, _dask_estimators_sender=(address, os.getpid()))
         return state
+
+    def __setstate__(self, state):
+        sender = state.pop("_dask_estimators_sender", None) if isinstance(state, dict) else None
+        super().__setstate__(state)
+        if sender is not None:
+            adopt_sender(*sender)
 
 
 def worker_solve_below() -> int:

@@ -18,6 +18,7 @@ last test of the file closes it.
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import warnings
 
@@ -427,6 +428,41 @@ def test_grid_search_pipeline_serial(cancer, sklearn_search):
     _check_search(search, sklearn_search)
 
 
+def _tasks_run(dask_worker):
+    return dask_worker.state.executed_count
+
+
+def test_grid_search_with_n_jobs_fits_on_the_active_client(cancer, sklearn_search, client):
+    """joblib's worker processes (``n_jobs=2``, its default process backend) fit on the cluster of the process
+    that sent them the estimators, not on an embedded cluster each (adopt_sender)."""
+    before = sum(client.run(_tasks_run).values())
+    search = _search(de.LogisticRegression(), n_jobs=2).fit(*cancer)
+    _check_search(search, sklearn_search)
+    # 12 fits in joblib's processes and the refit here, each at least one task (its shard's actor) on these workers
+    assert sum(client.run(_tasks_run).values()) - before >= 13
+
+
+def test_an_unfitted_estimator_tells_a_child_process_its_cluster(client):
+    from dask_estimators.engine import cluster as ec
+
+    est = de.LogisticRegression(C=2.0)
+    state = est.__getstate__()
+    assert state["_dask_estimators_sender"] == (client.scheduler.address, os.getpid())
+    copied = pickle.loads(pickle.dumps(est))
+    assert "_dask_estimators_sender" not in vars(copied) and copied.get_params() == est.get_params()
+    assert ec._INHERITED[0] is None  # unpickled by the process that pickled it: not a child
+    ec.adopt_sender("tcp://127.0.0.1:9", os.getppid())
+    try:
+        assert ec._INHERITED[0] == "tcp://127.0.0.1:9"
+        assert ec.resolve_client() is client  # an active client still comes first
+    finally:
+        ec._INHERITED[0] = None
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 2))
+    fitted = de.LogisticRegression().fit(X, (X[:, 0] + rng.standard_normal(40) > 0).astype(int))
+    assert "_dask_estimators_sender" not in fitted.__getstate__()  # a model carries no cluster
+
+
 def _fit_in_task():
     X, y = _data("binary")
     return de.LogisticRegression().fit(X, y).coef_
@@ -612,10 +648,16 @@ def test_scheduler_address_as_client(other, spread):
 
 
 def test_unfitted_estimator_with_client_pickles_without_it(other):
+    """No client object travels; the scheduler's address does only as the sender's note to a child process
+    (adopt_sender), never as the ``client`` parameter."""
     _, c3 = _running(other)
     est = de.LogisticRegression(C=3.0, client=c3)
-    back = pickle.loads(_assert_pickle_holds_no_cluster(est))
+    blob = pickle.dumps(est)
+    assert b"distributed" not in blob
+    back = pickle.loads(blob)
     assert back.client is None and back.C == 3.0
+    assert est.__getstate__()["_dask_estimators_sender"][0] == c3.scheduler.address
+    assert "_dask_estimators_sender" not in vars(back)
 
 
 def test_clone_keeps_the_client(other):
