@@ -67,6 +67,8 @@ _LAZY = {
 
 
 _getattr, __dir__ = lazy_attributes(__name__, _LAZY)
+#: The classes whose first read has the zygote make the networks' first uses before it forks the workers.
+_NETWORKS = frozenset({"MLPClassifier", "MLPRegressor", "CharLSTM"})
 
 
 def __getattr__(name):
@@ -75,5 +77,5 @@ def __getattr__(name):
         # imports scikit-learn; once per process, and not where a client or a worker is here (engine/_zygote.py)
         from .engine import _zygote
 
-        _zygote.prewarm()
+        _zygote.prewarm(networks=name in _NETWORKS)
     return _getattr(name)

@@ -431,3 +431,42 @@ def test_forked_process_starts_its_own_zygote(tmp_path):
     assert out["code"] == 0 and out["own"] == out["child"]
     assert out["score"] > 0.95 and out["parent_score"] > 0.95
     assert out["seconds"] < 90  # not the 180 s wait for a reply that the parent's thread would have read
+
+
+ZYGOTE_NETWORKS = textwrap.dedent(
+    """\
+    import json, sys, time
+    import numpy as np
+    import dask_estimators as de
+    from dask_estimators.engine import _zygote, get_embedded_client
+
+    getattr(de, sys.argv[1])  # the first class read starts the zygote
+    rng = np.random.default_rng(0); X = rng.normal(size=(500, 3)); y = (X[:, 0] > 0).astype(int)
+    score = de.LogisticRegression().fit(X, y).score(X, y)
+    networks = _zygote._current["zygote"].networks
+    m = de.MLPClassifier(hidden_layer_sizes=(8,), max_iter=2).fit(X, y)
+
+    def warm():
+        return "torch._dynamo" in sys.modules  # torch.optim's first use imports it
+
+    client = get_embedded_client()
+    deadline = time.monotonic() + 120
+    while not all(client.run(warm).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    print("OUT " + json.dumps({"score": score, "networks": networks, "n_shards": m.fit_stats_["n_shards"],
+                               "workers": len(client.run(warm)), "warm": list(client.run(warm).values())}))
+    """
+)
+
+
+@linux_only
+@pytest.mark.parametrize("first", ["LogisticRegression", "MLPClassifier"])
+def test_the_first_class_read_decides_the_zygotes_network_warm_up(tmp_path, first):
+    """A linear model read first starts a zygote that makes the networks' first uses only while nobody waits for
+    a nanny; a network's fit then has the workers it does not use make them (warm_ahead), so every worker ends
+    warm either way."""
+    out = _run_script(tmp_path, ZYGOTE_NETWORKS, uuid.uuid4().hex, args=[first])
+    assert out["score"] > 0.95
+    assert out["networks"] is (first == "MLPClassifier")
+    assert out["workers"] >= 2 and out["n_shards"] < out["workers"]  # the small network fits on one worker
+    assert all(out["warm"])

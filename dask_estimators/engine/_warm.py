@@ -34,6 +34,12 @@ MODULES = (
 )
 
 
+#: Whether this process's warm-up makes the networks' first uses (:func:`warm_kernels`): False in a zygote
+#: started for a linear model that was asked for a nanny before it could make them (:func:`._zygote.prewarm`),
+#: and in the nannies and workers it forks.
+NETWORKS = [True]
+
+
 def _import_all() -> None:
     for name in MODULES:
         try:
@@ -112,4 +118,4 @@ def dask_setup(worker) -> None:
         The worker starting up (unused).
     """
     _import_all()
-    warm_kernels()
+    warm_kernels(NETWORKS[0])

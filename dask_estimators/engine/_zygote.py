@@ -84,7 +84,7 @@ def _has_dask_role() -> bool:
     return False
 
 
-def prewarm() -> None:
+def prewarm(networks: bool = True) -> None:
     """Start the zygote in the background, where the embedded cluster may be needed soon.
 
     Called the first time user code reads an estimator class from the package
@@ -93,6 +93,15 @@ def prewarm() -> None:
     does nothing off Linux, when switched off, inside a Dask worker, when this
     process has a client, or when a zygote already runs.  A zygote that is
     never used exits after :data:`IDLE_SECONDS`.
+
+    ``networks``: whether the zygote makes the networks' first uses before
+    it forks (:func:`._warm.warm_kernels`; about 1 s of one core, torch.optim
+    importing torch._dynamo) also when a nanny is asked for meanwhile.  The
+    package passes False when the first class read is a linear model: then
+    the zygote makes them only if no nanny is asked for by the time its other
+    imports are done.  The three-line script's first fit waited for that
+    second (docs/performance.md); a script that takes longer to reach its
+    first fit gets its networks warm as well.
 
     Examples
     --------
@@ -106,11 +115,12 @@ def prewarm() -> None:
     if os.environ.get("DASK_ESTIMATORS_PRESTART", "").strip().lower() in _OFF or not enabled() or _has_dask_role():
         return
     with contextlib.suppress(Exception):  # a zygote that cannot start: the cluster spawns its nannies itself
-        get()
+        get(networks)
 
 
-def get() -> Zygote | None:
-    """The running zygote, started now if there is none; None where zygotes are off or it could not start."""
+def get(networks: bool = True) -> Zygote | None:
+    """The running zygote, started now if there is none (``networks`` as :func:`prewarm`'s); None where zygotes
+    are off or it could not start."""
     if not enabled():
         return None
     with _lock:
@@ -118,7 +128,7 @@ def get() -> Zygote | None:
         # a process forked from ours (multiprocessing's fork) inherits the handle but not the thread that
         # reads the zygote's replies: it starts its own
         if z is None or z.dead or z.owner != os.getpid():
-            z = _current["zygote"] = Zygote()
+            z = _current["zygote"] = Zygote(networks)
         return z
 
 
@@ -189,7 +199,8 @@ class Zygote:
     >>> z.close()  # doctest: +SKIP
     """
 
-    def __init__(self):
+    def __init__(self, networks: bool = True):
+        self.networks = networks  # whether it makes the networks' first uses before it forks (prewarm)
         self._cond = threading.Condition()
         self._ids = itertools.count()
         self._pids: dict[int, int] = {}  # request id -> pid
@@ -208,7 +219,8 @@ class Zygote:
             read_fd, write_fd = os.pipe()
             env = env_with_import_path()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", _MODULE, str(os.getpid()), str(write_fd), repr(float(IDLE_SECONDS))],
+                [sys.executable, "-m", _MODULE, str(os.getpid()), str(write_fd), repr(float(IDLE_SECONDS)),
+                 "1" if self.networks else "0"],
                 stdin=subprocess.PIPE, pass_fds=(write_fd,), env=env, cwd=os.getcwd(),
             )
             os.close(write_fd)
@@ -290,8 +302,10 @@ def _pdeathsig() -> None:
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
-def _prepare() -> None:
-    """Import distributed, set the nanny's thread limits, then import the engine and warm numba (no threads)."""
+def _prepare(networks: bool = True) -> None:
+    """Import distributed, set the nanny's thread limits, then import the engine and warm numba (no threads);
+    with ``networks`` the networks' first uses too.  The nannies and workers it forks inherit what was made
+    (:data:`._warm.NETWORKS`): their preload finds it made, or leaves the networks' to their first task."""
     import dask.config
     import distributed  # noqa: F401 - its configuration defaults, and the Nanny
 
@@ -301,8 +315,16 @@ def _prepare() -> None:
             os.environ.setdefault(k, str(v))
     from . import _warm
 
+    _warm.NETWORKS[0] = networks
     _warm._import_all()
-    _warm.warm_kernels()
+    _warm.warm_kernels(networks)
+
+
+def _request_waiting() -> bool:
+    """Whether the client has written to our stdin (a request for a nanny, or its end) and we have not read it."""
+    import select
+
+    return bool(select.select([0], [], [], 0)[0])
 
 
 def _serve_forever(reply_fd: int, idle_seconds: float) -> None:
@@ -406,13 +428,20 @@ def _nanny_child(request: dict, reply_fd: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """The zygote: ``argv`` is the client's pid, the descriptor to reply on and the idle seconds before it exits."""
+    """The zygote: ``argv`` is the client's pid, the descriptor to reply on, the idle seconds before it exits and
+    whether it makes the networks' first uses ("1", the default, or "0")."""
     parent, reply_fd, idle_seconds = int(argv[0]), int(argv[1]), float(argv[2])
+    networks = argv[3:4] != ["0"]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the client decides
     _pdeathsig()
     if os.getppid() != parent:
         os._exit(1)
-    _prepare()
+    _prepare(networks)
+    if not networks and not _request_waiting():  # nobody waits for a nanny yet: the networks' first uses too
+        from . import _warm
+
+        _warm.warm_kernels(True)
+        _warm.NETWORKS[0] = True
     try:
         _serve_forever(reply_fd, idle_seconds)
     finally:

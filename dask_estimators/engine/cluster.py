@@ -436,7 +436,7 @@ def _one_blas_thread():
 _WARMED: dict = {}
 
 
-def warm_ahead(client, workers, using=()) -> None:
+def warm_ahead(client, workers, using=(), networks=False) -> None:
     """Ask ``workers`` to import the engine and load the linear kernels now, without waiting; each once per client.
 
     A small fit runs on one worker, the workers in turn.  On a cluster
@@ -446,23 +446,29 @@ def warm_ahead(client, workers, using=()) -> None:
     a fit runs on another worker, the next one imports meanwhile.  ``using``:
     workers the caller's own tasks warm up (marked, not asked).  The
     embedded cluster's workers start warm (:mod:`._warm`): nothing is sent.
+
+    With ``networks`` (a network's fit asks the workers it does not use),
+    the networks' first uses too, on the embedded cluster as well: its
+    workers start without them when the session's first estimator was a
+    linear one (:func:`._zygote.prewarm`), and a network fit takes the
+    workers in turn.
     """
-    if client is _embedded.get("client"):
+    if client is _embedded.get("client") and not networks:
         return
     with _lock:
-        known = _WARMED.setdefault(getattr(client, "id", None), set())
-        cold = [w for w in workers if w not in known]
+        known = _WARMED.setdefault((getattr(client, "id", None), networks), set())
+        cold = [w for w in workers if w not in known and w not in using]
         known.update(cold, using)
     if cold and getattr(client, "status", None) == "running":
         import asyncio
 
         from ._warm import warm_running
 
-        # what a small linear fit needs (no networks), on the client's event loop, not waited for: the fit goes on at
-        # once, also when a worker is slow to answer (a worker gone, a client closing: its first task warms it up)
+        # on the client's event loop, not waited for: the fit goes on at once, also when a worker is slow to answer
+        # (a worker gone, a client closing: its first task warms it up)
         run = None
         try:
-            run = client.run(warm_running, False, workers=cold, wait=False, asynchronous=True)
+            run = client.run(warm_running, networks, workers=cold, wait=False, asynchronous=True)
             asyncio.run_coroutine_threadsafe(run, client.loop.asyncio_loop).add_done_callback(_retrieved)
         except Exception:  # noqa: BLE001 - not sent
             if asyncio.iscoroutine(run):

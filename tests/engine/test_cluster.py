@@ -110,11 +110,11 @@ def test_warm_ahead_asks_each_worker_once(cluster):
     with Client(cluster.scheduler_address, set_as_default=False) as c:
         ws = sorted(c.nthreads())
         ec.warm_ahead(c, ws[:1], using=ws[1:])
-        assert ec._WARMED[c.id] == set(ws)
+        assert ec._WARMED[c.id, False] == set(ws)
         ec.warm_ahead(c, ws)  # known: nothing sent
         ec.warm_ahead(c, ["tcp://127.0.0.1:9"])  # no such worker
     ec.warm_ahead(c, ["tcp://127.0.0.1:10"])  # a closed client
-    assert ec._WARMED.pop(c.id) == {*ws, "tcp://127.0.0.1:9", "tcp://127.0.0.1:10"}
+    assert ec._WARMED.pop((c.id, False)) == {*ws, "tcp://127.0.0.1:9", "tcp://127.0.0.1:10"}
 
 
 def test_an_estimator_fit_sends_promptly(client, monkeypatch):

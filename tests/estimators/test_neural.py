@@ -20,6 +20,7 @@ import subprocess
 import sys
 import warnings
 
+import dask
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
@@ -1033,3 +1034,36 @@ def test_without_validation_rows_one_round_prepares_the_shards_and_gives_them_th
     calls.clear()
     _small(strategy, early_stopping=True, **kw).fit(X, y)
     assert calls == ["prepare", "set_batch_cuts"]
+
+
+def _networks_warm():
+    return "torch._dynamo" in sys.modules  # torch.optim's first use imports it
+
+
+def _tasks_run(dask_worker):
+    return dask_worker.state.executed_count
+
+
+def test_a_network_fit_warms_the_workers_it_does_not_use():
+    """On a cluster without the package's preload, a small network's fit (one worker) has the other worker make
+    the networks' first uses meanwhile, before any task of ours reaches it (warm_ahead with networks)."""
+    import time
+
+    from distributed import Client, LocalCluster
+
+    X, y = load_iris(return_X_y=True)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        assert not any(c.run(_networks_warm).values())
+        # the default choice of workers (the session's tests spread every network over both)
+        with warnings.catch_warnings(), dask.config.set({"dask-estimators.min-step-flops-per-worker": 2.5e6}):
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            est = de.MLPClassifier(hidden_layer_sizes=(8,), max_iter=2, client=c).fit(X, y)
+        assert est.fit_stats_["n_shards"] == 1
+        idle = [w for w, n in c.run(_tasks_run).items() if n == 0]
+        assert len(idle) == 1
+        deadline = time.monotonic() + 120
+        while not c.run(_networks_warm, workers=idle)[idle[0]] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert c.run(_networks_warm, workers=idle)[idle[0]]
+        assert c.run(_tasks_run, workers=idle)[idle[0]] == 0
