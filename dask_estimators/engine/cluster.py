@@ -361,15 +361,16 @@ def _close_quietly(client) -> None:
 def sender_address(client=None) -> str | None:
     """The address of the scheduler a fit with ``client`` would use in this process now, without starting one.
 
-    ``client`` as :func:`resolve_client`'s; for None, the active client's, else the running embedded cluster's;
-    None where no cluster runs yet.
+    ``client`` as :func:`resolve_client`'s; for None, this process's default client's, else the running
+    embedded cluster's; None where no cluster runs yet.  It connects nothing: inside a Dask task, where
+    ``distributed.get_client`` would connect the worker's client, only a default client counts.
     """
     try:
         if isinstance(client, str):
             return client
         if client is None:
             try:
-                client = distributed.get_client()
+                client = distributed.default_client()
             except ValueError:
                 client = _embedded.get("client") or (_INHERITED[0] and _by_address.get(_INHERITED[0]))
         if isinstance(client, distributed.Client) and client.status == "running":
