@@ -50,7 +50,7 @@ def _import_all() -> None:
 
 def warm_kernels(networks: bool = True) -> None:
     """Initialise numba's compiler and load the dense float64 kernels from their cache (about 0.3 s, once);
-    with ``networks``, also the networks' first uses (:func:`_warm_networks`, about 1 s more).
+    with ``networks``, also the networks' first uses (:func:`warm_networks`, about 1 s more).
 
     The first call of any compiled function in a process sets up numba's
     target (its registries and runtime); the first call of a kernel for a
@@ -68,18 +68,25 @@ def warm_kernels(networks: bool = True) -> None:
         _fused.value_grad(X, y, None, W, b, "binomial", 0.0, curv)
         _fused.value_grad(X, y, np.ones(2), W, b, "binomial", 0.0, curv)
         _fused.hessp(X, None, curv, W, b, "binomial")
-        if networks:
-            _warm_networks()
     except Exception:  # noqa: BLE001 - a kernel that fails here fails in its task, with its error
         return
+    if networks:
+        warm_networks()
 
 
-def _warm_networks() -> None:
+def warm_networks() -> None:
     """The networks' first uses: the MLP kernel in both dtypes (:mod:`..objectives._fused_mlp`), and torch.optim.
 
     A process's first ``torch.optim`` optimizer imports ``torch._dynamo``,
     most of a ddp fit's first-use cost on a fresh cluster (docs/performance.md).
     """
+    try:
+        _first_network_uses()
+    except Exception:  # noqa: BLE001 - what fails here fails in the fit's task, with its error
+        return
+
+
+def _first_network_uses() -> None:
     import torch
 
     from ..objectives import module as M

@@ -440,7 +440,7 @@ def main(argv: list[str]) -> None:
     if not networks and not _request_waiting():  # nobody waits for a nanny yet: the networks' first uses too
         from . import _warm
 
-        _warm.warm_kernels(True)
+        _warm.warm_networks()
         _warm.NETWORKS[0] = True
     try:
         _serve_forever(reply_fd, idle_seconds)

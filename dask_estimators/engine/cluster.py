@@ -437,7 +437,7 @@ def _one_blas_thread():
 _WARMED: dict = {}
 
 
-def warm_ahead(client, workers, using=(), networks=False) -> None:
+def warm_ahead(client, workers=None, using=(), networks=False) -> None:
     """Ask ``workers`` to import the engine and load the linear kernels now, without waiting; each once per client.
 
     A small fit runs on one worker, the workers in turn.  On a cluster
@@ -447,6 +447,8 @@ def warm_ahead(client, workers, using=(), networks=False) -> None:
     a fit runs on another worker, the next one imports meanwhile.  ``using``:
     workers the caller's own tasks warm up (marked, not asked).  The
     embedded cluster's workers start warm (:mod:`._warm`): nothing is sent.
+    ``workers=None``: every worker the scheduler has, looked up on the
+    client's event loop too, so the caller waits for no round trip.
 
     With ``networks`` (a network's fit asks the workers it does not use),
     the networks' first uses too, on the embedded cluster as well: its
@@ -456,24 +458,40 @@ def warm_ahead(client, workers, using=(), networks=False) -> None:
     """
     if client is _embedded.get("client") and not networks:
         return
+    key = (getattr(client, "id", None), networks)
+    if workers is not None:
+        workers = _mark_warmed(key, workers, using)
+        if not workers:
+            return
+    if getattr(client, "status", None) != "running":
+        return
+    import asyncio
+
+    # on the client's event loop, not waited for: the fit goes on at once, also when a worker is slow to answer
+    # (a worker gone, a client closing: its first task warms it up)
+    run = _warm_cold(client, key, workers, using)
+    try:
+        asyncio.run_coroutine_threadsafe(run, client.loop.asyncio_loop).add_done_callback(_retrieved)
+    except Exception:  # noqa: BLE001 - not sent
+        run.close()
+
+
+def _mark_warmed(key, workers, using) -> list:
+    """Record ``workers`` and ``using`` as warm (or asked) under ``key``; the ones not recorded before, not in ``using``."""
     with _lock:
-        known = _WARMED.setdefault((getattr(client, "id", None), networks), set())
+        known = _WARMED.setdefault(key, set())
         cold = [w for w in workers if w not in known and w not in using]
         known.update(cold, using)
-    if cold and getattr(client, "status", None) == "running":
-        import asyncio
+    return cold
 
-        from ._warm import warm_running
 
-        # on the client's event loop, not waited for: the fit goes on at once, also when a worker is slow to answer
-        # (a worker gone, a client closing: its first task warms it up)
-        run = None
-        try:
-            run = client.run(warm_running, networks, workers=cold, wait=False, asynchronous=True)
-            asyncio.run_coroutine_threadsafe(run, client.loop.asyncio_loop).add_done_callback(_retrieved)
-        except Exception:  # noqa: BLE001 - not sent
-            if asyncio.iscoroutine(run):
-                run.close()
+async def _warm_cold(client, key, workers, using) -> None:
+    from ._warm import warm_running
+
+    if workers is None:
+        workers = _mark_warmed(key, await client.scheduler.ncores(), using)
+    if workers:
+        await client.run(warm_running, key[1], workers=workers, wait=False, asynchronous=True)
 
 
 def _retrieved(future) -> None:

@@ -21,6 +21,7 @@ import distributed
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, _fit_context
+from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
     _check_sample_weight,
@@ -280,7 +281,7 @@ class DistributedEstimator(BaseEstimator):
         state = super().__getstate__()
         if state.get("client") is not None:
             state = dict(state, client=None)
-        if not any(k.endswith("_") and not k.startswith("__") for k in vars(self)):  # not fitted
+        if not _is_fitted(self):
             address = sender_address(self.client)
             if address is not None:
                 state = dict(state, _dask_estimators_sender=(address, os.getpid()))
@@ -291,6 +292,15 @@ class DistributedEstimator(BaseEstimator):
         super().__setstate__(state)
         if sender is not None:
             adopt_sender(*sender)
+
+
+def _is_fitted(estimator) -> bool:
+    """scikit-learn's own rule (``check_is_fitted``, so ``__sklearn_is_fitted__`` counts), as a bool."""
+    try:
+        check_is_fitted(estimator)
+    except NotFittedError:
+        return False
+    return True
 
 
 def worker_solve_below() -> int:

@@ -36,7 +36,6 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..engine import DistributedEvaluator, client_context, place, workers_per_gpu, workers_worth
 from ..engine.cluster import warm_ahead
-from ..engine.placement import _workers
 from ..objectives import module as M
 from ..objectives import targets as T
 from ..optim.progress import check_progress
@@ -341,7 +340,7 @@ class _BaseMLP(DistributedEstimator):
                             progress=self.progress, callbacks=client_callbacks, spec=spec)
         try:
             # the workers this fit does not use make the networks' first uses meanwhile, for the next fit
-            warm_ahead(placement.client, _workers(placement.client), using=placement.workers, networks=True)
+            warm_ahead(placement.client, using=placement.workers, networks=True)
             res, round_stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state, progress,
                                                   callbacks=loop_callbacks)
             stats.update(round_stats)

@@ -117,6 +117,27 @@ def test_warm_ahead_asks_each_worker_once(cluster):
     assert ec._WARMED.pop((c.id, False)) == {*ws, "tcp://127.0.0.1:9", "tcp://127.0.0.1:10"}
 
 
+def test_warm_ahead_looks_the_workers_up_off_the_callers_path(cluster):
+    """``workers=None``: the scheduler's workers are looked up on the client's event loop (the caller returns
+    at once), and every one but ``using`` is asked; asked again, none is."""
+    from dask_estimators.engine import cluster as ec
+
+    with Client(cluster.scheduler_address, set_as_default=False) as c:
+        ws = sorted(c.nthreads())
+        sent = []
+        real_run = c.run
+        c.run = lambda *a, **kw: sent.append(kw["workers"]) or real_run(*a, **kw)
+        ec.warm_ahead(c, using=ws[:1], networks=True)
+        deadline = time.monotonic() + 10
+        while ec._WARMED.get((c.id, True)) != set(ws) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ec._WARMED[c.id, True] == set(ws)
+        ec.warm_ahead(c, networks=True)
+        time.sleep(0.2)
+        assert sent == [ws[1:]]
+    ec._WARMED.pop((c.id, True))
+
+
 def test_an_estimator_fit_sends_promptly(client, monkeypatch):
     from dask_estimators import LogisticRegression
     from dask_estimators.engine import placement as P

@@ -462,6 +462,12 @@ def test_an_unfitted_estimator_tells_a_child_process_its_cluster(client):
     fitted = de.LogisticRegression().fit(X, (X[:, 0] + rng.standard_normal(40) > 0).astype(int))
     assert "_dask_estimators_sender" not in fitted.__getstate__()  # a model carries no cluster
 
+    class Declared(de.LogisticRegression):  # fitted by scikit-learn's rule, through __sklearn_is_fitted__
+        def __sklearn_is_fitted__(self):
+            return True
+
+    assert "_dask_estimators_sender" not in Declared().__getstate__()
+
 
 def _fit_in_task():
     X, y = _data("binary")
