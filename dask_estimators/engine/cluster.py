@@ -477,7 +477,8 @@ def warm_ahead(client, workers=None, using=(), networks=False) -> None:
 
 
 def _mark_warmed(key, workers, using) -> list:
-    """Record ``workers`` and ``using`` as warm (or asked) under ``key``; the ones not recorded before, not in ``using``."""
+    """Record ``workers`` and ``using`` as warm (or asked) under ``key``; returns the ``workers`` not recorded
+    before, nor in ``using``."""
     with _lock:
         known = _WARMED.setdefault(key, set())
         cold = [w for w in workers if w not in known and w not in using]

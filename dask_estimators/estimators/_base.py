@@ -356,9 +356,21 @@ def _minimize_on_worker(placement, objective, w0, solver, tol, max_iter):
         solve_on_shard, minimize, objective.with_evaluator(None), (w0,),
         {"solver": solver, "tol": tol, "max_iter": max_iter}, (UserWarning, LinAlgWarning),
     )[0]
-    for category, message in caught:
-        warnings.warn(message, category, stacklevel=3)  # where the driver's own points: fit
+    warn_again(caught, stacklevel=3)  # where the driver's own points: fit
     return OptimizeResult(res), stats  # the task's result came back as a plain dict
+
+
+def warn_again(caught, stacklevel=2) -> None:
+    """Raise here the ``(category, message)`` warnings a task caught on a worker (``solve_on_shard``'s), a
+    :class:`~dask_estimators.optim.scipy_driver.ConvergenceNote` (raised where scikit-learn was not imported)
+    as scikit-learn's ``ConvergenceWarning``."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    from ..optim.scipy_driver import ConvergenceNote
+
+    for category, message in caught:
+        warnings.warn(message, ConvergenceWarning if category is ConvergenceNote else category,
+                      stacklevel=stacklevel + 1)
 
 
 class DistributedLinearModel(_CallbackSupport, DistributedEstimator):

@@ -9,6 +9,12 @@ each shard its rows' roles once.  Every fold model is a fit on the same
 shards with the held-out rows weighted zero; the held-out scores are sums
 computed on the workers and tree-summed; the final refit uses the same
 shards again.
+
+A small search (under ``dask-estimators.worker-solve-below`` stored values
+times outputs, as a small fit) places its data on one worker and runs its
+paths and held-out sums there in one task, and its refit in a second one:
+hundreds of evaluations without a round trip each
+(:mod:`dask_estimators.optim.cv_paths`, which imports no scikit-learn there).
 """
 
 from __future__ import annotations
@@ -29,11 +35,19 @@ from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, proces
 
 from ..engine import DistributedEvaluator, client_context, place
 from ..engine.cluster import prestart
-from ..objectives import LinearObjective, LinearSpec
+from ..objectives import LinearSpec
 from ..objectives import cv as CV
 from ..optim import SOLVERS, minimize
-from ..optim.batched import minimize_many
-from ._base import DistributedLinearModel, _check_block, input_float_dtype
+from ..optim.cv_paths import FoldProblem, Penalties, paths_and_heldout
+from ._base import (
+    _check_block,
+    _minimize_on_worker,
+    _one_worker,
+    input_float_dtype,
+    stored_values,
+    warn_again,
+    worker_solve_below,
+)
 from .linear import LinearRegression, LogisticRegression
 
 __all__ = ["LogisticRegressionCV", "LinearRegressionCV"]
@@ -45,26 +59,14 @@ _GRAM_MAX_FEATURES = 1024
 _WORKER_SCORERS = {"accuracy": ("accuracy", 1.0), "neg_log_loss": ("log_loss", -1.0)}
 
 
-class _Search:
-    """What one search keeps while its data is placed: the evaluator, the model's spec, the splits' sums."""
+class _Search(FoldProblem):
+    """What one search keeps while its data is placed: the placement and its evaluator, the splits' sums, and
+    whether its paths run in one task on the worker of its one shard (``on_worker``)."""
 
     def __init__(self, placement, evaluator, spec, sums, n_splits):
-        self.placement, self.evaluator, self.spec = placement, evaluator, spec
-        self.full_sums, self.fold_sums = sums[0], sums[1:]
-        self.n_splits = n_splits
-
-    def objective(self, k):
-        """The normalised objective of split k's training rows (k None: all rows); penalties set by the caller."""
-        evaluate = functools.partial(_on_fold, self.evaluator, k)
-        sums = self.full_sums if k is None else self.fold_sums[k]
-        return LinearObjective(evaluate, self.spec, weight_sums=tuple(sums))
-
-    def heldout(self, k, ws, metric):
-        return np.asarray(self.evaluator(CV.heldout_sums, k, np.asarray(ws, dtype=np.float64), self.spec, metric))
-
-
-def _on_fold(evaluator, k, kernel, *args):
-    return evaluator(CV.on_fold, k, kernel, *args)
+        super().__init__(evaluator, spec, sums, n_splits)
+        self.placement, self.evaluator, self.n_samples = placement, evaluator, placement.n_samples
+        self.on_worker, self.worker_stats = False, []
 
 
 class _PlacedSearchMixin:
@@ -157,10 +159,11 @@ class _PlacedSearchMixin:
             classes, codes = labels
             classes = self._check_classes(classes)
             y_placed = np.searchsorted(classes, y) if codes is None else codes
+        on_worker = self._searches_on_worker(X, classes, on_workers)
         with client_context(self.client) as client:
             placement = place(
                 client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
-                timeout=self.timeout,
+                workers=_one_worker(client) if on_worker else None, timeout=self.timeout,
             )
             try:
                 n_classes, class_weight = None, None
@@ -184,10 +187,15 @@ class _PlacedSearchMixin:
                     score_params["sample_weight"] = sample_weight
                 search.score_params = score_params
                 search.sparse = sp.issparse(getattr(X, "_meta", X))
+                search.on_worker = on_worker and len(placement.shards) == 1
                 self._search(search)
                 stats = evaluator.stats.as_dict()
                 stats.update(n_shards=len(placement.shards), rows_per_shard=list(placement.n_rows),
-                             weight_sum=float(search.full_sums[0]), n_splits=n_splits)
+                             weight_sum=float(search.full_sums[0]), n_splits=n_splits,
+                             solved_on_worker=search.on_worker)
+                if search.on_worker:  # the search's evaluations, made on the worker
+                    stats.update(evaluations_on_worker=sum(s["rounds"] for s in search.worker_stats),
+                                 seconds_on_worker=sum(s["seconds"] for s in search.worker_stats))
             finally:
                 placement.release()
         if self._keeps_float32 and dtype == np.float32:
@@ -197,6 +205,22 @@ class _PlacedSearchMixin:
             )
         self.fit_stats_ = stats
         return self
+
+    def _searches_on_worker(self, X, classes, scores_on_workers) -> bool:
+        """Whether the whole search runs in one task on one worker: a small problem, as a small fit's
+        (``DistributedLinearModel._solves_on_worker``), scored on the workers, without a ``timeout``.
+
+        Its evaluations take less than a round trip: one per evaluation of
+        every split's path would cost more than the work it spreads (a
+        search makes hundreds).
+        """
+        if self.timeout is not None or not scores_on_workers:
+            return False
+        values = stored_values(X)
+        if values is None:
+            return False
+        outputs = len(classes) if classes is not None and len(classes) > 2 else 1
+        return values * outputs < worker_solve_below()
 
     #: Whether held-out rows are scored by ``scoring`` (else: the mean squared error, on the workers).
     _has_scorer = False
@@ -231,36 +255,34 @@ class _PlacedSearchMixin:
         placement.map_each(CV.set_roles, [(roles[:, CV._positions(r)],) for r in ranges])
         return len(splits)
 
-    def _fold_paths(self, search, penalties, grid, folds):
-        """Each split's regularisation path: the parameters and iterations at every grid point, warm-started.
+    def _paths(self, search, paths, metric):
+        """Every split's regularisation path for each ``(penalties, grid)`` of ``paths`` (one per ``l1_ratio``),
+        warm-started along the grid, and with ``metric`` each fit's held-out sums
+        (:func:`~dask_estimators.optim.cv_paths.paths_and_heldout`, whose arrays this returns).
 
-        ``grid`` lists the grid points in path order; ``penalties(point, sw_sum)``
-        gives (l2, l1).  Returns ``(coefs (n_folds, n_points, n_params), n_iter (n_folds, n_points))``.
+        A small search (``search.on_worker``) runs them in one task on its shard's
+        worker; the warnings raised there that the solvers raise on the client
+        (as :func:`._base._minimize_on_worker` keeps them) are raised here.
         """
         n_params = search.spec.n_params
-        coefs = np.zeros((len(folds), len(grid), n_params))
-        n_iter = np.zeros((len(folds), len(grid)), dtype=np.int32)
-        objectives = [search.objective(k) for k in folds]
-        solvers = [self._resolved_solver(n_params, penalties(p, 1.0)[1]) for p in grid]
-        if self._batched(solvers, search.spec):
-            w = np.zeros((len(folds), n_params))
-            for j, point in enumerate(grid):
-                for obj in objectives:
-                    obj.l2, obj.l1 = penalties(point, obj.sw_sum)
-                results = minimize_many(search.evaluator, search.spec, folds, objectives, w, tol=self.tol,
-                                        max_iter=self.max_iter)
-                for i, res in enumerate(results):
-                    coefs[i, j], n_iter[i, j] = res.x, res.nit
-                w = coefs[:, j].copy()
-            return coefs, n_iter
-        for i, obj in enumerate(objectives):
-            w = np.zeros(n_params)
-            for j, point in enumerate(grid):
-                obj.l2, obj.l1 = penalties(point, obj.sw_sum)
-                res = minimize(obj, w, solver=solvers[j], tol=self.tol, max_iter=self.max_iter)
-                coefs[i, j], n_iter[i, j] = res.x, res.nit
-                w = res.x
-        return coefs, n_iter
+        plan = []
+        for penalties, grid in paths:
+            solvers = [self._resolved_solver(n_params, penalties(p, 1.0)[1]) for p in grid]
+            plan.append((penalties, list(grid), solvers, self._batched(solvers, search.spec)))
+        kwargs = {"tol": self.tol, "max_iter": self.max_iter}
+        if not search.on_worker:
+            return paths_and_heldout(search, plan, metric, **kwargs)
+        from scipy.linalg import LinAlgWarning
+
+        from ..engine import solve_on_shard
+
+        out, stats, caught = search.placement.map(
+            solve_on_shard, paths_and_heldout, search.with_evaluator(None), (plan, metric), kwargs,
+            (UserWarning, LinAlgWarning),
+        )[0]
+        search.worker_stats.append(stats)
+        warn_again(caught, stacklevel=4)
+        return out
 
     def _batched(self, solvers, spec):
         """The splits' paths run in lockstep (one pass over X per round for all splits) with L-BFGS.
@@ -279,7 +301,11 @@ class _PlacedSearchMixin:
         obj = search.objective(None)
         obj.l2, obj.l1 = penalties(point, obj.sw_sum)
         solver = self._resolved_solver(search.spec.n_params, obj.l1)
-        res = minimize(obj, w0, solver=solver, tol=self.tol, max_iter=self.max_iter)
+        if search.on_worker:
+            res, stats = _minimize_on_worker(search.placement, obj, w0, solver, self.tol, self.max_iter)
+            search.worker_stats.append(stats)
+        else:
+            res = minimize(obj, w0, solver=solver, tol=self.tol, max_iter=self.max_iter)
         self.solver_ = solver
         return res
 
@@ -504,31 +530,23 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         spec, Cs, l1s = search.spec, self.Cs_, self._l1
         n_folds, n_cs, n_l1 = search.n_splits, len(Cs), len(l1s)
         K, d = spec.n_outputs, spec.n_features
-        coefs = np.zeros((n_folds, n_cs, n_l1, spec.n_params))
-        n_iter = np.zeros((n_folds, n_cs, n_l1), dtype=np.int32)
-        scores = np.zeros((n_folds, n_cs, n_l1))
-        folds = list(range(n_folds))
-        for m, l1r in enumerate(l1s):
-            def penalties(C, sw_sum, l1r=l1r):
-                scale = 1.0 / (C * sw_sum)
-                return (1.0 - l1r) * scale, l1r * scale
-
-            paths, iters = self._fold_paths(search, penalties, list(Cs), folds)
-            coefs[:, :, m], n_iter[:, :, m] = paths, iters
-            for k in folds:
-                scores[k, :, m] = self._scores(search, k, paths[k])
+        metric, sign = _WORKER_SCORERS[self.scoring or "accuracy"] if search.scores_on_workers else (None, 1.0)
+        paths, iters, sums = self._paths(search, [(Penalties("C", l1r), Cs) for l1r in l1s], metric)
+        # (n_l1, n_folds, n_cs, ...) -> (n_folds, n_cs, n_l1, ...)
+        coefs, n_iter = np.moveaxis(paths, 0, 2), np.moveaxis(iters, 0, 2)
+        if sums is not None:
+            scores = np.moveaxis(sign * sums[..., 0] / sums[..., 1], 0, 2)
+        else:
+            scores = np.zeros((n_folds, n_cs, n_l1))
+            for k in range(n_folds):
+                for m in range(n_l1):
+                    scores[k, :, m] = self._scores_on_client(search, k, coefs[k, :, m])
         if self.refit:
             total = scores.sum(axis=0)
             i, m = np.unravel_index(np.argmax(total), total.shape)
             C_, l1_ratio_ = Cs[i], l1s[m]
             w0 = coefs[:, i, m].mean(axis=0)
-            l1r = l1_ratio_
-
-            def penalties(C, sw_sum):
-                scale = 1.0 / (C * sw_sum)
-                return (1.0 - l1r) * scale, l1r * scale
-
-            res = self._refit(search, penalties, C_, w0)
+            res = self._refit(search, Penalties("C", l1_ratio_), C_, w0)
             w = res.x
         else:
             flat = scores.reshape(n_folds, -1).argmax(axis=1)
@@ -561,12 +579,8 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         self.scores_ = {c: (scores[:, :, 0] if drop else scores).copy() for c in keys}
         self.n_iter_ = (n_iter[:, :, 0] if drop else n_iter)[None, ...]
 
-    def _scores(self, search, k, path):
-        """Held-out scores of split k for each point of its path."""
-        if search.scores_on_workers:
-            metric, sign = _WORKER_SCORERS[self.scoring or "accuracy"]
-            sums = search.heldout(k, path, metric)
-            return sign * sums[:, 0] / sums[:, 1]
+    def _scores_on_client(self, search, k, path):
+        """Held-out scores of split k for each point of its path, by ``scoring`` on the client."""
         from sklearn.linear_model import LogisticRegression as SkLR
         from sklearn.metrics import get_scorer
 
@@ -815,27 +829,14 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         return self.solver == "auto" and not search.sparse and self.n_features_in_ <= _GRAM_MAX_FEATURES
 
     def _fold_paths_mse(self, search, l1s, alphas, moments):
-        """The splits' paths by the solvers, one distributed round per evaluation; held-out errors on the workers."""
-        folds = list(range(search.n_splits))
-        mse = np.zeros((len(l1s), alphas.shape[1], len(folds)))
-        paths = []
-        for m, l1r in enumerate(l1s):
-            def penalties(alpha, sw_sum, l1r=l1r):
-                return alpha * (1.0 - l1r), alpha * l1r
-
-            coefs, _ = self._fold_paths(search, penalties, list(alphas[m]), folds)
-            paths.append(coefs)
-            for k in folds:
-                sums = search.heldout(k, coefs[k], "squared_error")
-                mse[m, :, k] = sums[:, 0] / sums[:, 1]
+        """The splits' paths by the solvers, one distributed round per evaluation (or all in one task on the
+        worker of a small search's one shard); held-out errors on the workers."""
+        paths, _, sums = self._paths(search, [(Penalties("alpha", l1r), alphas[m]) for m, l1r in enumerate(l1s)],
+                                     "squared_error")
+        mse = np.swapaxes(sums[..., 0] / sums[..., 1], 1, 2)  # (n_l1, n_alphas, n_folds)
 
         def refit(m, i):
-            l1r = l1s[m]
-
-            def penalties(alpha, sw_sum):
-                return alpha * (1.0 - l1r), alpha * l1r
-
-            res = self._refit(search, penalties, alphas[m, i], paths[m][:, i].mean(axis=0))
+            res = self._refit(search, Penalties("alpha", l1s[m]), alphas[m, i], paths[m][:, i].mean(axis=0))
             return res.x, res.nit
 
         return mse, refit
@@ -913,7 +914,7 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         """Splits given on the client whose training and held-out rows do not cover every row."""
         if search.splits is None:
             return []
-        n = search.placement.n_samples
+        n = search.n_samples
         return [k for k, (train, test) in enumerate(search.splits)
                 if np.union1d(np.asarray(train), np.asarray(test)).size < n]
 

@@ -515,10 +515,24 @@ def check_solver(solver: str, *, l1: float, n_params: int, positive: bool = Fals
     return info
 
 
+class ConvergenceNote(UserWarning):
+    """The solvers' ``ConvergenceWarning`` in a process that has not imported scikit-learn (a worker running a
+    small fit's or search's solver): the client raises it again as scikit-learn's (``solve_on_shard``'s
+    callers, :func:`dask_estimators.estimators._base.warn_again`)."""
+
+
 def _convergence_warning():
-    """scikit-learn's ``ConvergenceWarning``, imported only when a warning is raised: this module also runs on
-    workers (a small fit's solver, and engine.ddp through optim), where importing scikit-learn would weigh on
-    a fit's first task (docs/performance.md)."""
+    """scikit-learn's ``ConvergenceWarning`` where scikit-learn is imported, else :class:`ConvergenceNote`.
+
+    This module also runs on workers (a small fit's solver, a small search's
+    paths, and engine.ddp through optim), which do not import scikit-learn:
+    importing it for a warning would cost a worker's first unconverged fit
+    about 0.65 s (docs/performance.md).
+    """
+    import sys
+
+    if "sklearn" not in sys.modules:
+        return ConvergenceNote
     from sklearn.exceptions import ConvergenceWarning
 
     return ConvergenceWarning

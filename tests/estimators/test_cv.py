@@ -29,6 +29,10 @@ from dask_estimators.engine import Shard
 from dask_estimators.estimators import cv as cv_module
 from dask_estimators.objectives import cv as CV
 
+# the searches here spread their data over every worker, one distributed round per evaluation, as large ones do;
+# a small search's paths on one worker are tests/estimators/test_worker_solve.py's
+pytestmark = pytest.mark.usefixtures("spread")
+
 TIGHT = dict(tol=1e-10, max_iter=1000)
 CS = [0.01, 0.1, 1.0, 10.0]
 

@@ -18,13 +18,15 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.datasets import load_breast_cancer, load_iris
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import StandardScaler
 
 import dask_estimators as de
 from dask_estimators.engine import Shard, solve_on_shard
-from dask_estimators.estimators._base import worker_solve_below
+from dask_estimators.estimators._base import warn_again, worker_solve_below
+from dask_estimators.optim.scipy_driver import ConvergenceNote
 
 ROUNDS = {"dask-estimators.worker-solve-below": 0}
 
@@ -237,3 +239,135 @@ def test_a_small_fit_warms_the_next_worker_of_a_fresh_cluster():
         est = de.LogisticRegression(max_iter=1000, client=c).fit(X, y)
         assert est.fit_stats_["solved_on_worker"] is True
         assert c.run(_tasks_run, workers=idle)[idle[0]] > 0  # the next fit ran there
+
+
+# ------------------------------------------------------------------ a small cross-validated search
+GRID = [0.01, 0.1, 1.0]  # well-conditioned points: larger C on nearly separable data amplifies the summation order
+CV_SEARCHES = {
+    "binary-batched": (lambda: de.LogisticRegressionCV(Cs=GRID, tol=1e-8, max_iter=500), "cancer"),
+    "binary-sequential-newton": (lambda: de.LogisticRegressionCV(Cs=GRID, solver="newton-cholesky", tol=1e-8,
+                                                                 path_method="sequential"), "cancer"),
+    "multinomial-weighted": (lambda: de.LogisticRegressionCV(Cs=GRID, cv=4, class_weight="balanced", tol=1e-8,
+                                                             max_iter=500), "iris"),
+    "elastic-net-no-refit": (lambda: de.LogisticRegressionCV(Cs=GRID, l1_ratios=[0.0, 0.5], refit=False,
+                                                             tol=1e-8, max_iter=500, use_legacy_attributes=False),
+                             "cancer"),
+    "log-loss-splitter": (lambda: de.LogisticRegressionCV(Cs=GRID, scoring="neg_log_loss", tol=1e-8, max_iter=500,
+                                                          cv=StratifiedKFold(3, shuffle=True, random_state=0)),
+                          "cancer"),
+    "enet-paths": (lambda: de.LinearRegressionCV(alphas=4, l1_ratio=[0.5, 1.0], solver="lbfgs", tol=1e-10,
+                                                 max_iter=1000), "diabetes"),
+}
+
+
+def _data(name, cancer):
+    if name == "cancer":
+        return cancer
+    if name == "iris":
+        return load_iris(return_X_y=True)
+    X, y = load_diabetes(return_X_y=True)
+    return X, y / 100.0
+
+
+@pytest.mark.parametrize("case", list(CV_SEARCHES))
+def test_a_small_search_runs_its_paths_on_one_worker_as_the_rounds_do(case, cancer):
+    """The splits' paths, the held-out sums and the refit in tasks on one worker: the same search, attribute
+    for attribute, as one distributed round per evaluation over every worker."""
+    make, data = CV_SEARCHES[case]
+    X, y = _data(data, cancer)
+    sw = np.linspace(0.5, 2.0, len(y))
+    est = make().fit(X, y, sample_weight=sw)
+    ref = _rounds(make, X, y, sample_weight=sw)
+    stats = est.fit_stats_
+    assert stats["solved_on_worker"] is True and stats["n_shards"] == 1
+    assert stats["rounds"] == (1 if data == "diabetes" else 0)  # LinearRegressionCV's alpha grid: one round of sums
+    assert stats["evaluations_on_worker"] > 20
+    assert ref.fit_stats_["solved_on_worker"] is False and ref.fit_stats_["n_shards"] == 2
+    fitted = sorted(k for k in vars(ref) if k.endswith("_") and k != "fit_stats_")
+    assert fitted == sorted(k for k in vars(est) if k.endswith("_") and k != "fit_stats_")
+    for name in fitted:
+        a, b = getattr(est, name), getattr(ref, name)
+        for key in (a if isinstance(a, dict) else [None]):
+            x, r = (a, b) if key is None else (a[key], b[key])
+            if np.asarray(x).dtype.kind == "f":
+                np.testing.assert_allclose(x, r, rtol=1e-5, atol=1e-6, err_msg=name)
+            elif name.startswith("n_iter"):  # at tol=1e-8 the iterations follow the summation order's rounding
+                assert np.shape(x) == np.shape(r) and np.min(x) >= 1
+            else:
+                np.testing.assert_array_equal(x, r, err_msg=name)
+    if data == "diabetes":
+        np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=1e-6)
+    else:
+        np.testing.assert_array_equal(est.predict(X), ref.predict(X))
+
+
+def test_a_small_search_finds_scikit_learns_hyperparameters(cancer):
+    from sklearn.linear_model import LogisticRegressionCV
+
+    X, y = cancer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (ConvergenceWarning, FutureWarning))
+        est = de.LogisticRegressionCV(tol=1e-8, max_iter=1000).fit(X, y)
+        ref = LogisticRegressionCV(tol=1e-8, max_iter=1000).fit(X, y)
+    assert est.fit_stats_["solved_on_worker"] is True
+    np.testing.assert_array_equal(est.C_, ref.C_)
+    np.testing.assert_allclose(est.scores_[1], ref.scores_[1], atol=1e-12)  # accuracies: counts of rows
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-3, atol=1e-4)
+
+
+def test_a_small_search_scored_on_the_client_keeps_its_rounds(cancer):
+    X, y = cancer
+    est = de.LogisticRegressionCV(Cs=3, scoring="roc_auc").fit(X, y)
+    assert est.fit_stats_["solved_on_worker"] is False and est.fit_stats_["rounds"] > 0
+    assert de.LogisticRegressionCV(Cs=3, timeout=60).fit(X, y).fit_stats_["solved_on_worker"] is False
+
+
+def test_a_small_searchs_tasks_need_no_scikit_learn_on_the_worker(cancer, monkeypatch):
+    """What the search sends its worker unpickles and runs in a process that has imported the engine's modules
+    alone, without importing scikit-learn (about 0.65 s a worker would pay at its first search)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from dask_estimators.engine.placement import Placement
+
+    sent, real_map = [], Placement.map
+
+    def recording_map(self, fn, *args):
+        if fn is solve_on_shard:
+            sent.append(pickle.dumps(args))
+        return real_map(self, fn, *args)
+
+    monkeypatch.setattr(Placement, "map", recording_map)
+    X, y = cancer
+    with pytest.warns(ConvergenceWarning):  # C = 1e4 within 100 iterations: the warning's path too
+        est = de.LogisticRegressionCV(Cs=3).fit(X, y)
+    assert est.fit_stats_["solved_on_worker"] is True and len(sent) == 2  # the paths, the refit
+    shard = Shard({"X": X, "y": y}, device="cpu")
+    code = (
+        "import pickle, sys\n"
+        "from dask_estimators.engine import _warm, solve_on_shard\n"
+        "from dask_estimators.objectives import cv as CV\n"
+        "_warm._import_all()\n"
+        "shard, paths_task, refit_task = pickle.loads(sys.stdin.buffer.read())\n"
+        "CV.assign_kfold(shard, [(0, shard.n_rows)], shard.n_rows, 5)\n"
+        "CV.prepare(shard, 'binomial', 1, None)\n"
+        "assert 'sklearn' not in sys.modules\n"
+        "(coefs, _, _), _, caught = solve_on_shard(shard, *pickle.loads(paths_task))\n"
+        "x = solve_on_shard(shard, *pickle.loads(refit_task))[0]['x']\n"
+        "assert 'sklearn' not in sys.modules, 'imported'\n"
+        "print(coefs.shape, x.shape, {c.__name__ for c, _ in caught})\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps((shard, *sent)), capture_output=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert out.stdout.decode().split() == ["(1,", "5,", "3,", "31)", "(31,)", "{'ConvergenceNote'}"]
+    with pytest.warns(ConvergenceWarning, match="from a worker"):  # the client raises it as scikit-learn's
+        warn_again([(ConvergenceNote, "from a worker")])
+
+
+def test_a_small_searchs_warnings_reach_the_client(cancer):
+    X, y = cancer
+    with pytest.warns(ConvergenceWarning, match="lbfgs failed to converge"):
+        est = de.LogisticRegressionCV(Cs=3, max_iter=2).fit(X, y)
+    assert est.fit_stats_["solved_on_worker"] is True and est.n_iter_.max() == 2
