@@ -196,20 +196,33 @@ def _pack_host(spec: LinearSpec, gW, gb):
     return spec.pack(torch.from_numpy(gW), torch.from_numpy(gb))
 
 
+def _pack_numpy(spec: LinearSpec, gW, gb):
+    """:func:`_pack_host` kept in NumPy: the kernel's result as the worker returns it (no tensor to make and
+    convert back, some microseconds of a small fit's evaluation)."""
+    base = gW.base
+    if (spec.fit_intercept and base is not None and base is gb.base and base.ndim == 1
+            and base.size == gW.size + gb.size and gW.ctypes.data == base.ctypes.data
+            and gb.ctypes.data == base.ctypes.data + gW.nbytes):
+        return base
+    return np.concatenate((gW.reshape(-1), gb)) if spec.fit_intercept else gW.reshape(-1)
+
+
 def value_grad(shard, w, spec: LinearSpec):
-    """Kernel: ``(sum_i s_i loss_i, d/dw of that sum)``; keeps the curvature on the worker for ``hessp``/``hess``."""
+    """Kernel: ``(sum_i s_i loss_i, d/dw of that sum)``; keeps the curvature on the worker for ``hessp``/``hess``.
+
+    The numba path returns a float and a NumPy array (what the worker sends back), the torch path tensors.
+    """
     X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
-    W, b = spec.unpack(w)
     if _use_fused(X, spec):
         curv = shard.cache.get("linear_curv")  # the last point's buffer: a fresh 4 MB (1M rows) page-faults
         if curv is None or curv.shape != (X.shape[0], spec.n_outputs) or curv.dtype != X.dtype:
             curv = torch.empty((X.shape[0], spec.n_outputs), dtype=X.dtype)
+        W, b = spec.unpack(w.numpy() if isinstance(w, torch.Tensor) else np.asarray(w, dtype=np.float64))
         kernel = _fused.csr_value_grad if is_sparse(X) else _fused.value_grad
-        total, gW, gb = kernel(
-            *_fused_args(X), y.numpy(), _host(s), W.numpy(), _host(b), spec.loss, spec.epsilon, curv.numpy()
-        )
+        total, gW, gb = kernel(*_fused_args(X), y.numpy(), _host(s), W, b, spec.loss, spec.epsilon, curv.numpy())
         shard.cache["linear_curv"] = curv
-        return torch.tensor(total, dtype=X.dtype), _pack_host(spec, gW, gb)
+        return float(total), _pack_numpy(spec, gW, gb)
+    W, b = spec.unpack(w)
     loss_fn = spec.get_loss()
     K = spec.n_outputs
     gW = torch.zeros(K, X.shape[1], dtype=X.dtype, device=X.device)

@@ -244,7 +244,9 @@ def test_a_small_fit_warms_the_next_worker_of_a_fresh_cluster():
 # ------------------------------------------------------------------ a small cross-validated search
 GRID = [0.01, 0.1, 1.0]  # well-conditioned points: larger C on nearly separable data amplifies the summation order
 CV_SEARCHES = {
-    "binary-batched": (lambda: de.LogisticRegressionCV(Cs=GRID, tol=1e-8, max_iter=500), "cancer"),
+    "binary-auto": (lambda: de.LogisticRegressionCV(Cs=GRID, tol=1e-8, max_iter=500), "cancer"),
+    "binary-batched": (lambda: de.LogisticRegressionCV(Cs=GRID, tol=1e-8, max_iter=500, path_method="batched"),
+                       "cancer"),
     "binary-sequential-newton": (lambda: de.LogisticRegressionCV(Cs=GRID, solver="newton-cholesky", tol=1e-8,
                                                                  path_method="sequential"), "cancer"),
     "multinomial-weighted": (lambda: de.LogisticRegressionCV(Cs=GRID, cv=4, class_weight="balanced", tol=1e-8,
@@ -299,6 +301,23 @@ def test_a_small_search_runs_its_paths_on_one_worker_as_the_rounds_do(case, canc
         np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=1e-6)
     else:
         np.testing.assert_array_equal(est.predict(X), ref.predict(X))
+
+
+def test_auto_runs_a_small_one_worker_searchs_paths_one_after_the_other():
+    """``path_method="auto"``: lockstep for one-output models, except on one worker under 2**18 stored values."""
+    from types import SimpleNamespace
+
+    from dask_estimators.objectives import LinearSpec
+
+    est = de.LogisticRegressionCV()
+    binary, multi = LinearSpec("binomial", 30, 1, True), LinearSpec("multinomial", 30, 3, True)
+    for on_worker, values, spec, lockstep in [(True, 2**18 - 1, binary, False), (True, 2**18, binary, True),
+                                              (False, 100, binary, True), (False, 2**20, multi, False)]:
+        search = SimpleNamespace(on_worker=on_worker, values=values, spec=spec)
+        assert est._batched(["lbfgs"], search) is lockstep
+        assert est.set_params(path_method="batched")._batched(["lbfgs"], search) is True
+        assert est.set_params(path_method="batched")._batched(["newton-cg"], search) is False
+        est.set_params(path_method="auto")
 
 
 def test_a_small_search_finds_scikit_learns_hyperparameters(cancer):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dask_estimators.engine import LocalEvaluator
-from dask_estimators.engine._worker import Shard
+from dask_estimators.engine._worker import Shard, to_host
 from dask_estimators.objectives import LinearObjective, LinearSpec
 from dask_estimators.objectives import linear as lin
 from dask_estimators.objectives.losses import get_loss
@@ -205,10 +205,10 @@ def test_fused_and_torch_kernels_agree(glm, fit_intercept, weighted, rng):
     p = torch.as_tensor(rng.normal(size=w.numel()))
     sh_f, sh_t = _shard(glm, X, y, s), _shard(glm, X, y, s)
     assert lin._use_fused(sh_f.get("X"), spec_f)
-    (lf, gf), (lt, gt) = (lin.value_grad(sh_f, w, spec_f), lin.value_grad(sh_t, w, spec_t))
-    assert np.isfinite(float(lf)) and np.all(np.isfinite(gf.numpy()))
-    np.testing.assert_allclose(float(lf), float(lt), rtol=1e-12)
-    np.testing.assert_allclose(gf.numpy(), gt.numpy(), rtol=1e-11, atol=1e-11 * np.abs(gt.numpy()).max())
+    (lf, gf), (lt, gt) = to_host(lin.value_grad(sh_f, w, spec_f)), to_host(lin.value_grad(sh_t, w, spec_t))
+    assert np.isfinite(lf) and np.all(np.isfinite(gf))
+    np.testing.assert_allclose(lf, lt, rtol=1e-12)
+    np.testing.assert_allclose(gf, gt, rtol=1e-11, atol=1e-11 * np.abs(gt).max())
     np.testing.assert_allclose(sh_f.cache["linear_curv"].numpy(), sh_t.cache["linear_curv"].numpy(), rtol=1e-12,
                                atol=1e-300)
     hf, ht = lin.hessp(sh_f, p, spec_f).numpy(), lin.hessp(sh_t, p, spec_t).numpy()
