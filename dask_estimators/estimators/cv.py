@@ -55,9 +55,8 @@ __all__ = ["LogisticRegressionCV", "LinearRegressionCV"]
 #: ``LinearRegressionCV(solver="auto")`` runs on the Gram matrix up to this many features (dense X).
 _GRAM_MAX_FEATURES = 1024
 
-#: A one-worker search's binary or regression paths go in lockstep ("auto") from this many stored values.  The
-#: 5 splits' paths over 10 C of a binary model, in one process (seconds, lockstep against one after the other):
-#: 2,000 x 20: 0.053 against 0.037; 20,000 x 20: 0.078 against 0.076; 100,000 x 20: 0.21 against 0.29.
+#: A one-worker search's binary or regression paths go in lockstep ("auto") from this many stored values; below
+#: it they go one after the other, which was faster (docs/performance.md, "A small cross-validated search").
 _LOCKSTEP_ON_WORKER_FROM = 2**18
 
 #: Scorers computed on the workers from sums over the held-out rows: name -> (metric, sign).
@@ -298,8 +297,8 @@ class _PlacedSearchMixin:
         fused one-pass kernel.  A multinomial model's splits go one after the
         other, each with the fused multinomial kernel.  So do a one-worker
         search's under :data:`_LOCKSTEP_ON_WORKER_FROM` stored values, where
-        the lockstep's hand-offs between the splits' solver threads (about
-        0.3 ms a round) cost more than the passes over X it saves.
+        the lockstep's hand-offs between the splits' solver threads cost more
+        than the passes over X it saves.
         """
         method = getattr(self, "path_method", "sequential")
         if method == "auto":

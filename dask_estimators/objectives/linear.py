@@ -198,7 +198,7 @@ def _pack_host(spec: LinearSpec, gW, gb):
 
 def _pack_numpy(spec: LinearSpec, gW, gb):
     """:func:`_pack_host` kept in NumPy: the kernel's result as the worker returns it (no tensor to make and
-    convert back, some microseconds of a small fit's evaluation)."""
+    convert back, a share of a small fit's evaluation: docs/performance.md)."""
     base = gW.base
     if (spec.fit_intercept and base is not None and base is gb.base and base.ndim == 1
             and base.size == gW.size + gb.size and gW.ctypes.data == base.ctypes.data

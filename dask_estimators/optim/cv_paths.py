@@ -8,7 +8,8 @@ distributed evaluator (one round per evaluation) or, for a small search, a
 ``LocalEvaluator`` of the one shard, with the whole of :func:`paths_and_heldout`
 in one task on its worker (:func:`~dask_estimators.engine.solve_on_shard`).
 So this module imports neither scikit-learn nor Dask: a worker never imports
-scikit-learn for it (about 0.65 s).
+scikit-learn for it (a worker's first search would pay for that import:
+docs/performance.md).
 """
 
 from __future__ import annotations

@@ -526,8 +526,8 @@ def _convergence_warning():
 
     This module also runs on workers (a small fit's solver, a small search's
     paths, and engine.ddp through optim), which do not import scikit-learn:
-    importing it for a warning would cost a worker's first unconverged fit
-    about 0.65 s (docs/performance.md).
+    importing it for a warning would weigh on a worker's first unconverged
+    fit (docs/performance.md).
     """
     import sys
 

@@ -259,12 +259,15 @@ CV_SEARCHES = {
                           "cancer"),
     "enet-paths": (lambda: de.LinearRegressionCV(alphas=4, l1_ratio=[0.5, 1.0], solver="lbfgs", tol=1e-10,
                                                  max_iter=1000), "diabetes"),
+    "dask-input": (lambda: de.LogisticRegressionCV(Cs=GRID, cv=3, tol=1e-8, max_iter=500), "cancer-dask"),
 }
 
 
 def _data(name, cancer):
     if name == "cancer":
         return cancer
+    if name == "cancer-dask":  # chunks of rows: the one shard holds several row ranges
+        return da.from_array(cancer[0], chunks=(150, -1)), da.from_array(cancer[1], chunks=150)
     if name == "iris":
         return load_iris(return_X_y=True)
     X, y = load_diabetes(return_X_y=True)
@@ -278,6 +281,8 @@ def test_a_small_search_runs_its_paths_on_one_worker_as_the_rounds_do(case, canc
     make, data = CV_SEARCHES[case]
     X, y = _data(data, cancer)
     sw = np.linspace(0.5, 2.0, len(y))
+    if data == "cancer-dask":
+        sw = da.from_array(sw, chunks=150)
     est = make().fit(X, y, sample_weight=sw)
     ref = _rounds(make, X, y, sample_weight=sw)
     stats = est.fit_stats_
@@ -297,6 +302,8 @@ def test_a_small_search_runs_its_paths_on_one_worker_as_the_rounds_do(case, canc
                 assert np.shape(x) == np.shape(r) and np.min(x) >= 1
             else:
                 np.testing.assert_array_equal(x, r, err_msg=name)
+    if data == "cancer-dask":
+        X = X.compute()
     if data == "diabetes":
         np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=1e-6)
     else:
