@@ -724,7 +724,9 @@ def _rss(dask_worker):
 def _nothing_held(client, timeout=30):
     deadline = time.monotonic() + timeout
     while True:
-        held = client.run(_held)
+        # a worker the scheduler removes while it asks (a killed one, its restart) answers with an error, and
+        # holds nothing of ours
+        held = {w: v for w, v in client.run(_held, on_error="return").items() if isinstance(v, dict)}
         if not any(v["actors"] or v["shards"] for v in held.values()):
             return True
         if time.monotonic() > deadline:
