@@ -250,6 +250,30 @@ def test_worker_killed_in_a_small_fits_solve_solves_again_on_another(fc, tmp_pat
     assert est.n_iter_ == ref.n_iter_
 
 
+def test_worker_killed_in_a_small_searchs_paths_runs_them_again_on_another(fc, tmp_path):
+    """A small search runs its folds' paths in one task on one worker: a SIGKILL of that worker in the middle of
+    them places the data, the splits' roles and the prepared targets on a surviving worker, where the paths run
+    again from the start: the undisturbed search."""
+    X, y = _data("binary", n=600)
+    marker = tmp_path / "killed"
+    make = lambda: de.LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], cv=3, client=fc, **TIGHT)  # noqa: E731
+    with dask.config.set({"dask-estimators.worker-solve-below": 2**21}):  # the default, which this module turns off
+        ref = make().fit(X, y)
+        fc.run(_kill_in_the_solve_once, str(marker))
+        try:
+            t0 = time.monotonic()
+            est = make().fit(X, y)
+            assert time.monotonic() - t0 < HANG_GUARD
+        finally:
+            fc.run(_unpatch_the_solve)
+    assert marker.exists()  # a worker died inside the paths
+    assert ref.fit_stats_["solved_on_worker"] and est.fit_stats_["solved_on_worker"]
+    np.testing.assert_array_equal(est.C_, ref.C_)
+    np.testing.assert_allclose(est.scores_[1], ref.scores_[1], rtol=1e-12)
+    np.testing.assert_allclose(est.coefs_paths_[1], ref.coefs_paths_[1], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-10, atol=1e-12)
+
+
 def test_worker_killed_during_placement_places_on_the_others(fc, monkeypatch):
     """A worker that dies while the data is placed: the placement starts again on the surviving workers."""
     from dask_estimators.engine import placement as pl
