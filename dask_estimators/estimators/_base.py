@@ -340,23 +340,41 @@ def _one_worker(client) -> list:
     return [mine]
 
 
-def _minimize_on_worker(placement, objective, w0, solver, tol, max_iter):
-    """:func:`~dask_estimators.optim.minimize` of ``objective`` in one task on the worker of ``placement``'s one
-    shard: the result, and the evaluations' counters there.
+def small_problem(X, outputs: int) -> bool:
+    """Whether a fit of ``X`` with ``outputs`` outputs is small enough to run on one worker: under
+    :func:`worker_solve_below` stored values times outputs (never for a dask collection of unknown length)."""
+    values = stored_values(X)
+    return values is not None and values * max(outputs, 1) < worker_solve_below()
 
-    The warnings the solver raised there that it raises on the client when it runs here (scikit-learn's
-    ``ConvergenceWarning`` and the others of ``UserWarning``, scipy's ``LinAlgWarning``) are raised here.
+
+def run_on_worker(placement, driver, problem, args=(), kwargs=None, stacklevel=2):
+    """``driver(problem, *args, **kwargs)`` in one task on the worker of ``placement``'s one shard, ``problem``
+    evaluating that shard there (:func:`~dask_estimators.engine.solve_on_shard`): the driver's result, and the
+    evaluations' counters there.
+
+    The warnings the driver raised there that it raises on the client when it runs here (scikit-learn's
+    ``ConvergenceWarning`` and the others of ``UserWarning``, scipy's ``LinAlgWarning``) are raised here,
+    ``stacklevel`` as :func:`warnings.warn`'s from the caller.
     """
     from scipy.linalg import LinAlgWarning
-    from scipy.optimize import OptimizeResult
 
     from ..engine import solve_on_shard
 
-    res, stats, caught = placement.map(
-        solve_on_shard, minimize, objective.with_evaluator(None), (w0,),
-        {"solver": solver, "tol": tol, "max_iter": max_iter}, (UserWarning, LinAlgWarning),
+    out, stats, caught = placement.map(
+        solve_on_shard, driver, problem.with_evaluator(None), tuple(args), kwargs, (UserWarning, LinAlgWarning),
     )[0]
-    warn_again(caught, stacklevel=3)  # where the driver's own points: fit
+    warn_again(caught, stacklevel=stacklevel + 1)
+    return out, stats
+
+
+def _minimize_on_worker(placement, objective, w0, solver, tol, max_iter):
+    """:func:`~dask_estimators.optim.minimize` of ``objective`` in one task on the worker of ``placement``'s one
+    shard (:func:`run_on_worker`): the result, and the evaluations' counters there."""
+    from scipy.optimize import OptimizeResult
+
+    res, stats = run_on_worker(placement, minimize, objective, (w0,),
+                               {"solver": solver, "tol": tol, "max_iter": max_iter},
+                               stacklevel=3)  # where the driver's own points: fit
     return OptimizeResult(res), stats  # the task's result came back as a plain dict
 
 
@@ -523,14 +541,11 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         """
         if self.verbose or self.progress or getattr(self, "_skl_callbacks", None) or self.timeout is not None:
             return False
-        values = stored_values(X)
-        if values is None:
-            return False
         if classes is not None:
             outputs = len(classes) if len(classes) > 2 else 1
         else:
             outputs = int(np.prod(np.shape(y)[1:], dtype=np.int64)) if np.ndim(y) > 1 else 1
-        return values * max(outputs, 1) < worker_solve_below()
+        return small_problem(X, outputs)
 
     def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None, on_worker=False):
         """The fit on ``placement``: the targets' encoding, the objective, the solver, the fitted attributes.

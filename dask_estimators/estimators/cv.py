@@ -44,9 +44,9 @@ from ._base import (
     _minimize_on_worker,
     _one_worker,
     input_float_dtype,
+    run_on_worker,
+    small_problem,
     stored_values,
-    warn_again,
-    worker_solve_below,
 )
 from .linear import LinearRegression, LogisticRegression
 
@@ -221,11 +221,7 @@ class _PlacedSearchMixin:
         """
         if self.timeout is not None or not scores_on_workers:
             return False
-        values = stored_values(X)
-        if values is None:
-            return False
-        outputs = len(classes) if classes is not None and len(classes) > 2 else 1
-        return values * outputs < worker_solve_below()
+        return small_problem(X, len(classes) if classes is not None and len(classes) > 2 else 1)
 
     #: Whether held-out rows are scored by ``scoring`` (else: the mean squared error, on the workers).
     _has_scorer = False
@@ -266,8 +262,7 @@ class _PlacedSearchMixin:
         (:func:`~dask_estimators.optim.cv_paths.paths_and_heldout`, whose arrays this returns).
 
         A small search (``search.on_worker``) runs them in one task on its shard's
-        worker; the warnings raised there that the solvers raise on the client
-        (as :func:`._base._minimize_on_worker` keeps them) are raised here.
+        worker (:func:`._base.run_on_worker`, which raises its warnings here).
         """
         n_params = search.spec.n_params
         plan = []
@@ -277,16 +272,8 @@ class _PlacedSearchMixin:
         kwargs = {"tol": self.tol, "max_iter": self.max_iter}
         if not search.on_worker:
             return paths_and_heldout(search, plan, metric, **kwargs)
-        from scipy.linalg import LinAlgWarning
-
-        from ..engine import solve_on_shard
-
-        out, stats, caught = search.placement.map(
-            solve_on_shard, paths_and_heldout, search.with_evaluator(None), (plan, metric), kwargs,
-            (UserWarning, LinAlgWarning),
-        )[0]
+        out, stats = run_on_worker(search.placement, paths_and_heldout, search, (plan, metric), kwargs, stacklevel=4)
         search.worker_stats.append(stats)
-        warn_again(caught, stacklevel=4)
         return out
 
     def _batched(self, solvers, search):

@@ -186,19 +186,15 @@ def _fused_args(X):
 
 
 def _pack_host(spec: LinearSpec, gW, gb):
-    """``spec.pack`` of a numba kernel's NumPy ``(gW, gb)``, without the copy when the kernel wrote them as one
-    buffer in that order (the CSR kernels with one output: 8 MB less to copy a round at 2^20 features)."""
-    base = gW.base
-    if (spec.fit_intercept and base is not None and base is gb.base and base.ndim == 1
-            and base.size == gW.size + gb.size and gW.ctypes.data == base.ctypes.data
-            and gb.ctypes.data == base.ctypes.data + gW.nbytes):
-        return torch.from_numpy(base)
-    return spec.pack(torch.from_numpy(gW), torch.from_numpy(gb))
+    """``spec.pack`` of a numba kernel's NumPy ``(gW, gb)`` as a tensor (:func:`_pack_numpy`'s array)."""
+    return torch.from_numpy(_pack_numpy(spec, gW, gb))
 
 
 def _pack_numpy(spec: LinearSpec, gW, gb):
-    """:func:`_pack_host` kept in NumPy: the kernel's result as the worker returns it (no tensor to make and
-    convert back, a share of a small fit's evaluation: docs/performance.md)."""
+    """``spec.pack`` of a numba kernel's NumPy ``(gW, gb)``, kept in NumPy (what the worker returns: no tensor to
+    make and convert back, a share of a small fit's evaluation: docs/performance.md), and without the copy when
+    the kernel wrote them as one buffer in that order (the CSR kernels with one output: 8 MB less to copy a round
+    at 2^20 features)."""
     base = gW.base
     if (spec.fit_intercept and base is not None and base is gb.base and base.ndim == 1
             and base.size == gW.size + gb.size and gW.ctypes.data == base.ctypes.data
