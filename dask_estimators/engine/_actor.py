@@ -174,3 +174,97 @@ class ShardActor:
         self._sent = None
         self._pool.shutdown(wait=False)
         return True
+
+
+class ShardHost:
+    """A worker's long-lived actor, made once per client: it holds the :class:`ShardActor` of each placement
+    made through it (:class:`HostedShard`).
+
+    A placement then starts with one direct call to its worker (:meth:`create`), where an actor of its own
+    takes a task through the scheduler first; the hosted actor answers the same calls as one of its own.
+    """
+
+    def __init__(self):
+        self.held: dict = {}
+        self.made = 0  # shards built here, over the host's life
+
+    def create(self, token: str, shard) -> int:
+        """Hold a new :class:`ShardActor` of ``shard`` (a shard, or a :class:`Deferred` that builds it here) as
+        ``token``; its rows.  Runs in the worker's actor thread, off the event loop, as a new actor's
+        constructor does."""
+        actor = ShardActor(shard)
+        self.held[token] = actor
+        self.made += 1
+        return int(actor.shard.n_rows or 0)
+
+    async def call(self, token: str, method: str, *args):
+        """``method(*args)`` of the actor held as ``token``; ``close`` also lets it go."""
+        actor = self.held.get(token)
+        if actor is None:
+            raise RuntimeError(f"No shard {token!r} is held on this worker: it was released, or its worker "
+                               "restarted.")
+        if method == "close":
+            self.held.pop(token, None)
+        out = getattr(actor, method)(*args)
+        return await out if asyncio.iscoroutine(out) else out
+
+    def tokens(self) -> list:
+        """The tokens of the shards held here."""
+        return list(self.held)
+
+
+class HostedShard:
+    """The client's handle to a :class:`ShardActor` held by a :class:`ShardHost`: it answers what an actor's
+    proxy answers (``apply``, ``run``, ``reduce``, ``set_children``, ``close``), each call a future.
+
+    Picklable: a parent actor of a reduction tree calls it from its worker as it would an actor's proxy.
+    """
+
+    __slots__ = ("host", "token")
+
+    def __init__(self, host, token: str):
+        self.host, self.token = host, token
+
+    def _call(self, method, *args):
+        return self.host.call(self.token, method, *args)
+
+    def apply(self, payload):
+        return self._call("apply", payload)
+
+    def run(self, payload):
+        return self._call("run", payload)
+
+    def reduce(self, payload):
+        return self._call("reduce", payload)
+
+    def set_children(self, children, share=None):
+        return self._call("set_children", children, share)
+
+    def close(self):
+        return self._call("close")
+
+    def __reduce__(self):
+        return (HostedShard, (self.host, self.token))
+
+    def __repr__(self) -> str:
+        return f"HostedShard({self.token!r})"
+
+
+class Resolved:
+    """A future that is already done with ``value``: the shard future of a :class:`HostedShard`, whose build
+    was waited for where it was made.  It holds no key of the scheduler's, so there is nothing to release."""
+
+    __slots__ = ("value",)
+    status = "finished"
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self, timeout=None):
+        return self.value
+
+    def done(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass

@@ -22,6 +22,7 @@ The shards stay on the workers until :meth:`Placement.release`.
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import _dask_input, _shm, _watch, _worker
-from ._actor import Deferred, Payload, ShardActor
+from ._actor import Deferred, HostedShard, Payload, Resolved, ShardActor, ShardHost
 from ._watch import WorkerLostError
 
 #: How a round reaches the shards: long-lived actors (direct worker-to-worker
@@ -176,13 +177,18 @@ class Placement:
 
     @staticmethod
     def _close_actors(actors, timeout=5):
-        """Ask the actors to drop their shards; all at once, at most ``timeout`` seconds in all."""
+        """Ask the actors to drop their shards; all at once, at most ``timeout`` seconds in all.
+
+        A hosted shard's close is not waited for: its host lives on, and the next call to it comes after.
+        """
         import time
 
         pending = []
         for a in actors:
             with contextlib.suppress(Exception):
-                pending.append(a.close())
+                call = a.close()
+                if not isinstance(a, HostedShard):
+                    pending.append(call)
         deadline = time.monotonic() + timeout
         for f in pending:
             with contextlib.suppress(BaseException):
@@ -531,7 +537,7 @@ def _accepts_n_workers(client) -> bool:
 
 def place(
     client, arrays: dict, *, check=None, device: str = "auto", workers=None, transport: str | None = None,
-    timeout=None,
+    timeout=None, hosted: bool = False,
 ) -> Placement:
     """Place named, row-aligned arrays on the cluster as one shard per worker.
 
@@ -558,6 +564,11 @@ def place(
         ``dask-estimators.transport`` (``"actors"``).
     timeout : float, optional
         Seconds each per-shard call on the placement (:meth:`Placement.map`) may take.
+    hosted : bool, default False
+        For NumPy input with actors: each shard's actor is held by its worker's long-lived
+        :class:`~._actor.ShardHost` (made at the client's first such placement on that worker), so the
+        placement takes one direct call per worker and no scheduler round.  For the many small fits of a
+        search; the shards and their calls are the same.
 
     Returns
     -------
@@ -581,7 +592,7 @@ def place(
     max_recoveries = int(dask.config.get("dask-estimators.max-recoveries", 3))
     for attempt in range(max_recoveries + 1):
         try:
-            placement = _place_once(client, arrays, check, device, ws, transport, timeout)
+            placement = _place_once(client, arrays, check, device, ws, transport, timeout, hosted)
             break
         except WorkerLostError as e:  # a worker died while the data was placed: place again on the others
             lost |= e.workers
@@ -598,19 +609,19 @@ def place(
     return placement
 
 
-def _place_once(client, arrays, check, device, ws, transport, timeout):
+def _place_once(client, arrays, check, device, ws, transport, timeout, hosted=False):
     import dask
 
     shm = dask.config.get("dask-estimators.shared-memory", True)
     try:
-        return _place_once_with(client, arrays, check, device, ws, transport, timeout, shm)
+        return _place_once_with(client, arrays, check, device, ws, transport, timeout, shm, hosted)
     except _shm.NotShared:  # a worker thought to share the client's memory could not open it: send the bytes
         if not shm:
             raise
-        return _place_once_with(client, arrays, check, device, ws, transport, timeout, False)
+        return _place_once_with(client, arrays, check, device, ws, transport, timeout, False, hosted)
 
 
-def _place_once_with(client, arrays, check, device, ws, transport, timeout, shm):
+def _place_once_with(client, arrays, check, device, ws, transport, timeout, shm, hosted=False):
     buffers: list = []
     actor_futures = None
     try:
@@ -622,7 +633,8 @@ def _place_once_with(client, arrays, check, device, ws, transport, timeout, shm)
             actor_futures = [] if transport == "actors" else None
             shards, used, sources, ranges = _place_numpy(client, arrays, device, ws, buffers, shared_memory=shm,
                                                          wait_builds=transport != "actors",
-                                                         actor_futures=actor_futures)
+                                                         actor_futures=actor_futures,
+                                                         hosted=hosted and transport == "actors", timeout=timeout)
     except BaseException:
         _shm.release(buffers)
         raise
@@ -635,9 +647,12 @@ def _place_once_with(client, arrays, check, device, ws, transport, timeout, shm)
         raise
 
 
-def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_builds=True, actor_futures=None):
+def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_builds=True, actor_futures=None,
+                 hosted=False, timeout=None):
     """``actor_futures``: a list to fill, shard by shard, with the futures of actors that build their shards
-    from the client's shared memory (the shard's entry is that future too), None for the other shards."""
+    from the client's shared memory (the shard's entry is that future too), None for the other shards.
+    ``hosted`` (with ``actor_futures``): every shard's actor held by its worker's :class:`ShardHost`
+    (:func:`_place_hosted`)."""
     # sparse input as canonical CSR once, then cut into row ranges that are views of its arrays
     arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v for k, v in arrays.items()}
     n = {k: np.shape(v)[0] for k, v in arrays.items()}
@@ -650,6 +665,11 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
     bounds = np.linspace(0, n_rows, n_parts + 1).astype(int)
     parts = [{k: _rows_part(v, bounds[i], bounds[i + 1]) for k, v in arrays.items()} for i in range(n_parts)]
     used = ws[:n_parts]
+    ranges = [[(int(bounds[i]), int(bounds[i + 1]))] for i in range(n_parts)]
+    sources = [("numpy", part) for part in parts]
+    if hosted and actor_futures is not None:
+        actor_futures[:] = _place_hosted(client, parts, used, device, buffers, shared_memory, timeout)
+        return list(actor_futures), used, sources, ranges
     if shared_memory and actor_futures is not None:
         # nothing waits for the builds (their actors make them): only the workers known to share the client's
         # memory are handed it (a wrong guess fails the placement with NotShared: _place_once)
@@ -675,8 +695,83 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
         except BaseException:
             _watch._cancel(client, shards)
             raise
-    ranges = [[(int(bounds[i]), int(bounds[i + 1]))] for i in range(n_parts)]
-    return shards, used, [("numpy", part) for part in parts], ranges
+    return shards, used, sources, ranges
+
+
+#: Per client (weakly), per worker: the future and proxy of its :class:`ShardHost`.
+_HOSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_HOSTS_LOCK = threading.Lock()
+
+
+def shard_hosts(client, workers, timeout=None) -> list:
+    """The :class:`ShardHost` proxy of each of ``workers``: kept for the client's life, made for the workers
+    that lack a live one (one scheduler round for all of them).  A host whose worker was lost is let go."""
+    with _HOSTS_LOCK:  # fits in threads of one process share the hosts: one makes them, the others wait
+        held = _HOSTS.setdefault(client, {})
+        for w in [w for w, (f, _) in held.items() if f.status != "finished"]:
+            with contextlib.suppress(Exception):
+                held.pop(w)[0].release()
+        missing = [w for w in dict.fromkeys(workers) if w not in held]
+        if missing:
+            futs = [client.submit(ShardHost, workers=[w], allow_other_workers=False, actor=True, pure=False)
+                    for w in missing]
+            with client.as_current():
+                proxies = _watch.wait_results(futs, client, missing, timeout, cancel_on_error=futs)
+            held.update((w, (f, proxy)) for w, f, proxy in zip(missing, futs, proxies))
+        return [held[w][1] for w in workers]
+
+
+def _place_hosted(client, parts, workers, device, buffers, shared_memory, timeout):
+    """Each part built into a :class:`ShardActor` held by its worker's :class:`ShardHost`: one direct call to
+    each worker, all at once.  The bytes go through the client's shared memory where the worker can map it,
+    else in the call.  Returns each shard's :class:`Resolved` future of its :class:`HostedShard`."""
+    handles = [None] * len(parts)
+    if shared_memory:
+        from .reduce import shares_with_client
+
+        for i, shared in enumerate(shares_with_client(client, workers)):
+            handles[i] = _shm.write_parts(parts[i]) if shared else None
+    builds = [Deferred(_build_shard_shared, device, h) if h is not None else Deferred(_build_shard, device, part)
+              for h, part in zip(handles, parts)]
+    try:
+        try:
+            hosted = _create_hosted(client, workers, builds, timeout)
+        except (WorkerLostError, _watch.ClusterLostError, _shm.NotShared, TimeoutError):
+            raise
+        except Exception:  # a host the client kept that its worker no longer has (a restart at the same address)
+            _forget_hosts(client, workers)
+            hosted = _create_hosted(client, workers, builds, timeout)
+    except BaseException:
+        _shm.release([h for h in handles if h is not None])
+        raise
+    buffers.extend(h for h in handles if h is not None)
+    return [Resolved(shard) for shard in hosted]
+
+
+def _create_hosted(client, workers, builds, timeout) -> list:
+    """The :class:`HostedShard` of each build on its worker's host; on failure, the ones built are let go."""
+    hosts = shard_hosts(client, workers, timeout)
+    tokens = [f"shard-{uuid.uuid4().hex}" for _ in builds]
+    calls = []
+    try:
+        calls = [host.create(token, build) for host, token, build in zip(hosts, tokens, builds)]
+        _watch.wait_results(calls, client, workers, timeout)
+    except BaseException:
+        for host, token, call in zip(hosts, tokens, calls):
+            with contextlib.suppress(BaseException):
+                if call.done() and not _watch._failed(call):
+                    host.call(token, "close")
+        raise
+    return [HostedShard(host, token) for host, token in zip(hosts, tokens)]
+
+
+def _forget_hosts(client, workers) -> None:
+    with _HOSTS_LOCK:
+        held = _HOSTS.get(client, {})
+        for w in workers:
+            if w in held:
+                with contextlib.suppress(Exception):
+                    held.pop(w)[0].release()
 
 
 def _rows_part(a, start, stop):

@@ -511,7 +511,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             placement = place(
                 client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
                 workers=_one_worker(client) if on_worker else self._placement_workers(client, X),
-                timeout=self.timeout,
+                timeout=self.timeout, hosted=on_worker,
             )
             try:
                 stats = self._fit_placed(

@@ -167,7 +167,7 @@ class _PlacedSearchMixin:
         with client_context(self.client) as client:
             placement = place(
                 client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
-                workers=_one_worker(client) if on_worker else None, timeout=self.timeout,
+                workers=_one_worker(client) if on_worker else None, timeout=self.timeout, hosted=on_worker,
             )
             try:
                 n_classes, class_weight = None, None

@@ -248,6 +248,13 @@ def test_worker_killed_in_a_small_fits_solve_solves_again_on_another(fc, tmp_pat
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-12, atol=1e-14)
     assert est.n_iter_ == ref.n_iter_
+    # the killed worker's shard host went with it: the next small fits, on every worker in turn, get a live one
+    with dask.config.set({"dask-estimators.worker-solve-below": 2**21}):
+        for _ in range(len(fc.scheduler_info()["workers"]) + 1):
+            again = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
+            np.testing.assert_allclose(again.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
+    gc.collect()
+    assert _nothing_held(fc, timeout=10) is True
 
 
 def test_worker_killed_in_a_small_searchs_paths_runs_them_again_on_another(fc, tmp_path):
@@ -283,13 +290,13 @@ def test_worker_killed_during_placement_places_on_the_others(fc, monkeypatch):
     original = pl._place_once
     state = {}
 
-    def _place_once(client, arrays, check, device, ws, transport, timeout):
+    def _place_once(client, arrays, check, device, ws, transport, timeout, *rest):
         if not state:
             pid = _pid_of(client, ws[-1])
             os.kill(pid, signal.SIGKILL)
             _wait_dead(pid)
             state["killed"] = ws[-1]
-        return original(client, arrays, check, device, ws, transport, timeout)
+        return original(client, arrays, check, device, ws, transport, timeout, *rest)
 
     monkeypatch.setattr(pl, "_place_once", _place_once)
     est = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
@@ -730,10 +737,15 @@ def test_worker_killed_mid_fit_on_parquet_with_a_fused_target(fc, monkeypatch, t
 
 # -------------------------------------------------------------------- cleanup
 def _held(dask_worker):
-    """What the engine left on a worker: actors and shard results."""
+    """What the engine left on a worker: actors (a worker's long-lived ShardHost counts by the shards' actors
+    it holds) and shard results."""
+    from dask_estimators.engine._actor import ShardHost
+
     keys = [str(k) for k in dask_worker.data]
+    actors = dask_worker.state.actors
     return {
-        "actors": [str(k) for k in dask_worker.state.actors],
+        "actors": [str(k) for k, a in actors.items() if not isinstance(a, ShardHost)]
+        + [t for a in actors.values() if isinstance(a, ShardHost) for t in a.held],
         "shards": [k for k in keys if "build_shard" in k or k.startswith("_pack")],
     }
 
