@@ -734,13 +734,7 @@ def _place_hosted(client, parts, workers, device, buffers, shared_memory, timeou
     builds = [Deferred(_build_shard_shared, device, h) if h is not None else Deferred(_build_shard, device, part)
               for h, part in zip(handles, parts)]
     try:
-        try:
-            hosted = _create_hosted(client, workers, builds, timeout)
-        except (WorkerLostError, _watch.ClusterLostError, _shm.NotShared, TimeoutError):
-            raise
-        except Exception:  # a host the client kept that its worker no longer has (a restart at the same address)
-            _forget_hosts(client, workers)
-            hosted = _create_hosted(client, workers, builds, timeout)
+        hosted = _create_hosted(client, workers, builds, timeout)
     except BaseException:
         _shm.release([h for h in handles if h is not None])
         raise
@@ -763,15 +757,6 @@ def _create_hosted(client, workers, builds, timeout) -> list:
                     host.call(token, "close")
         raise
     return [HostedShard(host, token) for host, token in zip(hosts, tokens)]
-
-
-def _forget_hosts(client, workers) -> None:
-    with _HOSTS_LOCK:
-        held = _HOSTS.get(client, {})
-        for w in workers:
-            if w in held:
-                with contextlib.suppress(Exception):
-                    held.pop(w)[0].release()
 
 
 def _rows_part(a, start, stop):
