@@ -81,15 +81,20 @@ def test_hosted_shards_sum_as_the_whole_data(client, rng, reduction, shared_memo
 
 
 def test_hosts_are_made_once_per_worker_and_hold_nothing_after_release(client, rng):
+    """One host per worker for this client (other clients of the cluster have their own), the same one for
+    every placement, holding nothing once the placements are released."""
     X, y = _data(rng)
     place(client, {"X": X, "y": y}, hosted=True).release()
-    hosts = _host_keys(client)
-    assert all(len(keys) == 1 for keys in hosts.values()) and len(hosts) == 2
+    mine = {w: str(f.key) for w, (f, _) in pl._HOSTS[client].items()}
+    assert sorted(mine) == sorted(client.scheduler_info()["workers"])
     tokens = set()
     for _ in range(3):
         with place(client, {"X": X, "y": y}, hosted=True) as p:
             tokens |= {a.token for a in p.actors}
-            assert _host_keys(client) == hosts  # no new actor: the same host on each worker
+            on_workers = client.run(_hosts_on)
+            assert {w: str(f.key) for w, (f, _) in pl._HOSTS[client].items()} == mine  # no new host
+            for a, w in zip(p.actors, p.workers):
+                assert a.token in on_workers[w][mine[w]]  # held by this client's host on its worker
     assert len(tokens) == 6
     assert _poll(lambda: not _held_tokens(client) & tokens), _held_tokens(client) & tokens
 
