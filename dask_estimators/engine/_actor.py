@@ -208,10 +208,6 @@ class ShardHost:
         out = getattr(actor, method)(*args)
         return await out if asyncio.iscoroutine(out) else out
 
-    def tokens(self) -> list:
-        """The tokens of the shards held here."""
-        return list(self.held)
-
 
 class HostedShard:
     """The client's handle to a :class:`ShardActor` held by a :class:`ShardHost`: it answers what an actor's
