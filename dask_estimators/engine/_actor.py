@@ -188,14 +188,11 @@ class ShardHost:
         self.held: dict = {}
         self.made = 0  # shards built here, over the host's life
 
-    def create(self, token: str, shard) -> int:
+    def create(self, token: str, shard) -> None:
         """Hold a new :class:`ShardActor` of ``shard`` (a shard, or a :class:`Deferred` that builds it here) as
-        ``token``; its rows.  Runs in the worker's actor thread, off the event loop, as a new actor's
-        constructor does."""
-        actor = ShardActor(shard)
-        self.held[token] = actor
+        ``token``.  Runs in the worker's actor thread, off the event loop, as a new actor's constructor does."""
+        self.held[token] = ShardActor(shard)
         self.made += 1
-        return int(actor.shard.n_rows or 0)
 
     async def call(self, token: str, method: str, *args):
         """``method(*args)`` of the actor held as ``token``; ``close`` also lets it go."""
