@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import contextvars
 import os
 import sys
 import threading
@@ -41,7 +42,7 @@ import threading
 import distributed
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["resolve_client", "client_context", "get_embedded_client", "close_embedded_cluster", "prestart"]
+__all__ = ["resolve_client", "client_context", "current", "get_embedded_client", "close_embedded_cluster", "prestart"]
 
 _lock = threading.RLock()
 _embedded: dict = {}
@@ -569,7 +570,7 @@ def client_context(client=None):
     Yields
     ------
     distributed.Client
-        The resolved client, current (``Client.as_current``) inside the block.
+        The resolved client, current (:func:`current`) inside the block.
 
     Examples
     --------
@@ -586,12 +587,48 @@ def client_context(client=None):
         # there leaves its threads spinning after each call, on the cores the workers compute on:
         # measured, that made the later rounds of a large LogisticRegression fit 50-100% slower on 2 cores
         # (docs/performance.md).  One BLAS thread on the client while it fits.
-        with _one_blas_thread(), _prompt_sends(c), _borrowed(c if client is None else None), c.as_current():
+        with _one_blas_thread(), _prompt_sends(c), _borrowed(c if client is None else None), current(c):
             yield c
         return
     distributed.secede()
     try:
-        with _prompt_sends(c), c.as_current():
+        with _prompt_sends(c), current(c):
             yield c
     finally:
         distributed.rejoin()
+
+
+def _current_var():
+    """distributed's context variable behind ``Client.current()``, or None where it has none (private)."""
+    var = getattr(getattr(distributed, "client", None), "_current_client", None)
+    return var if isinstance(var, contextvars.ContextVar) else None
+
+
+#: one thread at a time in distributed's ``Client.as_current`` (the fallback of :func:`current`)
+_AS_CURRENT_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def current(client):
+    """``client`` is ``Client.current()`` in this thread (and task) inside the block; ``dask.config`` is untouched.
+
+    distributed's ``Client.as_current`` also sets the global ``scheduler``
+    config for the block, and ``dask.config.set`` restores on exit what it
+    found on entry: two threads whose blocks overlap (fits in a threaded
+    Dask graph, as dask-ml's searches run them) leave the config at
+    ``"dask.distributed"``, and every later ``dask.compute`` of the user's
+    then asks for a client that is not there.  This sets only the context
+    variable behind ``Client.current()`` (private: ``docs/private-apis.md``);
+    where a distributed lacks it, ``as_current`` runs one thread at a time,
+    which leaves the config as it found it.
+    """
+    var = _current_var()
+    if var is not None:
+        token = var.set(client)
+        try:
+            yield
+        finally:
+            var.reset(token)
+        return
+    with _AS_CURRENT_LOCK, client.as_current():
+        yield

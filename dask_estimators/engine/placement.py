@@ -32,6 +32,7 @@ import numpy as np
 from . import _dask_input, _shm, _watch, _worker
 from ._actor import Deferred, HostedShard, Payload, Resolved, ShardActor, ShardHost
 from ._watch import WorkerLostError
+from .cluster import current
 
 #: How a round reaches the shards: long-lived actors (direct worker-to-worker
 #: calls, no scheduler) or plain tasks (scatter, pinned tasks, tree of add tasks).
@@ -144,7 +145,7 @@ class Placement:
                     client.submit(ShardActor, s, workers=[w], allow_other_workers=False, actor=True, pure=False)
                     for a, s, w in zip(made, self.shards, self.workers)
                 ]
-                with client.as_current():
+                with current(client):
                     self.actors = _watch.wait_results(self._actor_futures, client, self.workers, timeout)
             if self.sources is not None:  # the placement planned them: no round to ask
                 self.n_rows = [_source_rows(src) for src in self.sources]
@@ -359,7 +360,7 @@ class Placement:
                 ShardActor, shard, workers=[target], allow_other_workers=False, actor=True, pure=False
             )
             self._actor_futures[i] = fut
-            with self.client.as_current():
+            with current(self.client):
                 [self.actors[i]] = self._wait([fut], [target])
         [n] = self._wait([self._submit_one(i, _rows, ())], [target])
         if n != self.n_rows[i]:
@@ -715,7 +716,7 @@ def shard_hosts(client, workers, timeout=None) -> list:
         if missing:
             futs = [client.submit(ShardHost, workers=[w], allow_other_workers=False, actor=True, pure=False)
                     for w in missing]
-            with client.as_current():
+            with current(client):
                 proxies = _watch.wait_results(futs, client, missing, timeout, cancel_on_error=futs)
             held.update((w, (f, proxy)) for w, f, proxy in zip(missing, futs, proxies))
         return [held[w][1] for w in workers]
