@@ -23,6 +23,7 @@ its data.
 
 from __future__ import annotations
 
+import logging
 import math
 import weakref
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ MIN_POOLED_BYTES = 1 << 20
 #: The worker's free shard buffers: at most 2 GiB, each closed after 30 s unused.
 _POOL = _memfd.Pool("dask-estimators-shard", max_bytes=2 << 30, idle_seconds=30.0)
 
-__all__ = ["Segment", "plan", "build_shard", "pooled_empty"]
+__all__ = ["Segment", "plan", "build_shard", "build_shard_task", "pooled_empty", "InputRejected"]
 
 
 @dataclass(frozen=True)
@@ -277,6 +278,66 @@ class _Buffers:
         out.update({k: np.concatenate(v, axis=0) for k, v in self.other.items()})
         out.update({k: _worker.CSRRows.concat(v, v[0].shape[1]) for k, v in self.sparse.items()})
         return out
+
+
+class InputRejected(Exception):
+    """A block failed its input check on a worker; ``args[0]`` is the check's own error (scikit-learn's).
+
+    The client raises that error again as it is (:func:`raise_first_error`),
+    once.  distributed logs every failed task with its traceback on the
+    worker; for this exception it does not (:class:`_QuietRejections`): the
+    user's bad input is an answer, not a crash of ours.
+    """
+
+
+class _QuietRejections(logging.Filter):
+    """Drops distributed's "Compute Failed" record of a task that raised :class:`InputRejected`."""
+
+    def filter(self, record) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (
+            isinstance(record.msg, str) and record.msg.startswith("Compute Failed") and len(args) >= 4
+            and str(args[3]).startswith(InputRejected.__name__ + "(")
+        )
+
+
+_QUIET: list = []
+
+
+def _quiet_rejections() -> None:
+    """Install :class:`_QuietRejections` on this worker's task logger, once."""
+    if not _QUIET:
+        _QUIET.append(_QuietRejections())
+        logging.getLogger("distributed.worker").addFilter(_QUIET[0])
+
+
+def _checked(check):
+    """``check`` whose errors (ValueError, TypeError: bad input) are raised as :class:`InputRejected`."""
+
+    def run(piece):
+        try:
+            return check(piece)
+        except (ValueError, TypeError) as e:
+            raise InputRejected(e) from None
+
+    return run
+
+
+def raise_first_error(futs) -> None:
+    """Raise the exception of the first failed future: a rejected input's own error, else with its traceback."""
+    for f in futs:
+        if f.status == "error":
+            exc, tb = f.exception(), f.traceback()
+            if isinstance(exc, InputRejected) and exc.args and isinstance(exc.args[0], BaseException):
+                raise exc.args[0] from None
+            raise exc.with_traceback(tb)
+
+
+def build_shard_task(device, check, names, segments, n_rows, *blocks):
+    """Task body of :func:`build_shard`: a block that fails ``check`` fails the task with :class:`InputRejected`,
+    which the worker does not log."""
+    _quiet_rejections()
+    return build_shard(device, None if check is None else _checked(check), names, segments, n_rows, *blocks)
 
 
 def build_shard(device, check, names, segments, n_rows, *blocks):

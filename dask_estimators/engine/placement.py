@@ -34,6 +34,8 @@ from ._actor import Deferred, HostedShard, Payload, Resolved, ShardActor, ShardH
 from ._watch import WorkerLostError
 from .cluster import current
 
+_raise_first_error = _dask_input.raise_first_error
+
 #: How a round reaches the shards: long-lived actors (direct worker-to-worker
 #: calls, no scheduler) or plain tasks (scatter, pinned tasks, tree of add tasks).
 TRANSPORTS = ("actors", "tasks")
@@ -558,8 +560,10 @@ def place(
         It is not applied to NumPy input, which the caller validates.
     device : {"auto", "cpu", "cuda"}
         Where each worker keeps its shard; "auto" uses CUDA when the worker has it.
-    workers : list of str, optional
-        The workers to use; all workers by default.
+    workers : list of str or callable, optional
+        The workers to use; all workers by default.  A callable takes the
+        number of rows and returns such a list (or None): dask input of
+        unknown length is measured first, then placed where it says.
     transport : {"actors", "tasks"}, optional
         How rounds reach the shards; defaults to the dask config value
         ``dask-estimators.transport`` (``"actors"``).
@@ -588,12 +592,13 @@ def place(
 
     transport = transport or dask.config.get("dask-estimators.transport", "actors")
     arrays = {k: v for k, v in arrays.items() if v is not None}
-    ws = _workers(client, workers)
+    choose = workers if callable(workers) else None
+    ws = _workers(client, None if choose else workers)
     lost: set = set()
     max_recoveries = int(dask.config.get("dask-estimators.max-recoveries", 3))
     for attempt in range(max_recoveries + 1):
         try:
-            placement = _place_once(client, arrays, check, device, ws, transport, timeout, hosted)
+            placement = _place_once(client, arrays, check, device, ws, transport, timeout, hosted, choose)
             break
         except WorkerLostError as e:  # a worker died while the data was placed: place again on the others
             lost |= e.workers
@@ -610,25 +615,36 @@ def place(
     return placement
 
 
-def _place_once(client, arrays, check, device, ws, transport, timeout, hosted=False):
+def _place_once(client, arrays, check, device, ws, transport, timeout, hosted=False, choose=None):
     import dask
 
     shm = dask.config.get("dask-estimators.shared-memory", True)
     try:
-        return _place_once_with(client, arrays, check, device, ws, transport, timeout, shm, hosted)
+        return _place_once_with(client, arrays, check, device, ws, transport, timeout, shm, hosted, choose)
     except _shm.NotShared:  # a worker thought to share the client's memory could not open it: send the bytes
         if not shm:
             raise
-        return _place_once_with(client, arrays, check, device, ws, transport, timeout, False, hosted)
+        return _place_once_with(client, arrays, check, device, ws, transport, timeout, False, hosted, choose)
 
 
-def _place_once_with(client, arrays, check, device, ws, transport, timeout, shm, hosted=False):
+def _chosen(ws, choose, n_rows) -> list:
+    """The workers of ``ws`` that ``choose(n_rows)`` names (all of ``ws`` without ``choose``, or where it names
+    none of them)."""
+    picked = choose(int(n_rows)) if choose is not None else None
+    if picked is None:
+        return ws
+    return [w for w in ws if w in set(picked)] or ws
+
+
+def _place_once_with(client, arrays, check, device, ws, transport, timeout, shm, hosted=False, choose=None):
     buffers: list = []
     actor_futures = None
     try:
         if any(is_dask_collection(a) for a in arrays.values()):
-            shards, used, sources, ranges = _place_dask(client, arrays, check, device, ws)
+            shards, used, sources, ranges = _place_dask(client, arrays, check, device, ws, choose)
         else:
+            if choose is not None:
+                ws = _chosen(ws, choose, np.shape(next(iter(arrays.values())))[0])
             # the actors go in behind the shards they hold (Placement), or build them (actor_futures), and their
             # wait is the shards' wait
             actor_futures = [] if transport == "actors" else None
@@ -657,8 +673,7 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
     # sparse input as canonical CSR once, then cut into row ranges that are views of its arrays
     arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v for k, v in arrays.items()}
     n = {k: np.shape(v)[0] for k, v in arrays.items()}
-    if len(set(n.values())) != 1:
-        raise ValueError(f"Found input variables with inconsistent numbers of samples: {n}")
+    check_lengths(n)
     n_rows = next(iter(n.values()))
     if n_rows == 0:
         raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
@@ -879,7 +894,7 @@ def _submit_dask_build(client, worker, device, source):
                 f"{k} now has {len(fs)} row blocks where it had {n_blocks[k]} when the data was placed; "
                 "its shard cannot be rebuilt after the loss of its worker."
             )
-    return client.submit(_dask_input.build_shard, device, check, names, segments, n, *needed, workers=[worker],
+    return client.submit(_dask_input.build_shard_task, device, check, names, segments, n, *needed, workers=[worker],
                          allow_other_workers=False, pure=False)
 
 
@@ -937,7 +952,23 @@ def _build_shard_shared(device, handles):
     return _worker.Shard(_shm.read_parts(handles), device=device)
 
 
-def _place_dask(client, arrays, check, device, ws):
+def check_lengths(n: dict) -> None:
+    """scikit-learn's errors where the row counts ``n`` (name -> rows; X, then y, then the others) differ.
+
+    X against y: ``check_consistent_length``'s message.  Another input
+    against X: ``_check_sample_weight``'s (for ``sample_weight``, the only
+    other one the estimators place).
+    """
+    names = list(n)
+    first = n[names[0]]
+    if "y" in n and n["y"] != first:
+        raise ValueError(f"Found input variables with inconsistent numbers of samples: [{first}, {n['y']}]")
+    for k in names[1:]:
+        if n[k] != first:
+            raise ValueError(f"{k}.shape == ({n[k]},), expected ({first},)!")
+
+
+def _place_dask(client, arrays, check, device, ws, choose=None):
     """Dask input: blocks computed once where Dask puts them, one shard per worker built from them (``_dask_input``)."""
     for k, v in arrays.items():
         if not is_dask_collection(v):
@@ -956,9 +987,8 @@ def _place_dask(client, arrays, check, device, ws):
         _watch.wait_done(waited, client, [])
         _raise_first_error(waited)
         lengths.update({k: client.gather(fs) for k, fs in counted.items()})
-        totals = [int(sum(lengths[k])) for k in names]
-        if len(set(totals)) > 1:
-            raise ValueError(f"Found input variables with inconsistent numbers of samples: {totals}")
+        check_lengths({k: int(sum(lengths[k])) for k in names})
+        ws = _chosen(ws, choose, sum(lengths[names[0]]))
         who = client.who_has(blocks[names[0]])
         holders = [list(who.get(f.key, ())) for f in blocks[names[0]]]
         offsets = {k: _dask_input.offsets_of(lengths[k]) for k in names}
@@ -968,7 +998,7 @@ def _place_dask(client, arrays, check, device, ws):
             segments, refs = _dask_input.segments_for(ranges, offsets)
             n = sum(b - a for a, b in ranges)
             shards.append(client.submit(
-                _dask_input.build_shard, device, check, names, segments, n, *(blocks[k][j] for k, j in refs),
+                _dask_input.build_shard_task, device, check, names, segments, n, *(blocks[k][j] for k, j in refs),
                 workers=[w], allow_other_workers=False, pure=False,
             ))
             used.append(w)
@@ -988,10 +1018,3 @@ def _place_dask(client, arrays, check, device, ws):
         raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
     return shards, used, [("dask", src) for src in sources], row_ranges
 
-
-def _raise_first_error(futs) -> None:
-    """Raise the exception of the first failed future, with its traceback."""
-    for f in futs:
-        if f.status == "error":
-            exc, tb = f.exception(), f.traceback()
-            raise exc.with_traceback(tb)

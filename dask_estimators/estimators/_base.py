@@ -25,6 +25,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
     _check_sample_weight,
+    check_non_negative,
     check_array,
     check_is_fitted,
     validate_data,
@@ -33,7 +34,7 @@ from sklearn.utils.validation import (
 from .._validation import assert_all_finite, classes_and_codes
 from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
 from ..engine.cluster import adopt_sender, prestart, sender_address, warm_ahead
-from ..engine.placement import _workers
+from ..engine.placement import _workers, check_lengths
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
 from ..optim import SOLVERS, minimize
@@ -49,14 +50,16 @@ except ImportError:  # older scikit-learn has no callbacks to call
 __all__ = ["DistributedEstimator", "DistributedLinearModel", "InferenceMixin"]
 
 
-def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=False):
+def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=False, negative_weights=True):
     """Validate one row block of dask input on its worker, with scikit-learn's own checks.
 
     ``y_loss``: a loss whose domain check (``check_y``) the targets must pass,
     the same check NumPy input gets.  ``accept_sparse``: scipy.sparse blocks
     of X are accepted and made canonical CSR (NaN or infinity in their
     ``.data`` raise scikit-learn's error); otherwise they raise its
-    "Sparse data was passed" error.
+    "Sparse data was passed" error.  ``negative_weights``: whether
+    ``sample_weight`` may hold negative values, as the scikit-learn estimator
+    of the same name takes them.
     """
     out = dict(arrays)
     out["X"] = _checked_X(
@@ -74,10 +77,10 @@ def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=
             if y_loss is not None:
                 y_loss.check_y(y)
         else:
-            if y.ndim != 1:
+            if y.ndim != 1 and not (multi_output and y.ndim == 2):  # 2-D: a label-indicator matrix
                 raise ValueError(f"y should be a 1d array, got an array of shape {y.shape} instead.")
-            if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
-                raise ValueError("Input y contains NaN or infinity.")
+            if y.dtype.kind == "f":
+                assert_all_finite(y, input_name="y")  # scikit-learn's message
             if y.dtype.kind == "O" and any(v is None or (isinstance(v, float) and v != v) for v in y):
                 raise ValueError("Input y contains missing values (None or NaN).")
         out["y"] = y
@@ -88,8 +91,8 @@ def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=
         )
         if sw.ndim != 1:
             raise ValueError("Sample weights must be 1D array or scalar")
-        if np.any(sw < 0):
-            raise ValueError("Negative values in data passed to sample_weight")
+        if not negative_weights:
+            check_non_negative(sw, "`sample_weight`")
         out["sample_weight"] = sw
     return out
 
@@ -117,16 +120,21 @@ class DistributedEstimator(BaseEstimator):
     _multi_output = False
     #: Whether X may be scipy.sparse (or a dask array of sparse blocks): placed as CSR, never densified.
     _accept_sparse = False
+    #: Whether ``sample_weight`` may hold negative values (as scikit-learn's estimator of the same name).
+    _negative_weights = True
 
     def _validate_input(self, X, y, sample_weight, return_classes=False):
         if is_dask_collection(X):
             self._check_dask_features(X, reset=True)
-            if getattr(X, "ndim", 2) != 2:
-                raise ValueError(f"Expected a 2D dask array for X, got {X.ndim} dimensions.")
+            self._check_dask_rows(X)
             y = _as_dask_like(y, X, "y")
+            if not self._multi_output and getattr(y, "ndim", 1) == 2 and y.shape[1] != 1:
+                raise ValueError(f"y should be a 1d array, got an array of shape {_shape_text(y)} instead.")
             if sample_weight is not None:
                 sample_weight = _as_dask_like(sample_weight, X, "sample_weight")
             return (X, y, sample_weight, True) + ((None,) if return_classes else ())
+        if getattr(X, "columns", None) is not None and len(X.columns) == 0:
+            X = np.empty((len(X), 0))  # check_array fails on a frame without columns before its own message
         X, y = validate_data(
             self,
             X,
@@ -145,14 +153,37 @@ class DistributedEstimator(BaseEstimator):
             assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
         labels = _checked_classes(y) if self._is_classifier else None  # (classes, codes or None)
         if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=np.float64, ensure_non_negative=not self._negative_weights
+            )
         return (X, y, sample_weight, False) + ((labels,) if return_classes else ())
 
+    def _check_dask_rows(self, X):
+        """scikit-learn's error for a dask X of no rows, where its length is known without computing it."""
+        n = X.shape[0]
+        if isinstance(n, (int, np.integer)) and not np.isnan(n) and n == 0:
+            raise ValueError(
+                f"Found array with 0 sample(s) (shape={tuple(int(k) for k in X.shape)}) while a minimum of 1 is "
+                f"required by {type(self).__name__}."
+            )
+
     def _check_dask_features(self, X, reset):
-        """``n_features_in_`` and ``feature_names_in_`` for a dask array or dataframe, as validate_data does."""
+        """``n_features_in_`` and ``feature_names_in_`` for a dask array or dataframe, as validate_data does, with
+        its errors for another number of dimensions or no features."""
         if getattr(X, "ndim", 2) != 2:
-            raise ValueError(f"Expected 2D input, got a dask collection with {X.ndim} dimension(s).")
+            raise ValueError(
+                f"Found array with dim {X.ndim}, while dim <= 2 is required by {type(self).__name__}."
+                if X.ndim > 2 else
+                f"Expected 2D array, got 1D array instead:\na dask collection of shape {X.shape}.\nReshape your "
+                "data either using array.reshape(-1, 1) if your data has a single feature or array.reshape(1, -1) "
+                "if it contains a single sample."
+            )
         n_features = int(X.shape[1])
+        if n_features == 0:
+            raise ValueError(
+                f"Found array with 0 feature(s) (shape={_shape_text(X)}) while a minimum of 1 is required by "
+                f"{type(self).__name__}."
+            )
         columns = getattr(X, "columns", None)
         names = None
         if columns is not None and len(columns) and all(isinstance(c, str) for c in columns):
@@ -186,21 +217,30 @@ class DistributedEstimator(BaseEstimator):
                 UserWarning,
             )
 
+    def _block_check(self, y_loss=None, multi_output=None):
+        """The check each block of dask input passes on its worker (:func:`_check_block`), for this estimator."""
+        return functools.partial(
+            _check_block, y_numeric=not self._is_classifier,
+            multi_output=self._multi_output if multi_output is None else multi_output, y_loss=y_loss,
+            accept_sparse=self._accept_sparse, negative_weights=self._negative_weights,
+        )
+
     def _dask_classes(self, placement):
         """classes_ of dask input, found on the workers, which then encode their labels as integer codes."""
-        uniques = placement.map(T.unique_labels)
-        classes = self._check_classes(np.unique(np.concatenate(uniques)))
+        classes = self._check_classes(dask_label_set(placement.map(T.unique_labels), placement.n_samples))
         placement.map(T.encode_labels, classes)
         return classes
 
-    @staticmethod
-    def _check_classes(classes):
+    def _check_classes(self, classes):
         if len(classes) < 2:
             raise ValueError(
                 "This solver needs samples of at least 2 classes in the data, but the data contains only one "
-                f"class: {classes[0]!r}"
+                f"class: {self._one_class_text.format(classes[0])}"
             )
         return classes
+
+    #: How the single-class error names the class: as scikit-learn's estimator of the same name does.
+    _one_class_text = "{!r}"
 
     def _map_rows(self, X, fn, n_cols):
         """Apply ``fn`` (NumPy rows -> NumPy) to NumPy input now, or to dask input lazily, block by block.
@@ -482,7 +522,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         y : array-like or dask collection of shape (n_samples,)
             Target values, partitioned like X when X is a dask collection.
         sample_weight : array-like or dask collection of shape (n_samples,), default=None
-            Non-negative weights of the samples.
+            Weights of the samples.  Negative weights are accepted where scikit-learn's estimator of the same
+            name accepts them (all but LinearRegression).
 
         Returns
         -------
@@ -497,10 +538,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         y_loss = self._y_loss()
         if y_loss is not None and not dask_input:
             y_loss.check_y(y)
-        check = functools.partial(
-            _check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output, y_loss=y_loss,
-            accept_sparse=self._accept_sparse,
-        )
+        check = self._block_check(y_loss)
         y_placed, classes = y, None
         if labels is not None:
             classes, codes = labels
@@ -838,6 +876,55 @@ def _series_of_rows(df, fn, float_dtype):
     return pd.Series(out, index=df.index)
 
 
+def dask_label_set(found, n_samples):
+    """The sorted classes of dask ``y`` from the distinct labels each shard ``found``, checked as scikit-learn's
+    ``check_classification_targets`` checks a whole ``y`` of ``n_samples`` rows.
+
+    A float label that is not a whole number makes ``y`` continuous: scikit-learn's
+    "Unknown label type" error, before any solver starts (one class per distinct
+    float would be a model of thousands of classes).  More classes than half the
+    rows gives a warning, as for NumPy ``y``.
+    """
+    from sklearn.utils.multiclass import check_classification_targets
+
+    labels = np.unique(np.concatenate([np.asarray(f).reshape(-1) for f in found]))
+    with warnings.catch_warnings():  # its share-of-classes warning would count the distinct labels as the rows
+        warnings.simplefilter("ignore", UserWarning)
+        check_classification_targets(labels)
+    check_class_share(labels.size, n_samples)
+    if labels.size > 2 and n_samples > 20 and labels.size > round(0.5 * n_samples):
+        warnings.warn(
+            f"y has {labels.size} classes in {n_samples} samples, more than half as many classes as samples: "
+            "y may be a regression target rather than class labels.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return labels
+
+
+def check_class_share(n_classes: int, n_samples: int) -> None:
+    """Fail fast where ``y`` has more classes than ``dask-estimators.max-class-share`` of its rows.
+
+    A classifier fits one set of coefficients per class (one problem per
+    class for one-vs-rest): integer labels of a regression target make
+    thousands of classes and a fit of minutes, not an error.  scikit-learn
+    warns above half the rows; here the default share is that half, and the
+    fit stops before any solver starts.  A larger share (1 allows any) fits
+    such classes.
+    """
+    import dask.config
+
+    share = dask.config.get("dask-estimators.max-class-share", 0.5)
+    if share is None or n_samples <= 20 or n_classes <= 2 or n_classes <= share * n_samples:
+        return
+    raise ValueError(
+        f"y has {n_classes} classes in {n_samples} samples, more than {share:g} of the number of samples: it "
+        "looks like a regression target rather than class labels, and a classifier fits one set of coefficients "
+        "per class. Fit a regressor, or allow this many classes with "
+        "dask.config.set({'dask-estimators.max-class-share': 1.0})."
+    )
+
+
 def _checked_classes(y):
     """scikit-learn's ``check_classification_targets(y)``, the sorted classes of ``y`` and its codes (or None).
 
@@ -852,16 +939,20 @@ def _checked_classes(y):
     if fast is not None:
         classes, codes = fast
         check_classification_targets(y.view(np.dtype(y.dtype, metadata={"unique": classes})))
+        check_class_share(len(classes), len(y))
         return classes, codes
     try:
         from sklearn.utils._unique import attach_unique  # the unique values ride along in the dtype's metadata
     except ImportError:  # pragma: no cover - a scikit-learn without it: two passes
         check_classification_targets(y)
-        return np.unique(y), None
-    y_view = attach_unique(y)
-    check_classification_targets(y_view)
-    meta = y_view.dtype.metadata
-    return (np.asarray(meta["unique"]) if meta and "unique" in meta else np.unique(y)), None
+        classes = np.unique(y)
+    else:
+        y_view = attach_unique(y)
+        check_classification_targets(y_view)
+        meta = y_view.dtype.metadata
+        classes = np.asarray(meta["unique"]) if meta and "unique" in meta else np.unique(y)
+    check_class_share(len(classes), len(y))
+    return classes, None
 
 
 #: The most parameters ``compute_inference=True`` accepts: the covariance is a dense p x p matrix.
@@ -882,6 +973,13 @@ def _check_inference(spec):
         )
 
 
+def _shape_text(a) -> str:
+    """A dask collection's shape as scikit-learn's messages print a shape; ``nan`` for a length not known yet."""
+    dims = [int(k) if isinstance(k, (int, np.integer)) or (isinstance(k, float) and not np.isnan(k)) else "nan"
+            for k in a.shape]
+    return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
+
+
 def _as_dask_like(a, X, name):
     """Make ``a`` (y or sample_weight) a dask collection beside the dask collection X.
 
@@ -896,14 +994,14 @@ def _as_dask_like(a, X, name):
     known = isinstance(n_x, (int, np.integer)) and not np.isnan(n_x)
     if is_dask_collection(a):
         n_a = a.shape[0]
-        if known and isinstance(n_a, (int, np.integer)) and not np.isnan(n_a) and n_x != n_a:
-            raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n_x}, {n_a}]")
+        if known and isinstance(n_a, (int, np.integer)) and not np.isnan(n_a):
+            check_lengths({"X": n_x, name: n_a})
         return a
     import dask.array as da
 
     a = np.asarray(a)
-    if known and a.shape[0] != n_x:
-        raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n_x}, {a.shape[0]}]")
+    if known:
+        check_lengths({"X": n_x, name: a.shape[0]})
     chunks = getattr(X, "chunks", None)
     if chunks is None or any(np.isnan(c) for c in chunks[0]) or sum(chunks[0]) != a.shape[0]:
         n_blocks = max(1, min(getattr(X, "npartitions", None) or X.numblocks[0], a.shape[0]))

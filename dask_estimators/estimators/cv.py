@@ -19,7 +19,6 @@ hundreds of evaluations without a round trip each
 
 from __future__ import annotations
 
-import functools
 import warnings
 from numbers import Integral, Real
 
@@ -156,8 +155,7 @@ class _PlacedSearchMixin:
             y = np.reshape(y, -1)
         splits = None if self._worker_folds() and on_workers and not split_params else \
             self._splits_on_client(X, y, dask_input, split_params)
-        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=False,
-                                  accept_sparse=self._accept_sparse)
+        check = self._block_check(multi_output=False)
         y_placed, classes = y, None
         if labels is not None:
             classes, codes = labels
@@ -415,6 +413,8 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
     >>> clf.C_.shape, clf.scores_[1].shape  # doctest: +SKIP
     ((1,), (5, 5))
     """
+
+    _one_class_text = "{}."  # scikit-learn's LogisticRegressionCV: "... only one class: 0."
 
     _parameter_constraints = {
         k: v for k, v in LogisticRegression._parameter_constraints.items() if k not in ("C", "l1_ratio", "warm_start")

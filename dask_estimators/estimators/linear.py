@@ -441,7 +441,11 @@ class _LinearSVMMixin:
         from ..optim.dual_driver import one_shard_below
 
         size = stored_values(X)
-        if size is None or not self._resolved_dual(*map(int, X.shape)):
+        if size is None:  # dask input of unknown length: chosen by the placement once it has counted the rows
+            d = int(X.shape[1])
+            return lambda n: (_workers(client)[:1] if self._resolved_dual(n, d) and n * d < one_shard_below()
+                              else None)
+        if not self._resolved_dual(*map(int, X.shape)):
             return None
         return _workers(client)[:1] if size < one_shard_below() else None
 
@@ -803,6 +807,7 @@ class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
     """
 
     _multi_output = True
+    _negative_weights = False  # as scikit-learn's LinearRegression (its Ridge fails on them, on a square root)
     _loss = "squared"
     _keeps_float32 = True
     _parameter_constraints = {

@@ -18,7 +18,6 @@ never densified: the first layer is a sparse-dense product (see
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import warnings
 from numbers import Integral, Real
@@ -31,7 +30,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..engine import DistributedEvaluator, client_context, place, workers_per_gpu, workers_worth
@@ -40,7 +39,7 @@ from ..objectives import module as M
 from ..objectives import targets as T
 from ..optim.progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs
-from ._base import DistributedEstimator, _check_block
+from ._base import DistributedEstimator, check_class_share, dask_label_set
 from ._torch import STRATEGIES, Progress, resolve_strategy, split_callbacks, train_on_placement
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
@@ -178,7 +177,7 @@ class _BaseMLP(DistributedEstimator):
         y : array-like or dask collection of shape (n_samples,) or (n_samples, n_outputs)
             Targets (class labels for the classifier).
         sample_weight : array-like or dask collection of shape (n_samples,), default=None
-            Non-negative weights of the samples.
+            Weights of the samples; negative ones are accepted, as by scikit-learn's MLPs.
 
         Returns
         -------
@@ -210,8 +209,7 @@ class _BaseMLP(DistributedEstimator):
                 f"{prev_features} features as input."
             )
         dtype = "float32" if getattr(X, "dtype", None) == np.float32 else "float64"
-        check = functools.partial(_check_block, y_numeric=not self._is_classifier, multi_output=self._multi_output,
-                                  accept_sparse=self._accept_sparse)
+        check = self._block_check()
         y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset, incremental)
         with client_context(self.client) as client:
             placement = place(
@@ -646,8 +644,12 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
             self._set_classes(np.arange(Y.shape[1]), classes, reset, incremental, multilabel=True)
             return Y.astype(np.float64), "logistic", Y.shape[1]
         if kind not in ("binary", "multiclass"):
+            if kind.endswith("multioutput") and np.ndim(y) == 2:  # scikit-learn's LabelBinarizer's error
+                raise ValueError("Multioutput target data is not supported with label binarization")
+            check_classification_targets(y)  # scikit-learn's error for the other kinds (continuous, unknown)
             raise ValueError(f"Unknown label type: {kind!r}.")
         found = np.unique(y)
+        check_class_share(len(found), len(y))
         self._set_classes(found, classes, reset, incremental)
         codes = np.searchsorted(self.classes_, y)
         if np.any(codes >= len(self.classes_)) or not np.all(self.classes_[np.minimum(codes, len(self.classes_) - 1)] == y):
@@ -687,7 +689,14 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         self.classes_ = found
 
     def _encode_on_workers(self, placement, classes, reset, incremental):
-        found = np.unique(np.concatenate(placement.map(T.unique_labels)))
+        found = dask_label_set(placement.map(T.unique_labels), placement.n_samples)
+        shape = placement.map(T.trailing_shape)[0]
+        if shape:  # a label-indicator matrix: one logistic output per column, as for NumPy input
+            if not set(found.tolist()) <= {0, 1}:
+                raise ValueError("Multioutput target data is not supported with label binarization")
+            self._set_classes(np.arange(shape[0]), classes, reset, incremental, multilabel=True)
+            placement.map(T.float_targets)
+            return "logistic", shape[0]
         self._set_classes(found, classes, reset, incremental)
         placement.map(T.encode_labels, self.classes_)
         return self._out_for_classes()

@@ -16,7 +16,7 @@ torch = lazy_module("torch")  # the encodings run on the workers
 from .._validation import classes_and_codes
 from .losses import get_loss
 
-__all__ = ["unique_labels", "encode_labels", "class_counts", "prepare_targets", "prepare_and_weigh", "trailing_shape"]
+__all__ = ["unique_labels", "encode_labels", "float_targets", "class_counts", "prepare_targets", "prepare_and_weigh", "trailing_shape"]
 
 
 def _host(a):
@@ -54,6 +54,11 @@ def encode_labels(shard, classes):
     if not np.all(classes[codes] == y):
         raise ValueError("y contains labels that are not in classes_.")
     shard.put("y", codes.astype(np.int64))
+
+
+def float_targets(shard):
+    """Replace ``y`` (a label-indicator matrix of 0 and 1) by its float64 copy: multilabel targets."""
+    shard.put("y", _host(shard.get("y")).astype(np.float64))
 
 
 def class_counts(shard, n_classes: int):

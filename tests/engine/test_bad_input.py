@@ -55,7 +55,7 @@ def no_optimizer_step(monkeypatch):
         (de.LinearSVR, "regression", "sample_weight", np.nan, "NaN"),
         (de.LogisticRegression, "binary", "X", np.inf, "infinity"),
         (de.LogisticRegression, "binary", "sample_weight", np.inf, "infinity"),
-        (de.LinearSVC, "binary", "sample_weight", -1.0, "Negative values"),
+        (de.LinearRegression, "regression", "sample_weight", -1.0, "Negative values"),
     ],
 )
 def test_bad_value_in_one_dask_chunk_raises_before_any_round(no_optimizer_step, Est, kind, where, value, match):

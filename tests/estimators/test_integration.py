@@ -346,11 +346,12 @@ def test_one_class_in_linear_svc(no_cluster_work):
 
 
 def test_negative_sample_weight_raises_before_cluster_work(no_cluster_work):
-    X, y = _data("binary")
+    """LinearRegression refuses negative weights before any work, as scikit-learn's does."""
+    X, y = _data("regression")
     sw = np.ones(N)
     sw[7] = -1.0
-    with pytest.raises(ValueError, match="Negative values in data passed to"):
-        de.LogisticRegression().fit(X, y, sample_weight=sw)
+    with pytest.raises(ValueError, match="^Negative values in data passed to `sample_weight`.$"):
+        de.LinearRegression().fit(X, y, sample_weight=sw)
 
 
 def test_bad_dask_input():
@@ -361,9 +362,9 @@ def test_bad_dask_input():
     with pytest.raises(ValueError, match="only one class"):
         de.LogisticRegression().fit(Xd, _dask_array(np.ones(N)))
     sw = np.ones(N)
-    sw[200] = -1.0  # in one block only
+    sw[200] = -1.0  # in one block only: LinearRegression refuses it, as scikit-learn's does
     with pytest.raises(ValueError, match="Negative values in data passed to"):
-        de.LogisticRegression().fit(Xd, _dask_array(y), sample_weight=_dask_array(sw))
+        de.LinearRegression().fit(Xd, _dask_array(y.astype(float)), sample_weight=_dask_array(sw))
     with pytest.raises(ValueError, match="convert string to float"):
         de.LogisticRegression().fit(da.from_array(np.array([["a", "b"], ["c", "d"]])), da.from_array(np.array([0, 1])))
     with pytest.raises(ValueError, match=r"0 sample\(s\)"):

@@ -755,10 +755,21 @@ def test_sample_weight_with_stochastic_solver_both_strategies_agree():
     assert _max_diff(tree, _small("tree").fit(X, y)) > 1e-6
 
 
-def test_negative_sample_weight_is_an_error():
+@pytest.mark.parametrize("solver", ["adam", "lbfgs"])
+def test_negative_sample_weights_train_as_scikit_learn(solver):
+    """scikit-learn's MLPs take negative sample weights (one row's loss subtracted, or every row's): the same
+    losses, epoch by epoch."""
+    from sklearn.neural_network import MLPClassifier as SkMLP
+
     X, y = _blobs()
-    with pytest.raises(ValueError, match="[Nn]egative"):
-        _small("tree").fit(X, y, sample_weight=-np.ones(len(y)))
+    for sw in (np.r_[np.ones(len(y) - 1), -0.5], -np.ones(len(y))):
+        kw = dict(hidden_layer_sizes=(5,), max_iter=20, random_state=0, solver=solver)
+        ref = SkMLP(**kw).fit(X, y, sample_weight=sw)
+        ours = de.MLPClassifier(**kw).fit(X, y, sample_weight=sw)
+        if solver == "lbfgs":
+            np.testing.assert_allclose(ours.loss_, ref.loss_, rtol=1e-9, atol=1e-12)
+        else:
+            np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-6)
 
 
 # --------------------------------------------------- 10. warm_start, partial_fit

@@ -302,3 +302,17 @@ def test_crammer_singer_model_pickles_and_to_sklearn():
     assert sk.get_params()["multi_class"] == "crammer_singer"
     np.testing.assert_allclose(sk.decision_function(X), ours.decision_function(X), rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(ours.predict(X), ours.classes_[np.argmax(ours.decision_function(X), axis=1)])
+
+
+def test_linear_svr_convergence_warning_as_liblinear():
+    """The LinearSVR half of scikit-learn's ``test_linear_svm_convergence_warnings`` (its LinearSVC half is a
+    written skip in tests/upstream: our LinearSVC's primal converges there): with ``max_iter=2`` the dual
+    method stops short on iris and warns with liblinear's message, and ``n_iter_`` is a Python int of 2."""
+    X, y = load_iris(return_X_y=True)
+    with pytest.warns(ConvergenceWarning, match=LIBLINEAR_WARNING):
+        svr = de.LinearSVR(random_state=0, max_iter=2).fit(X, y)
+    assert type(svr.n_iter_) is int and svr.n_iter_ == 2
+    ref = sk_svm.LinearSVR(random_state=0, max_iter=2)
+    with pytest.warns(ConvergenceWarning, match=LIBLINEAR_WARNING):
+        ref.fit(X, y)
+    assert ref.n_iter_ == svr.n_iter_

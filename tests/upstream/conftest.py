@@ -136,7 +136,7 @@ def pytest_collection_modifyitems(config, items):
         if kind == "skip":
             item.add_marker(pytest.mark.skip(reason=f"not applicable ({label}): {reason}"))
         elif kind == "xfail":
-            item.add_marker(pytest.mark.xfail(reason=f"defect: {label}", strict=False))  # the why: upstream_skips
+            item.add_marker(pytest.mark.xfail(reason=f"defect: {label}", strict=True))  # the why: upstream_skips
         kept.append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)

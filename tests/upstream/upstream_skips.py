@@ -7,8 +7,8 @@ parameter id, e.g. ``test_max_iter[liblinear-...]``), per upstream module.
 ``SKIPS`` are tests that do not apply (the first matching rule wins); every
 other test of one of our estimators is *applicable*.  ``XFAILS`` are
 applicable tests that fail because of a defect of ours: they are marked
-``xfail(strict=False)`` with the defect as reason, and a rule goes away when
-its defect is fixed (the report counts the XPASSes that show it).
+``xfail(strict=True)`` with the defect as reason, so a rule must go when its
+defect is fixed.
 """
 
 from __future__ import annotations
@@ -111,23 +111,32 @@ SKIPS = [
             GLM: [r"^test_tweedie_link_argument", r"^test_tweedie_link_auto"],
         },
     ),
+    # rules of ours that differ from scikit-learn's on purpose (they were xfails; each is a decision, not a defect)
+    Rule(
+        "LinearSVC's primal converges",
+        "LinearSVC's default (squared hinge, dual='auto', n_samples >= n_features) is the primal, solved by "
+        "trust-region Newton-CG, which converges on this test's six rows within max_iter=2, so liblinear's "
+        "ConvergenceWarning, which the test expects, is not raised. The test's LinearSVR half (the dual method, "
+        "liblinear's warning and n_iter_) runs in tests/estimators/test_svm_dual.py "
+        "(test_linear_svr_convergence_warning_as_liblinear).",
+        {SVM: [r"linear_svm_convergence_warnings"]},
+    ),
+    Rule(
+        "a ConvergenceWarning where lbfgs stops short of tol",
+        "Where L-BFGS ends because the objective no longer decreases in float64 while max |gradient| is still "
+        "above tol (scipy's success), ours warns (ConvergenceWarning: the fit did not reach the tol asked for) "
+        "and scikit-learn's is silent; the test fits with every warning an error.",
+        {GLM: [r"^test_linalg_warning_with_newton"]},
+    ),
+    Rule(
+        "the early-stopping split names the class by its label",
+        "A class with one member: the stratified early-stopping split raises scikit-learn's message, naming the "
+        "class by its label (1), where scikit-learn names its binarised indicator ('True'), which the test "
+        "matches.",
+        {MLP: [r"early_stopping_stratified"]},
+    ),
 ]
 
-XFAILS = [
-    # LinearSVC / LinearSVR
-    Rule("not liblinear's iterations", "LinearSVC's default (squared hinge, dual='auto', n_samples >= "
-         "n_features) is the primal, solved by trust-region Newton-CG, which converges on this problem within "
-         "max_iter=2; the test expects liblinear's warning.", {
-        SVM: [r"linear_svm_convergence_warnings"],
-    }),
-    # PoissonRegressor / GammaRegressor / TweedieRegressor
-    Rule("a ConvergenceWarning where lbfgs stops short of tol", "Where L-BFGS ends because the objective no "
-         "longer decreases in float64 while max |gradient| is still above tol (scipy's success), ours warns "
-         "(ConvergenceWarning, a deliberate rule: the fit did not reach the tol asked for) and scikit-learn's "
-         "is silent; the test fits with every warning an error.", {GLM: [r"^test_linalg_warning_with_newton"]}),
-    # MLPClassifier / MLPRegressor
-    Rule("early-stopping split message names the label", "A class with one member: the stratified "
-         "early-stopping split raises scikit-learn's message, naming the class by its label (1) where "
-         "scikit-learn names its binarised indicator ('True'), which the test matches.",
-         {MLP: [r"early_stopping_stratified"]}),
-]
+#: Applicable tests that fail because of a defect of ours: none today.  A rule added here is marked
+#: ``xfail(strict=True)``: the day its defect is fixed the run fails until the rule goes.
+XFAILS: list = []
