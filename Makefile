@@ -3,7 +3,7 @@
 #   make test   build the docs (warnings are errors), then run the test suite (in two processes) on a real process-based LocalCluster
 #               (it includes tests/upstream: scikit-learn's own tests run against our estimators, docs/fidelity.md),
 #               then .ci/floors: a fast subset in a second venv holding the oldest versions pyproject.toml declares
-#   make test-upstream   only tests/upstream, with its per-module counts
+#   make test-upstream   only tests/upstream, with its per-module counts (written into docs/fidelity.md)
 #   make docs   build the docs site into site/;  make docs-serve  serve it on http://127.0.0.1:8000
 PYTHON ?= python3
 VENV ?= .venv
@@ -35,8 +35,9 @@ test: docs
 	# the floor job: the oldest versions pyproject.toml admits, in .venv-floors, on a fast subset
 	PYTHON=$(PYTHON) .ci/floors
 
+# test-upstream also writes its counts into docs/fidelity.md (between its markers)
 test-upstream: $(VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider tests/upstream
+	UPSTREAM_FIDELITY_MD=docs/fidelity.md $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/upstream
 
 # NO_MKDOCS_2_WARNING silences MkDocs-Material's end-of-life banner (not a build warning)
 docs: $(VENV)/.installed

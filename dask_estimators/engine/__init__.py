@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from ._watch import ClusterLostError, WorkerLostError
+    from ._watch import ClusterLostError, WorkerLostError, WorkerLostWarning
     from ._worker import Shard, aligned_copy, is_aligned
     from .cluster import client_context, close_embedded_cluster, get_embedded_client, resolve_client
     from .evaluator import DistributedEvaluator, EvalStats, LocalEvaluator, solve_on_shard
@@ -23,6 +23,7 @@ __all__ = [
     "REDUCTIONS",
     "ClusterLostError",
     "WorkerLostError",
+    "WorkerLostWarning",
     "DistributedEvaluator",
     "EvalStats",
     "LocalEvaluator",
@@ -46,6 +47,7 @@ __all__ = [
 _LAZY = {
     "ClusterLostError": "._watch",
     "WorkerLostError": "._watch",
+    "WorkerLostWarning": "._watch",
     "Shard": "._worker",
     "aligned_copy": "._worker",
     "is_aligned": "._worker",

@@ -25,7 +25,7 @@ import asyncio
 import threading
 import time
 
-__all__ = ["WorkerLostError", "ClusterLostError", "wait_results", "wait_done", "alive_workers", "check_client"]
+__all__ = ["WorkerLostError", "WorkerLostWarning", "ClusterLostError", "wait_results", "wait_done", "alive_workers", "check_client"]
 
 #: Seconds between health checks while a wait goes on.
 SLICE = 1.0
@@ -33,6 +33,20 @@ SLICE = 1.0
 SCHEDULER_GRACE = 5.0
 #: Seconds one health-check request to the scheduler may take.
 PROBE_TIMEOUT = 5.0
+
+
+class WorkerLostWarning(UserWarning):
+    """A worker holding part of the data was lost and the fit went on: its shards were placed again on the
+    surviving workers from the input, and the result is the one an undisturbed fit gives.
+
+    One warning per recovery, in place of the tracebacks a lost connection leaves in distributed's log.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from dask_estimators.engine import WorkerLostWarning
+    >>> warnings.simplefilter("ignore", WorkerLostWarning)  # a user who does not want to hear of it
+    """
 
 
 class WorkerLostError(RuntimeError):

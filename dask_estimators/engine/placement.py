@@ -349,6 +349,16 @@ class Placement:
                 lost = e.workers - self._lost
                 if not lost or attempt == max_losses:
                     raise
+        if rebuilt:
+            import warnings
+
+            moved = [r for r in self.recoveries if r["shard"] in rebuilt]
+            warnings.warn(
+                f"Lost the Dask worker(s) {sorted(self._lost)} during the fit; their {len(rebuilt)} shard(s) were "
+                f"placed again on {sorted({r['to'] for r in moved})} from the input, and the fit went on.",
+                _watch.WorkerLostWarning,
+                stacklevel=2,
+            )
         return sorted(rebuilt)
 
     def _rebuild(self, i, target) -> None:

@@ -18,14 +18,37 @@ def _fail():
     raise ValueError("this task fails")
 
 
-def test_done_waits_for_every_future_and_no_longer(client):
-    slow = client.submit(_sleep, 0.5, pure=False)
+def _blocked(name):
+    """Runs until the distributed Event ``name`` is set: a future that cannot finish before the test says so."""
+    import distributed
+
+    distributed.Event(name).wait(60)
+    return name
+
+
+@pytest.fixture
+def gate(client):
+    """A distributed Event (set at the end, so that nothing stays blocked) and its name."""
+    import uuid
+
+    import distributed
+
+    name = f"test-watch-{uuid.uuid4().hex}"
+    event = distributed.Event(name, client=client)
+    yield name
+    event.set()
+
+
+def test_done_waits_for_every_future_and_no_longer(client, gate):
+    import distributed
+
+    slow = client.submit(_blocked, gate, pure=False)
     quick = client.submit(_sleep, 0.0, pure=False)
     quick.result()
     done = _watch._Done([quick, slow])
-    t0 = time.monotonic()
-    assert not done.wait(0.05)  # the slow one is running
-    assert time.monotonic() - t0 < 0.4
+    assert not done.wait(0.05)  # the slow one cannot finish: the wait ends at its timeout, not with the future
+    assert not slow.done()
+    distributed.Event(gate, client=client).set()
     assert done.wait(30) and slow.done()
     assert _watch._Done([quick, slow]).wait(0)  # every future done already: at once
 
@@ -52,18 +75,16 @@ def test_a_callback_held_up_does_not_hold_the_wait(client):
         f = client.submit(_sleep, 0.0, pure=False)
         f.result()
         done = _watch._Done([client.submit(_sleep, 0.01, pure=False)])
-        t0 = time.monotonic()
-        while not done.wait(0.2):  # its callback cannot run yet: the slice ends and the futures are looked at
-            assert time.monotonic() - t0 < 10
+        # its callback cannot run yet: a slice ends and the futures are looked at (50 slices: a bound, not a timing)
+        assert any(done.wait(0.2) for _ in range(50))
     finally:
         release.set()
 
 
 @pytest.mark.parametrize("fn", [_watch.wait_done, _watch.wait_results])
-def test_the_waits_time_out_while_a_future_runs(client, fn):
-    f = client.submit(_sleep, 1.5, pure=False)
-    t0 = time.monotonic()
+def test_the_waits_time_out_while_a_future_runs(client, fn, gate):
+    f = client.submit(_blocked, gate, pure=False)
     with pytest.raises(TimeoutError):
         fn([f], client, [], timeout=0.3)
-    assert time.monotonic() - t0 < 1.2
+    assert not f.done()  # the wait gave up while the future ran: it cannot finish before the gate opens
     f.cancel()

@@ -32,7 +32,7 @@ from sklearn.base import BaseEstimator
 from sklearn.conftest import pytest_generate_tests  # noqa: F401  (global_random_seed, as upstream)
 
 from upstream_loader import TARGETS
-from upstream_skips import SKIPS, XFAILS
+from upstream_skips import SKIPS, UPSTREAM_XFAILS_OURS_PASS, XFAILS
 
 HERE = Path(__file__).parent
 NOT_OURS = "other estimators"
@@ -110,7 +110,7 @@ _UNUSED: set = set()  # (module, label, pattern) of the rules that matched no co
 def _unused_patterns(names_by_module: dict) -> set:
     """Rule patterns that match none of the tests of a fully collected module (stale after an upgrade)."""
     unused = set()
-    for rule in SKIPS + XFAILS:
+    for rule in SKIPS + XFAILS + UPSTREAM_XFAILS_OURS_PASS:
         for module, patterns in rule.patterns.items():
             names = names_by_module.get(module)
             if names is None:
@@ -135,15 +135,33 @@ def pytest_collection_modifyitems(config, items):
             continue
         if kind == "skip":
             item.add_marker(pytest.mark.skip(reason=f"not applicable ({label}): {reason}"))
-        elif kind == "xfail":
-            item.add_marker(pytest.mark.xfail(reason=f"defect: {label}", strict=True))  # the why: upstream_skips
+        else:
+            _strict_upstream_xfails(module, item)
+            if kind == "xfail":
+                item.add_marker(pytest.mark.xfail(reason=f"defect: {label}", strict=True))  # why: upstream_skips
         kept.append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
     whole = not config.option.keyword and not config.option.markexpr and not any("::" in a for a in config.args)
+    _WHOLE[0] = whole
     if whole:  # every test of the collected modules is here
         _UNUSED.update(_unused_patterns(names_by_module))
+
+
+def _strict_upstream_xfails(module, item) -> None:
+    """scikit-learn's own xfail marks on an applicable test: off where ours passes the test
+    (``UPSTREAM_XFAILS_OURS_PASS``), else strict, with scikit-learn's reason."""
+    marks = [m for m in item.own_markers if m.name == "xfail"]
+    if not marks:
+        return
+    item.own_markers[:] = [m for m in item.own_markers if m.name != "xfail"]
+    if any(rule.matches(module, item.name) for rule in UPSTREAM_XFAILS_OURS_PASS):
+        return
+    for m in marks:
+        kwargs = {**m.kwargs, "strict": True}
+        kwargs.setdefault("reason", "scikit-learn's own expected failure")
+        item.add_marker(pytest.mark.xfail(*m.args, **kwargs))
 
 
 _OUTCOMES: dict = {}
@@ -165,7 +183,8 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session):
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: its part goes to the controller, which prints
-        workeroutput["upstream"] = json.dumps({"classes": _CLASSES, "outcomes": _OUTCOMES, "unused": sorted(_UNUSED)})
+        workeroutput["upstream"] = json.dumps({"classes": _CLASSES, "outcomes": _OUTCOMES, "unused": sorted(_UNUSED),
+                                               "whole": _WHOLE[0]})
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -178,6 +197,7 @@ def pytest_testnodedown(node, error):
     _CLASSES.update({nodeid: tuple(c) for nodeid, c in part["classes"].items()})
     _OUTCOMES.update(part["outcomes"])
     _UNUSED.update(tuple(u) for u in part["unused"])
+    _WHOLE[0] = bool(part.get("whole"))
 
 
 def upstream_counts() -> dict:
@@ -202,6 +222,71 @@ def upstream_counts() -> dict:
     return counts
 
 
+#: Whether the run collected every test of its upstream modules (no -k, -m or node ids): only such a run's
+#: counts may go into docs/fidelity.md.
+_WHOLE: list = [False]
+BEGIN, END = "<!-- counts: written by tests/upstream/conftest.py; do not edit -->", "<!-- counts end -->"
+
+
+def _short(module: str) -> str:
+    name = module.rsplit(".", 1)[1]
+    return f"{name} (svm)" if module == "sklearn.svm.tests.test_sparse" else name
+
+
+def fidelity_tables(counts: dict) -> str:
+    """The Markdown tables of docs/fidelity.md from one run's ``counts`` (:func:`upstream_counts`)."""
+    import sklearn
+
+    lines = [
+        f"scikit-learn {sklearn.__version__}; written by the run itself "
+        "(`UPSTREAM_FIDELITY_MD=docs/fidelity.md`, which `make test-upstream` sets).",
+        "",
+        "| module | applicable | passed | failed | xfailed | skipped by the test | not applicable | "
+        "other estimators (deselected) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    labels: dict = {}
+    for module in sorted(counts, key=_short):
+        c = counts[module]
+        o = c["outcomes"]
+        passed = o.get("passed", 0)
+        share = f" ({100 * passed / c['applicable']:.0f}%)" if c["applicable"] else ""
+        lines.append(
+            f"| `{_short(module)}` | {c['applicable']} | {passed}{share} | {o.get('failed', 0)} | "
+            f"{o.get('xfailed', 0)} | {o.get('skipped by the test itself', 0)} | {sum(c['skipped'].values())} | "
+            f"{c[NOT_OURS]} |"
+        )
+        for label, n in c["skipped"].items():
+            labels.setdefault(label, {})[module] = n
+    lines += ["", "Not applicable, per category (the reasons are in the next section):", "",
+              "| category | " + " | ".join(f"`{_short(m)}`" for m in sorted(counts, key=_short)) + " |",
+              "|---|" + "---|" * len(counts)]
+    for label in sorted(labels):
+        lines.append(f"| {label} | " + " | ".join(str(labels[label].get(m, "")) for m in sorted(counts, key=_short))
+                     + " |")
+    lines += ["", "Why each category does not apply (`tests/upstream/upstream_skips.py`):", "",
+              "| category | why |", "|---|---|"]
+    cell = lambda text: text.replace("|", "\\|")  # noqa: E731 - a pipe inside a table cell
+    lines += [f"| {rule.label} | {cell(rule.reason)} |" for rule in SKIPS]
+    xfails = [f"| {rule.label} | {cell(rule.reason)} |" for rule in XFAILS]
+    lines += ["", "The xfailed column counts scikit-learn's own expected failures (its marks on tests of behaviour "
+              "its estimators lack as ours do), made strict; where ours passes such a test, the mark is taken off "
+              "(`UPSTREAM_XFAILS_OURS_PASS`).", "",
+              "Expected failures that are defects of ours (`xfail(strict=True)`): " + ("none." if not xfails else ""),
+              ""]
+    if xfails:
+        lines += ["| defect | what fails |", "|---|---|", *xfails]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_fidelity_tables(path: Path, counts: dict) -> None:
+    """Replace what stands between the markers of ``path`` with :func:`fidelity_tables`."""
+    text = path.read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(head + BEGIN + "\n" + fidelity_tables(counts) + END + tail)
+
+
 def _counter_text(counter) -> str:
     return ", ".join(f"{key} {n}" for key, n in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -222,6 +307,10 @@ def pytest_terminal_summary(terminalreporter):
             tr.write_line(f"  xfail {sum(outcomes.values()):3d}  {label} ({_counter_text(outcomes)})")
     for module, label, pattern in sorted(_UNUSED):
         tr.write_line(f"  stale rule in upstream_skips.py: {label!r} pattern {pattern!r} matches no test of {module}")
+    doc = os.environ.get("UPSTREAM_FIDELITY_MD")
+    if doc and _WHOLE[0]:
+        write_fidelity_tables(Path(doc), counts)
+        tr.write_line(f"  the tables of {doc} are this run's counts")
     path = os.environ.get("UPSTREAM_REPORT_JSON")
     if path:
         tests = {nodeid: [kind, label, _OUTCOMES.get(nodeid)] for nodeid, (_, kind, label) in _CLASSES.items()}
