@@ -1,6 +1,6 @@
 # Two commands for a fresh machine; each sets itself up first.
 #   make demo   fit the estimators on the embedded Dask cluster, next to scikit-learn
-#   make test   build the docs (warnings are errors), then run the test suite (in two processes) on a real process-based LocalCluster
+#   make test   build the docs (warnings are errors), check the layer contracts (lint-imports), then run the test suite (in two processes) on a real process-based LocalCluster
 #               (it includes tests/upstream: scikit-learn's own tests run against our estimators, docs/fidelity.md),
 #               then .ci/floors: a fast subset in a second venv holding the oldest versions pyproject.toml declares
 #   make test-upstream   only tests/upstream, with its per-module counts (written into docs/fidelity.md)
@@ -31,6 +31,8 @@ demo: $(VENV)/.installed
 # in one process; each process has its own session LocalCluster.  --durations lists the 25 slowest tests,
 # so that the run's share of CI's 45-minute budget can be watched from its log
 test: docs
+	# the layer contracts of .importlinter (estimators -> optim -> engine -> objectives, no import loops)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 	# the floor job: the oldest versions pyproject.toml admits, in .venv-floors, on a fast subset
 	PYTHON=$(PYTHON) .ci/floors

@@ -72,6 +72,10 @@ _NETWORKS = frozenset({"MLPClassifier", "MLPRegressor", "CharLSTM"})
 
 
 def __getattr__(name):
+    if name == "config":  # the settings (dask_estimators/config.py), registered with Dask's config when imported
+        import importlib
+
+        return importlib.import_module(".config", __name__)
     if name in _LAZY:
         # the process that forks the embedded cluster's workers starts importing the engine now, while this one
         # imports scikit-learn; once per process, and not where a client or a worker is here (engine/_zygote.py)

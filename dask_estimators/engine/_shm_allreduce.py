@@ -41,6 +41,7 @@ import time
 
 import numpy as np
 
+from .. import config as _config
 from . import _memfd, _shm
 
 __all__ = ["PeerAborted", "SharedMemoryAllreduce", "create"]
@@ -204,13 +205,12 @@ def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: i
     0's memfd and whether each could map it, through the store (a few of its round trips; gloo's object
     collectives took about 8 ms for the three).
     """
-    import dask.config
 
     from . import _shared
 
     usable = (
         platform.machine().lower() in ("x86_64", "amd64")
-        and bool(dask.config.get("dask-estimators.shared-memory", True))
+        and bool(_config.get("shared-memory"))
         and _shm._memfd_available()
     )
     nbytes = _shared_offset(world, capacity) + shared_bytes

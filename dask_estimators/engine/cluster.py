@@ -42,6 +42,8 @@ import threading
 import distributed
 from threadpoolctl import ThreadpoolController
 
+from .. import config as _config
+
 __all__ = ["resolve_client", "client_context", "current", "get_embedded_client", "close_embedded_cluster", "prestart"]
 
 _lock = threading.RLock()
@@ -512,7 +514,7 @@ def _send_interval() -> float:
     import dask.config
     from dask.utils import parse_timedelta
 
-    v = dask.config.get("dask-estimators.send-interval", "1ms")
+    v = _config.get("send-interval")
     if v is None or v is False:
         return None
     return float(parse_timedelta(v, default="ms"))

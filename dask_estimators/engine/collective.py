@@ -31,8 +31,7 @@ import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 
-import dask.config
-
+from .. import config as _config
 from ._watch import WorkerLostError
 
 __all__ = ["Comm", "process_group", "run_collective", "free_port"]
@@ -61,7 +60,7 @@ def rank_groups(workers, identity=None) -> list:
 
 
 def _timeout_s() -> float:
-    return float(dask.config.get("dask-estimators.collective-timeout", 120))
+    return float(_config.get("collective-timeout"))
 
 
 def free_port(host: str) -> int:
@@ -408,9 +407,7 @@ class _Events:
         them delays the run's end, never stops it."""
         import time
 
-        import dask.config
-
-        deadline = time.monotonic() + float(dask.config.get("dask-estimators.event-wait", 10.0))
+        deadline = time.monotonic() + float(_config.get("event-wait"))
         while self.missing(sent):
             try:
                 log = client.get_events(topic)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .. import _torch_api
+from .. import config as _config
 from ..objectives import module as M
 from ..optim.torch_driver import (AdamPartStep, Monitor, TrainConfig, TrainResult, _FusedAdamStep, adam_zero_state,
                                   fast_step, make_optimizer, run_epochs, steps_in_parts, torch_state)
@@ -199,9 +200,8 @@ def _shared_optimizer_bytes() -> int:
     barrier of each step costs more than the halved passes save (705 float64 parameters: 25 us more a step;
     80,000: 5-10% less, docs/performance.md).
     """
-    import dask.config
 
-    return int(dask.config.get("dask-estimators.shared-optimizer-bytes", 1 << 18))
+    return int(_config.get("shared-optimizer-bytes"))
 
 
 def _owned(out):
@@ -220,9 +220,8 @@ def _checkpoint_share():
 
     The dask config ``dask-estimators.checkpoint-share``, 0.05 by default; 0 or less keeps every epoch.
     """
-    import dask.config
 
-    share = float(dask.config.get("dask-estimators.checkpoint-share", 0.05))
+    share = float(_config.get("checkpoint-share"))
     return share if share > 0 else None
 
 
@@ -819,15 +818,13 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
     import dataclasses
     import uuid
 
-    import dask.config
-
     from ._watch import WorkerLostError, alive_workers
     from .collective import run_collective
 
     base = f"dask-estimators-ddp-{uuid.uuid4().hex[:12]}"
     # the ranks take the parameters in the network's dtype: send them so (half the bytes of float64 for float32)
     w0 = np.asarray(w0, dtype=torch.empty(0, dtype=spec.torch_dtype).numpy().dtype)
-    max_resumes = int(dask.config.get("dask-estimators.max-recoveries", 3))
+    max_resumes = int(_config.get("max-recoveries"))
     share = _checkpoint_share()  # the client's config: the ranks take it from here
     prefix, last, resumed = [], None, []  # epochs kept so far, the checkpoint they end with, the resumptions
     state = dict(w0=w0, opt_state=opt_state, monitor=monitor, callbacks=list(callbacks), t0=cfg.t0)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import config as _config
 from . import _shared, _watch, _worker
 from ._actor import Payload
 from ._watch import WorkerLostError
@@ -154,13 +155,12 @@ class DistributedEvaluator:
         """Per actor: how its subtotal goes to its reader through shared memory ("map" to a parent worker,
         "copy" from the root to the client), or None when they are not on one host (or the config
         ``dask-estimators.shared-memory`` is off)."""
-        import dask
 
         from .reduce import _identities, _identity, shares_memory
 
         n = len(children)
         self._share_args = False
-        if not dask.config.get("dask-estimators.shared-memory", True):
+        if not _config.get("shared-memory"):
             return [None] * n
         workers = list(self.placement.workers)
         ids = _identities(self.client, sorted(set(workers)))
@@ -190,9 +190,8 @@ class DistributedEvaluator:
 
     def __call__(self, fn, *args):
         """``sum over shards of fn(shard, *args)``, surviving the loss of workers (see ``recover``)."""
-        import dask
 
-        max_recoveries = int(dask.config.get("dask-estimators.max-recoveries", 3))
+        max_recoveries = int(_config.get("max-recoveries"))
         # Rounds on actors need no scheduler: without this check a fit would go on for a while after its
         # scheduler died or its client was closed, and fail later at a less clear place.
         _watch.check_client(self.client, self._since)

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .. import config as _config
 from . import _dask_input, _shm, _watch, _worker
 from ._actor import Deferred, HostedShard, Payload, Resolved, ShardActor, ShardHost
 from ._watch import WorkerLostError
@@ -230,11 +231,10 @@ class Placement:
         return self._map_recovering(fn, [args] * len(self.shards), False, timeout)
 
     def _map_recovering(self, fn, per_shard_args, per_shard, timeout):
-        import dask
 
         n = len(self.shards)
         futs, out, done = [None] * n, [None] * n, [False] * n
-        max_recoveries = int(dask.config.get("dask-estimators.max-recoveries", 3))
+        max_recoveries = int(_config.get("max-recoveries"))
         attempts = 0
         while True:
             try:
@@ -321,12 +321,10 @@ class Placement:
         """
         import time
 
-        import dask
-
         lost = set(lost)
         if wait_s is None:
-            wait_s = float(dask.config.get("dask-estimators.recovery-wait", 10))
-        max_losses = int(dask.config.get("dask-estimators.max-recoveries", 3))
+            wait_s = float(_config.get("recovery-wait"))
+        max_losses = int(_config.get("max-recoveries"))
         t0 = time.perf_counter()
         rebuilt: set = set()
         for attempt in range(max_losses + 1):
@@ -407,14 +405,13 @@ class Placement:
 
 
 def _workers(client, workers=None, wait_s=None) -> list[str]:
-    import dask
 
     if workers is not None:
         return list(workers)
     _watch.check_client(client)
     ws = sorted(_watch.alive_workers(client))
     if not ws:
-        wait_s = float(dask.config.get("dask-estimators.recovery-wait", 10)) if wait_s is None else wait_s
+        wait_s = float(_config.get("recovery-wait")) if wait_s is None else wait_s
         try:
             client.wait_for_workers(1, timeout=wait_s)
         except (TimeoutError, OSError) as e:
@@ -459,9 +456,8 @@ def workers_worth(client, flops_per_step: float, nbytes: int = 0, workers=None) 
     True
     >>> p = place(client, {"X": X}, workers=ws)  # doctest: +SKIP
     """
-    import dask
 
-    least = float(dask.config.get("dask-estimators.min-step-flops-per-worker", 2.5e6))
+    least = float(_config.get("min-step-flops-per-worker"))
     if least <= 0:
         return workers
     ws = _workers(client, workers)
@@ -598,14 +594,13 @@ def place(
     ...     p.n_samples
     100
     """
-    import dask
 
-    transport = transport or dask.config.get("dask-estimators.transport", "actors")
+    transport = transport or _config.get("transport")
     arrays = {k: v for k, v in arrays.items() if v is not None}
     choose = workers if callable(workers) else None
     ws = _workers(client, None if choose else workers)
     lost: set = set()
-    max_recoveries = int(dask.config.get("dask-estimators.max-recoveries", 3))
+    max_recoveries = int(_config.get("max-recoveries"))
     for attempt in range(max_recoveries + 1):
         try:
             placement = _place_once(client, arrays, check, device, ws, transport, timeout, hosted, choose)
@@ -626,9 +621,8 @@ def place(
 
 
 def _place_once(client, arrays, check, device, ws, transport, timeout, hosted=False, choose=None):
-    import dask
 
-    shm = dask.config.get("dask-estimators.shared-memory", True)
+    shm = _config.get("shared-memory")
     try:
         return _place_once_with(client, arrays, check, device, ws, transport, timeout, shm, hosted, choose)
     except _shm.NotShared:  # a worker thought to share the client's memory could not open it: send the bytes
@@ -864,11 +858,10 @@ def _build_from_source(client, source, worker, device, buffers, timeout=None):
 
     Shared memory it maps is added to ``buffers`` (the placement's).
     """
-    import dask
 
     kind, data = source
     if kind == "numpy":
-        shm = dask.config.get("dask-estimators.shared-memory", True)
+        shm = _config.get("shared-memory")
         [fut] = _place_shared(client, [data], [worker], device, buffers) if shm else [None]
         if fut is None:
             fut = _scatter_part(client, data, worker, device)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import os
 
-import dask
-
+from .. import config as _config
 from . import _shared, _worker
 
 REDUCTIONS = ("tree", "gather", "single")
@@ -81,7 +80,7 @@ def _shares(client, adds, where, n):
     where it ends up is where the last of those sends it: to the next add
     (which maps it) or, from the root, to the client (which copies it out).
     """
-    if not adds or not dask.config.get("dask-estimators.shared-memory", True):
+    if not adds or not _config.get("shared-memory"):
         return [None] * len(adds)
     ids = _identities(client, sorted(set(where)))
     parent = {}
@@ -130,10 +129,9 @@ def shares_memory(a, b) -> bool:
 def shares_with_client(client, workers) -> list:
     """Per worker of ``workers``, whether its process and this one (the client) hand arrays over through shared
     memory (:func:`shares_memory`); all False where the dask config ``dask-estimators.shared-memory`` is off."""
-    import dask
 
     workers = list(workers)
-    if not dask.config.get("dask-estimators.shared-memory", True):
+    if not _config.get("shared-memory"):
         return [False] * len(workers)
     ids, me = _identities(client, sorted(set(workers))), _identity()
     return [shares_memory(ids[w], me) for w in workers]

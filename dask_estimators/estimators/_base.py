@@ -31,6 +31,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from .. import config as _config
 from .._validation import assert_all_finite, classes_and_codes
 from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
 from ..engine.cluster import adopt_sender, prestart, sender_address, warm_ahead
@@ -351,9 +352,8 @@ def worker_solve_below() -> int:
     spreading it over W workers (``c / W + latency`` against ``c``) gains nothing for any W; the SVMs' dual
     method puts data on one worker below the same size (docs/performance.md has the measurements).
     """
-    import dask
 
-    return int(dask.config.get("dask-estimators.worker-solve-below", 2**21))
+    return int(_config.get("worker-solve-below"))
 
 
 def stored_values(X) -> int | None:
@@ -491,7 +491,6 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         return self._auto_solver
 
     # --------------------------------------------------------------- fitting
-
 
     def _class_weight_vector(self, placement, n_classes):
         cw = getattr(self, "class_weight", None)
@@ -914,7 +913,7 @@ def check_class_share(n_classes: int, n_samples: int) -> None:
     """
     import dask.config
 
-    share = dask.config.get("dask-estimators.max-class-share", 0.5)
+    share = _config.get("max-class-share")
     if share is None or n_samples <= 20 or n_classes <= 2 or n_classes <= share * n_samples:
         return
     raise ValueError(

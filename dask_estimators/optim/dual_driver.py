@@ -27,6 +27,7 @@ import time
 import numpy as np
 from scipy import optimize
 
+from .. import config as _config
 from ..objectives import dual as _dual
 
 __all__ = ["LIBLINEAR_WARNING", "ONE_SHARD_PASSES", "crammer_singer_ascent", "dual_coordinate_ascent",
@@ -49,9 +50,8 @@ def one_shard_below() -> int:
     CoCoA+ over several shards needs more passes than LIBLINEAR's method on one: below this size one
     worker with many passes per round is faster (``benchmarks/bench_svm_dual.py`` measures the two).
     """
-    import dask
 
-    return int(dask.config.get("dask-estimators.dual-one-shard-below", 2**21))
+    return int(_config.get("dual-one-shard-below"))
 
 
 def _stopped(out, spec, first, tol):

@@ -1,0 +1,103 @@
+"""dask-estimators' settings, in Dask's own config system.
+
+Every key is declared once, in ``dask-estimators.yaml`` beside this module,
+with its default, its type and what it does.  :func:`register` adds the
+defaults under ``dask-estimators`` with ``dask.config.update_defaults`` (as
+distributed registers ``distributed.yaml``) when this module is imported
+(by the estimators, the engine, or ``dask_estimators.config``; not by a bare
+``import dask_estimators``, which stays free of Dask's import), so
+that ``dask.config.get("dask-estimators.transport")`` needs no default of its
+own, and a user sets a key as any Dask key: ``dask.config.set``, a YAML file
+of their Dask config, or an environment variable.  Both
+``DASK_ESTIMATORS__SHARED_MEMORY=false`` and Dask's own spelling
+``DASK_DASK_ESTIMATORS__SHARED_MEMORY=false`` work.
+
+A ``dask-estimators.*`` key that is not declared (a typo) warns once, when
+the next fit reads the settings (:func:`get`).
+
+Examples
+--------
+>>> import dask
+>>> from dask_estimators import config
+>>> config.get("transport")
+'actors'
+>>> with dask.config.set({"dask-estimators.transport": "tasks"}):
+...     config.get("transport")
+'tasks'
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import dask.config
+import yaml
+
+__all__ = ["KEYS", "get", "register", "markdown_table"]
+
+#: key -> {"default", "type", "description"[, "enum"]}, as declared in dask-estimators.yaml
+KEYS: dict = yaml.safe_load((Path(__file__).with_name("dask-estimators.yaml")).read_text())
+#: The environment variables of this package's own prefix (Dask's is DASK_DASK_ESTIMATORS__).
+ENV_PREFIX = "DASK_ESTIMATORS__"
+
+_lock = threading.Lock()
+_warned: set = set()
+
+
+def _canonical(key: str) -> str:
+    return key.replace("_", "-")
+
+
+def register() -> None:
+    """Add the defaults to Dask's config (a value already set, by a YAML file or an environment variable,
+    stays), then the ``DASK_ESTIMATORS__*`` environment variables on top."""
+    dask.config.update_defaults({"dask-estimators": {k: v["default"] for k, v in KEYS.items()}})
+    ours = {"DASK_DASK_ESTIMATORS__" + k[len(ENV_PREFIX):]: v for k, v in os.environ.items()
+            if k.startswith(ENV_PREFIX)}
+    if ours:
+        dask.config.update(dask.config.config, dask.config.collect_env(ours), priority="new")
+
+
+def _check_keys() -> None:
+    """Warn once for each ``dask-estimators.*`` key that is set but not declared."""
+    found = dask.config.config.get("dask-estimators") or {}
+    unknown = {k for k in found if _canonical(k) not in KEYS} - _warned
+    if not unknown:
+        return
+    with _lock:
+        unknown -= _warned
+        _warned.update(unknown)
+    for key in sorted(unknown):
+        warnings.warn(
+            f"Unknown dask config key 'dask-estimators.{key}': it has no effect. The keys are "
+            f"{', '.join(sorted(KEYS))} (docs/clusters.md).",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def get(key: str):
+    """The value of ``dask-estimators.<key>`` (a declared key: :data:`KEYS`)."""
+    if key not in KEYS:
+        raise KeyError(f"dask-estimators has no setting {key!r}; its settings are {sorted(KEYS)}.")
+    _check_keys()
+    return dask.config.get(f"dask-estimators.{key}")
+
+
+def markdown_table() -> str:
+    """The table of the settings for docs/clusters.md."""
+    lines = ["| key | default | what it does |", "|---|---|---|"]
+    for key, spec in KEYS.items():
+        default = spec["default"]
+        shown = "null" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
+        lines.append(f"| `{key}` | `{shown}` | {' '.join(spec['description'].split())} |")
+    return "\n".join(lines) + "\n"
+
+
+register()
+
+if __name__ == "__main__":  # python -m dask_estimators.config: the table of docs/clusters.md
+    print(markdown_table(), end="")
