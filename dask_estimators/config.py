@@ -80,11 +80,16 @@ def _check_keys() -> None:
 
 
 def get(key: str):
-    """The value of ``dask-estimators.<key>`` (a declared key: :data:`KEYS`)."""
-    if key not in KEYS:
+    """The value of ``dask-estimators.<key>`` (a declared key: :data:`KEYS`).
+
+    Its declared default where the config has lost it: a ``dask.config.set({"dask-estimators": {...}})``
+    replaces the whole section, and code may delete a key it had set.
+    """
+    spec = KEYS.get(key)
+    if spec is None:
         raise KeyError(f"dask-estimators has no setting {key!r}; its settings are {sorted(KEYS)}.")
     _check_keys()
-    return dask.config.get(f"dask-estimators.{key}")
+    return dask.config.get(f"dask-estimators.{key}", default=spec["default"])
 
 
 def markdown_table() -> str:

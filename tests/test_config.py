@@ -52,6 +52,13 @@ def test_set_with_dask_config_and_underscores():
         config.get("transprt")
 
 
+def test_a_key_the_config_lost_reads_its_declared_default():
+    """``dask.config.set`` of the whole section replaces it; a key deleted by other code: the declared default."""
+    with dask.config.set({"dask-estimators": {"transport": "tasks"}}):
+        assert config.get("transport") == "tasks"
+        assert config.get("max-recoveries") == config.KEYS["max-recoveries"]["default"]
+
+
 def test_a_misspelt_key_warns_once(monkeypatch):
     monkeypatch.setattr(config, "_warned", set())
     with dask.config.set({"dask-estimators.shared-memroy": False}):

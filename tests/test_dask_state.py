@@ -42,6 +42,7 @@ SNAPSHOT = textwrap.dedent(
     import dask, distributed
 
     def snapshot():
+        import dask_estimators.config  # noqa: F401 - its defaults registered (as at a first fit): not a change
         cfg = dask.config.config
         def client_id(get):
             try:

@@ -216,10 +216,10 @@ def _set_shared_optimizer_bytes(n):
     """On a worker: the size from which the ranks share the parameters and Adam's state (None: the default)."""
     import dask
 
-    if n is None:
-        dask.config.config.get("dask-estimators", {}).pop("shared-optimizer-bytes", None)
-    else:
-        dask.config.set({"dask-estimators.shared-optimizer-bytes": n})
+    from dask_estimators import config
+
+    dask.config.set({"dask-estimators.shared-optimizer-bytes": config.KEYS["shared-optimizer-bytes"]["default"]
+                     if n is None else n})
 
 
 @pytest.fixture
