@@ -10,12 +10,21 @@ from dask_estimators.engine import _memfd
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd")
 
 
-def _is_open(fd):
+def _is_open(m):
+    """Whether ``m``'s memfd is still open: its descriptor number still names the same file.  (Once closed, the
+    number is free, and another thread of this process, such as the test cluster's comms, may open something else
+    under it.)"""
     try:
-        os.fstat(fd)
-        return True
+        st = os.fstat(m.fd)
     except OSError:
         return False
+    return (st.st_dev, st.st_ino) == m._test_identity
+
+
+def _track(m):
+    st = os.fstat(m.fd)
+    m._test_identity = (st.st_dev, st.st_ino)
+    return m
 
 
 def test_reuse_within_slack_only():
@@ -33,35 +42,35 @@ def test_reuse_within_slack_only():
 
 
 def test_another_process_opens_it_through_proc():
-    m = _memfd.Memfd(4096)
+    m = _track(_memfd.Memfd(4096))
     m.mapping()[:5] = b"hello"
     with open(m.path, "rb") as f:
         assert f.read(5) == b"hello"
     m.close()
-    assert not _is_open(m.fd)
+    assert not _is_open(m)
 
 
 def test_cap_closes_the_oldest_free_ones():
     pool = _memfd.Pool("test", max_bytes=25_000, idle_seconds=60)
-    ms = [pool.take(10_000) for _ in range(3)]
+    ms = [_track(pool.take(10_000)) for _ in range(3)]
     for m in ms:
         pool.give_back(m)
     assert pool.free_bytes() == 20_000
-    assert not _is_open(ms[0].fd) and _is_open(ms[1].fd) and _is_open(ms[2].fd)
+    assert not _is_open(ms[0]) and _is_open(ms[1]) and _is_open(ms[2])
 
 
 def test_free_ones_are_closed_after_idle_seconds():
     pool = _memfd.Pool("test", max_bytes=1 << 30, idle_seconds=0.2)
-    a, b = pool.take(4096), pool.take(4096)
+    a, b = _track(pool.take(4096)), _track(pool.take(4096))
     pool.give_back(a)
     assert pool.free_bytes() == 4096
     deadline = time.monotonic() + 5
     while pool.free_bytes() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pool.free_bytes() == 0 and not _is_open(a.fd)
-    assert _is_open(b.fd)  # in use: never closed by the pool
+    assert pool.free_bytes() == 0 and not _is_open(a)
+    assert _is_open(b)  # in use: never closed by the pool
     pool.give_back(b)  # the timer is armed again for later frees
     deadline = time.monotonic() + 5
     while pool.free_bytes() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _is_open(b.fd)
+    assert not _is_open(b)
