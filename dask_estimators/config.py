@@ -13,7 +13,7 @@ of their Dask config, or an environment variable.  Both
 ``DASK_DASK_ESTIMATORS__SHARED_MEMORY=false`` work.
 
 A ``dask-estimators.*`` key that is not declared (a typo) warns once, when
-the next fit reads the settings (:func:`get`).
+the next fit starts (:func:`check_keys`).
 
 Examples
 --------
@@ -36,7 +36,7 @@ from pathlib import Path
 import dask.config
 import yaml
 
-__all__ = ["KEYS", "get", "register", "markdown_table"]
+__all__ = ["KEYS", "check_keys", "get", "register", "markdown_table"]
 
 #: key -> {"default", "type", "description"[, "enum"]}, as declared in dask-estimators.yaml
 KEYS: dict = yaml.safe_load((Path(__file__).with_name("dask-estimators.yaml")).read_text())
@@ -61,8 +61,9 @@ def register() -> None:
         dask.config.update(dask.config.config, dask.config.collect_env(ours), priority="new")
 
 
-def _check_keys() -> None:
-    """Warn once for each ``dask-estimators.*`` key that is set but not declared."""
+def check_keys(stacklevel: int = 2) -> None:
+    """Warn once for each ``dask-estimators.*`` key that is set but not declared (each fit calls this as it
+    starts)."""
     found = dask.config.config.get("dask-estimators") or {}
     unknown = {k for k in found if _canonical(k) not in KEYS} - _warned
     if not unknown:
@@ -75,7 +76,7 @@ def _check_keys() -> None:
             f"Unknown dask config key 'dask-estimators.{key}': it has no effect. The keys are "
             f"{', '.join(sorted(KEYS))} (docs/clusters.md).",
             UserWarning,
-            stacklevel=3,
+            stacklevel=stacklevel + 1,
         )
 
 
@@ -88,7 +89,6 @@ def get(key: str):
     spec = KEYS.get(key)
     if spec is None:
         raise KeyError(f"dask-estimators has no setting {key!r}; its settings are {sorted(KEYS)}.")
-    _check_keys()
     return dask.config.get(f"dask-estimators.{key}", default=spec["default"])
 
 

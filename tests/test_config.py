@@ -59,14 +59,20 @@ def test_a_key_the_config_lost_reads_its_declared_default():
         assert config.get("max-recoveries") == config.KEYS["max-recoveries"]["default"]
 
 
-def test_a_misspelt_key_warns_once(monkeypatch):
+def test_a_misspelt_key_warns_once_when_a_fit_starts(monkeypatch, rng):
+    from dask_estimators import LinearRegression
+
     monkeypatch.setattr(config, "_warned", set())
+    X = rng.normal(size=(40, 3))
     with dask.config.set({"dask-estimators.shared-memroy": False}):
-        with pytest.warns(UserWarning, match="Unknown dask config key 'dask-estimators.shared-memroy'"):
-            config.get("shared-memory")
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert config.get("shared-memory") is True  # once: the second read is silent
+            assert config.get("shared-memory") is True  # a read is silent (it runs in every round)
+        with pytest.warns(UserWarning, match="Unknown dask config key 'dask-estimators.shared-memroy'"):
+            LinearRegression().fit(X, X[:, 0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            LinearRegression().fit(X, X[:, 0])  # once: the second fit is silent
 
 
 @pytest.mark.parametrize("variable", ["DASK_ESTIMATORS__SHARED_MEMORY", "DASK_DASK_ESTIMATORS__SHARED_MEMORY"])

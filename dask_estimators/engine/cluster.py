@@ -583,6 +583,7 @@ def client_context(client=None):
     ...         p.n_samples
     10
     """
+    _config.check_keys(stacklevel=4)  # a misspelt dask-estimators key: one warning, at the fit that meets it
     c = resolve_client(client)
     if not _in_task():
         # The client's own work in a fit is vector arithmetic on the parameters; a multi-threaded BLAS

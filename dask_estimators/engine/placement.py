@@ -35,7 +35,6 @@ from ._actor import Deferred, HostedShard, Payload, Resolved, ShardActor, ShardH
 from ._watch import WorkerLostError
 from .cluster import current
 
-_raise_first_error = _dask_input.raise_first_error
 
 #: How a round reaches the shards: long-lived actors (direct worker-to-worker
 #: calls, no scheduler) or plain tasks (scatter, pinned tasks, tree of add tasks).
@@ -156,7 +155,7 @@ class Placement:
                 self.n_rows = self._wait([self._submit_one(i, _rows, ()) for i in range(len(self.shards))])
         except BaseException:
             try:  # a shard that failed to build (its actor failed with it, or built it): its own error
-                _raise_first_error(self.shards)
+                _dask_input.raise_first_error(self.shards)
             finally:  # after: an actor that built its shard is that shard's future, whose error goes with it
                 _watch._cancel(client, self._actor_futures)
             raise
@@ -711,7 +710,7 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
     if wait_builds:
         _watch.wait_done(shards, client, used)  # the shards stay on the workers: never fetch them
         try:
-            _raise_first_error(shards)
+            _dask_input.raise_first_error(shards)
         except BaseException:
             _watch._cancel(client, shards)
             raise
@@ -988,7 +987,7 @@ def _place_dask(client, arrays, check, device, ws, choose=None):
         counted = {k: client.map(_dask_input.n_rows, blocks[k], pure=False) for k in names if lengths[k] is None}
         waited = blocks[names[0]] + [f for fs in counted.values() for f in fs]
         _watch.wait_done(waited, client, [])
-        _raise_first_error(waited)
+        _dask_input.raise_first_error(waited)
         lengths.update({k: client.gather(fs) for k, fs in counted.items()})
         check_lengths({k: int(sum(lengths[k])) for k in names})
         ws = _chosen(ws, choose, sum(lengths[names[0]]))
@@ -1008,7 +1007,7 @@ def _place_dask(client, arrays, check, device, ws, choose=None):
             # the input's graph, never its data
             sources.append((colls, names, check, segments, n, refs, {k: len(v) for k, v in lengths.items()}))
         _watch.wait_done(shards, client, used)
-        _raise_first_error(shards)
+        _dask_input.raise_first_error(shards)
     except BaseException:
         _watch._cancel(client, shards)
         raise

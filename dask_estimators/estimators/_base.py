@@ -164,7 +164,7 @@ class DistributedEstimator(BaseEstimator):
         n = X.shape[0]
         if isinstance(n, (int, np.integer)) and not np.isnan(n) and n == 0:
             raise ValueError(
-                f"Found array with 0 sample(s) (shape={tuple(int(k) for k in X.shape)}) while a minimum of 1 is "
+                f"Found array with 0 sample(s) (shape={_shape_text(X)}) while a minimum of 1 is "
                 f"required by {type(self).__name__}."
             )
 
@@ -884,12 +884,18 @@ def dask_label_set(found, n_samples):
     float would be a model of thousands of classes).  More classes than half the
     rows gives a warning, as for NumPy ``y``.
     """
-    from sklearn.utils.multiclass import check_classification_targets
+    from sklearn.utils.multiclass import type_of_target
 
     labels = np.unique(np.concatenate([np.asarray(f).reshape(-1) for f in found]))
-    with warnings.catch_warnings():  # its share-of-classes warning would count the distinct labels as the rows
-        warnings.simplefilter("ignore", UserWarning)
-        check_classification_targets(labels)
+    # check_classification_targets's own test, less its share-of-classes warning (which would count the distinct
+    # labels as the rows; the warning below counts the rows)
+    y_type = type_of_target(labels, input_name="y", raise_unknown=True)
+    if y_type not in ("binary", "multiclass", "multiclass-multioutput", "multilabel-indicator",
+                      "multilabel-sequences"):
+        raise ValueError(
+            f"Unknown label type: {y_type}. Maybe you are trying to fit a classifier, which expects discrete "
+            "classes on a regression target with continuous values."
+        )
     check_class_share(labels.size, n_samples)
     if labels.size > 2 and n_samples > 20 and labels.size > round(0.5 * n_samples):
         warnings.warn(

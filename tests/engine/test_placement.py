@@ -224,6 +224,31 @@ def test_workers_argument_restricts_placement(client, rng):
     _assert_moments(got, _expected(X, y, sw))
 
 
+@pytest.mark.parametrize("as_dask", [False, True])
+def test_a_callable_workers_argument_gets_the_row_count(client, rng, as_dask):
+    """``workers=`` as a callable: called with the number of rows (for dask input of unknown length, once they are
+    counted), and the data goes where it says; None there means all workers."""
+    X, y, sw = _data(rng)
+    w0 = sorted(client.ncores())[0]
+    asked = []
+
+    def choose(n_rows):
+        asked.append(n_rows)
+        return [w0] if len(asked) == 1 else None
+
+    arrays = {"X": X, "y": y, "sample_weight": sw}
+    if as_dask:  # row blocks of unknown length, as a dataframe's values are
+        arrays = {k: dd.from_pandas(pd.DataFrame(v) if v.ndim == 2 else pd.Series(v), npartitions=3).to_dask_array()
+                  for k, v in arrays.items()}
+    with place(client, arrays, workers=choose) as p:
+        assert p.workers == [w0] and p.n_samples == len(X)
+        got = DistributedEvaluator(p)(_moments)
+    _assert_moments(got, _expected(X, y, sw))
+    with place(client, {"X": X, "y": y}, workers=choose) as p:  # None: every worker
+        assert sorted(p.workers) == sorted(client.ncores())
+    assert asked == [len(X), len(X)]
+
+
 def test_is_dask_collection():
     X = np.ones((4, 2))
     assert not is_dask_collection(X)
