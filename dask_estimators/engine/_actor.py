@@ -74,7 +74,7 @@ class Deferred:
 
     One task then both builds the shard and starts its actor; a shard built
     by a task of its own, and its actor behind it, took the scheduler two
-    rounds (10-12 ms each on the 2-core machine of docs/performance.md).
+    rounds (docs/performance.md has their cost).
     """
 
     __slots__ = ("fn", "args")

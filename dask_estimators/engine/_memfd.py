@@ -8,9 +8,8 @@ made it holds the descriptor, so a process that dies leaves nothing behind
 
 A :class:`Pool` keeps freed ones for the next user of about the same size:
 their pages are already in memory, and writing into them is a plain copy.
-Allocating fresh pages is what costs: on the development machine a fresh
-80 MB took about 0.1 s and a fresh 400 MB 0.2-0.4 s, against 0.02 s and
-0.05-0.1 s to write into pages already there.  Free ones are closed after
+Allocating fresh pages is what costs, far more than writing into pages
+already there (docs/performance.md has the measurement).  Free ones are closed after
 ``idle_seconds`` without use, or when the pool holds more than ``max_bytes``.
 """
 

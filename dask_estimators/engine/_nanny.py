@@ -275,8 +275,9 @@ def fork_workers() -> bool:
     """Whether a nanny forks its worker (Linux) rather than spawning a fresh interpreter.
 
     A spawned worker imports distributed, torch, numba and the kernels again,
-    though its nanny could have them already: about 2 s of one core per worker
-    at the start of the first fit.  Forking from a nanny that imported them
+    though its nanny could have them already: one core's time per worker at
+    the start of the first fit (docs/performance.md has the measurement).
+    Forking from a nanny that imported them
     once (before it started any thread but its stdin watch, and without
     running any torch or OpenMP code) gives the worker all of them for
     nothing, and its memory pages are shared until written.  Elsewhere (macOS,

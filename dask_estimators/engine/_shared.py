@@ -12,9 +12,9 @@ the total out, so what it returns is its own memory.
 Segments stay with their process and are reused: once nothing in the
 producer refers to a segment's memory any more (Dask released the key), it
 goes back to a per-process pool (:mod:`._memfd`), and the next tree's add of
-the same size takes it with its pages already in memory (a fresh 80 MB
-segment costs about 0.1 s of page allocation on the development machine, a
-reused one nothing).  A dead worker leaves nothing behind.  Each lease
+the same size takes it with its pages already in memory (a fresh segment
+costs page allocation, a reused one nothing; docs/performance.md has the
+measurement).  A dead worker leaves nothing behind.  Each lease
 writes a random id into the segment's header and the reference carries it:
 a reference to a segment that was reused since is an error, never another
 sum's numbers.

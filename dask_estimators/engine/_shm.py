@@ -6,8 +6,8 @@ SIGBUS later); the worker opens ``/proc/<client pid>/fd/<fd>``, maps it
 read-write and uses the mapping as its array: page-aligned, C-contiguous,
 never pickled.  The client gives the memfd back to its pool when the
 placement is released (:func:`release`), so the next fit of about the same
-size writes into pages already in memory: a plain copy, against 0.2-0.4 s
-of page allocation for 800 MB of fresh ones on the development machine.  A
+size writes into pages already in memory: a plain copy, without the page
+allocation fresh ones cost (docs/performance.md has the measurement).  A
 memfd has no name, so nothing is left behind even if a process dies.
 """
 

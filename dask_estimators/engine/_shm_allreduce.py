@@ -22,9 +22,9 @@ gets the same bits, without a socket.
   other ranks open through ``/proc``: nothing is left behind by a rank that
   dies.  Rank 0 gives it back to a pool of its process when the run ends
   cleanly (:meth:`SharedMemoryAllreduce.close`), and the next group's rank 0
-  takes it with its pages in memory: a fresh 40 MB mapping (a million
-  float64 parameters with Adam's state shared) took 12-20 ms to make here,
-  a pooled one about 4, most of it the ranks' exchange (docs/performance.md).
+  takes it with its pages in memory: a fresh mapping costs page
+  allocation, a pooled one mostly the ranks' exchange (docs/performance.md
+  has the measurement).
 - x86-64 only: its stores are seen by other cores in program order, so a
   published sequence number implies the data written before it.  Elsewhere,
   or when a rank cannot open the memfd (another host, pid namespace or
@@ -202,8 +202,8 @@ def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: i
     reads and writes (none by default).  ``store``: the group's store
     (:func:`~dask_estimators.engine.collective.process_group` yields it).
     Collective: the ranks exchange whether they share a host (:func:`._shared.host_token`), the path of rank
-    0's memfd and whether each could map it, through the store (a few of its round trips; gloo's object
-    collectives took about 8 ms for the three).
+    0's memfd and whether each could map it, through the store (a few of its round trips, cheaper than gloo's
+    object collectives; docs/performance.md has the measurement).
     """
 
     from . import _shared

@@ -49,8 +49,8 @@ def _import_all() -> None:
 
 
 def warm_kernels(networks: bool = True) -> None:
-    """Initialise numba's compiler and load the dense float64 kernels from their cache (about 0.3 s, once);
-    with ``networks``, also the networks' first uses (:func:`warm_networks`, about 1 s more).
+    """Initialise numba's compiler and load the dense float64 kernels from their cache (once);
+    with ``networks``, also the networks' first uses (:func:`warm_networks`; docs/performance.md has both costs).
 
     The first call of any compiled function in a process sets up numba's
     target (its registries and runtime); the first call of a kernel for a
@@ -107,8 +107,8 @@ async def warm_running(networks: bool = True) -> None:
 
     A coroutine, so that ``client.run(..., wait=False)`` returns at once
     (:func:`~.cluster.warm_ahead`).  It runs on the worker's event loop and
-    holds it meanwhile (about 2.3 s on a fresh worker without ``networks``,
-    microseconds on a warm one): the imports never run beside the event
+    holds it meanwhile (long on a fresh worker, next to nothing on a warm one;
+    docs/performance.md has the measurement): the imports never run beside the event
     loop's own, which unpickles the tasks (the module docstring's deadlock),
     only before or after them.
     """

@@ -187,7 +187,7 @@ class _Done:
     workers for the whole fit.  A done callback holds its future only until
     the future is done (a wait that gives up cancels or releases the futures).
     Polled instead (``done()`` every 0.5-10 ms), a small fit's placement took
-    13.9-15.4 ms against 11.5-12.5 here (medians of 30): the poll woke late.
+    longer: the poll woke late (docs/performance.md has the measurement).
     """
 
     def __init__(self, futures):

@@ -95,12 +95,12 @@ def prewarm(networks: bool = True) -> None:
     never used exits after :data:`IDLE_SECONDS`.
 
     ``networks``: whether the zygote makes the networks' first uses before
-    it forks (:func:`._warm.warm_kernels`; about 1 s of one core, torch.optim
-    importing torch._dynamo) also when a nanny is asked for meanwhile.  The
+    it forks (:func:`._warm.warm_kernels`; mostly torch.optim importing
+    torch._dynamo) also when a nanny is asked for meanwhile.  The
     package passes False when the first class read is a linear model: then
     the zygote makes them only if no nanny is asked for by the time its other
     imports are done.  The three-line script's first fit waited for that
-    second (docs/performance.md); a script that takes longer to reach its
+    warm-up (docs/performance.md has its cost); a script that takes longer to reach its
     first fit gets its networks warm as well.
 
     Examples

@@ -39,9 +39,9 @@ _CHECKPOINTS: dict = {}
 #: rank 0's shard -> its last result handed to the client through shared memory (:func:`_shipped_rank`)
 _HANDED = weakref.WeakKeyDictionary()
 #: Rank 0's result arrays of this many bytes or more go to a client of the same host through shared memory (the
-#: message carries the rest).  Lower than the tree-sum's: a 784-100-10 network's (three 636 KB arrays) fit
-#: spent 55 ms outside its epochs with them in the message, 47 through shared memory; at 100 KB an array the
-#: two were alike (docs/performance.md).
+#: message carries the rest).  Lower than the tree-sum's: a 784-100-10 network's fit spent less time outside
+#: its epochs with its three largest arrays through shared memory than in the message, and arrays of a few
+#: hundred KB gained nothing (docs/performance.md has the measurement).
 RESULT_MIN_BYTES = 1 << 18
 #: fit key -> the blocks its _Checkpoints keeps its two sets in, given back to _BLOCKS when the rank returns
 _KEPT_BLOCKS: dict = {}
@@ -75,8 +75,8 @@ class _Block:
         self.data = None
 
 
-#: The blocks of finished runs' checkpoints in this process, for the next run's (fresh pages cost: a million
-#: float64 parameters' two sets, 48 MB, took 2 x 12 ms to make here): at most 1 GiB, each freed after 30 s unused.
+#: The blocks of finished runs' checkpoints in this process, for the next run's (fresh pages cost their page
+#: faults; docs/performance.md has the measurement): at most 1 GiB, each freed after 30 s unused.
 _BLOCKS = _memfd.Pool("dask-estimators-checkpoints", max_bytes=1 << 30, idle_seconds=30.0, make=_Block)
 
 
@@ -99,8 +99,8 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
     it, its reducer drops the last reference to the gloo group while holding
     the GIL, and the group's destructor waits for a gloo thread that needs
     the GIL (a deadlock seen here about once in ten fits; cf. pytorch#56297).
-    Only that wrapper needs the full collection (0.22 s in a worker process
-    here): the hand-written path holds nothing of the group.
+    Only that wrapper needs the full collection, which is slow in a worker
+    process (docs/performance.md has the measurement): the hand-written path holds nothing of the group.
     """
     import gc
     import traceback
@@ -133,9 +133,9 @@ def _shipped_rank(shard, comm, share, spec, start, cfg, monitor, callbacks, chec
     :class:`~._shared.Shared` the client made (:func:`_shares`); rank 0's result is packed by :func:`_ship`.
 
     With ``share`` ("copy": the client shares this host) the result's large arrays go to the client through
-    shared memory (:mod:`._shared`), which copies them out: a million float64 parameters and Adam's state
-    (24 MB) took 85-90 ms from a worker's actor to the client at the end of a fit, 7-22 ms this way
-    (docs/performance.md).  Their segments stay leased while the shard lives: the client has read them before
+    shared memory (:mod:`._shared`), which copies them out: for a million float64 parameters and Adam's
+    state that is far faster than through the actor's message (docs/performance.md has the measurement).
+    Their segments stay leased while the shard lives: the client has read them before
     it releases the fit's placement.
     """
     w0, opt_state = _shared.unwrap(start)
@@ -170,8 +170,8 @@ def _ship(out):
     """Rank 0's result as Dask sends it fastest: its arrays (the parameters, the optimizer's state) apart,
     in a flat dict with string keys, which Dask serializes array by array, and the rest of the result.
 
-    Inside the result object (pickled, its arrays as pickle's out-of-band buffers) 19 MB of arrays took 57-73
-    ms from a worker's actor to the client, against 20-23 ms as a flat dict of arrays (docs/performance.md).
+    Inside the result object (pickled, its arrays as pickle's out-of-band buffers) the arrays went from a
+    worker's actor to the client far slower than as a flat dict of arrays (docs/performance.md has the measurement).
     :func:`_unship` puts them back.
     """
     arrays, paths = {"w": out.w}, []
@@ -197,8 +197,7 @@ def _shared_optimizer_bytes() -> int:
     """The least size of the parameters (bytes) for which ranks on one host share them and Adam's state.
 
     The dask config ``dask-estimators.shared-optimizer-bytes``, 256 KiB by default: below it the second
-    barrier of each step costs more than the halved passes save (705 float64 parameters: 25 us more a step;
-    80,000: 5-10% less, docs/performance.md).
+    barrier of each step costs more than the halved passes save (docs/performance.md has the measurement).
     """
 
     return int(_config.get("shared-optimizer-bytes"))
@@ -238,8 +237,8 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
     of it, the gradient is written into a twin buffer by the spec, and one
     allreduce of that buffer per step does what ``DistributedDataParallel``
     does with its one bucket, without the autograd graph and reducer hooks
-    around it (under half the time of autograd on a small step, before DDP's
-    own cost; docs/performance.md).  With Adam and parameters of 256 KiB or
+    around it (faster than autograd on a small step, before DDP's own cost;
+    docs/performance.md has the measurement).  With Adam and parameters of 256 KiB or
     more, ranks that share a host share the parameters and Adam's state
     instead, and each sums and steps its part (:class:`_SharedAdam`).
     Other problems (the character LSTM) train through ``DistributedDataParallel``.
@@ -302,7 +301,7 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
 
 def _built_empty(spec, dev):
     """``spec``'s module on ``dev`` without its own initialisation, which the run's starting point overwrites (a
-    million parameters' default draws took about 5 ms of a rank's start here); a module with buffers, which
+    large module's default draws slow a rank's start; docs/performance.md); a module with buffers, which
     no starting point sets, is built as it comes."""
     meta = spec.build("meta")
     if any(True for _ in meta.buffers()):
@@ -501,8 +500,8 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
     """The epochs of one ddp rank; ``gradient`` computes each step's gradient (see :func:`_ddp_loop`).
 
     ``small_sums``: the ranks' shared-memory allreduce, which also sums the epoch's batch sizes, its loss and
-    the validation sums (a gloo allreduce of a few numbers took 1-2 ms here, more than an epoch of a small
-    network's steps); None: they go through the process group.
+    the validation sums (a gloo allreduce of a few numbers took longer than an epoch of a small network's
+    steps; docs/performance.md has the measurement); None: they go through the process group.
     """
     import torch.distributed as dist
 
@@ -647,8 +646,8 @@ def _numpy_state(opt) -> dict:
     """The optimizer's ``state_dict`` with its tensors as NumPy arrays on the CPU (views of the live ones where
     they are there already: :func:`_owned` or a ``finish`` copies them).
 
-    NumPy, because a torch tensor inside a pickled object has its bytes copied into the stream: 12.6 MB of
-    Adam state took 25 ms to serialize and 11 ms to load as tensors, 2 ms each as arrays (docs/performance.md);
+    NumPy, because a torch tensor inside a pickled object has its bytes copied into the stream: Adam's state
+    serializes and loads far faster as arrays than as tensors (docs/performance.md has the measurement);
     :func:`_ship` then sends the arrays apart from the result.  The client's ``torch_state`` takes either.
     """
     state = opt.state_dict()
@@ -668,8 +667,8 @@ class _Checkpoints:
     The parameters and the optimizer's tensors are copied into two sets of
     CPU buffers in turn, in their own dtype, made at the first epoch's end:
     an epoch's end then costs copies only, not new arrays and a float64
-    conversion (the 500-1024-1024 float32 network's fit, 5 epochs on 4,000
-    rows: 0.2 s less outside its epochs, docs/performance.md).  The set an
+    conversion (docs/performance.md, "A lighter epoch-end state", has the
+    measurement).  The set an
     epoch writes is never the one ``_CHECKPOINTS`` points to, so a
     survivor's state read after a loss (:func:`_checkpoint`, on the worker's
     event loop) is always a whole epoch's: to write the other set again the
@@ -679,8 +678,8 @@ class _Checkpoints:
     keeping took at most ``share`` of the time since it ended (the first
     epoch's is always kept): keeping then costs at most that share of the
     run, and a resumed run repeats at most ``1 / share`` times one keeping's
-    cost, or one epoch.  On a small network an epoch is a few hundred
-    microseconds and one keeping about 55 (docs/performance.md); on a large
+    cost, or one epoch.  On a small network one keeping is a large share of
+    an epoch (docs/performance.md has the measurement); on a large
     one every epoch is kept.  ``share=None`` keeps every epoch.
     """
 
@@ -751,7 +750,8 @@ def _group_copy(group):
     """A copy of an optimizer's param group from ``state_dict()`` that no later step or schedule changes.
 
     Its numbers and tuples of numbers are kept as they are (they cannot change in place), the rest deep-copied:
-    a ``copy.deepcopy`` of the whole group took 8 us an epoch, longer than copying a small network's tensors.
+    a ``copy.deepcopy`` of the whole group took longer an epoch than copying a small network's tensors
+    (docs/performance.md has the measurement).
     """
     import copy
 

@@ -22,9 +22,9 @@ from .reduce import REDUCTIONS, tree_sum
 __all__ = ["DistributedEvaluator", "LocalEvaluator", "EvalStats", "INLINE_BYTES", "solve_on_shard"]
 
 #: Parameter payloads up to this many bytes travel inside the task message;
-#: larger ones are scattered (broadcast) first.  The crossover measured on the
-#: 2-core development machine lies between 2.4 and 8 MB (tasks transport); see
-#: ``benchmarks/bench_engine.py --only scatter`` and docs/performance.md.
+#: larger ones are scattered (broadcast) first, at the crossover that
+#: ``benchmarks/bench_engine.py --only scatter`` measures (tasks transport);
+#: docs/performance.md has the measurement.
 INLINE_BYTES = 4 << 20
 
 

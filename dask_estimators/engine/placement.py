@@ -430,13 +430,10 @@ _turn = [0]  # which workers :func:`workers_worth` gives next
 def workers_worth(client, flops_per_step: float, nbytes: int = 0, workers=None) -> list | None:
     """The workers a fit of minibatch steps should take: None for every worker, or a few of them.
 
-    The ranks of a fit meet at every step (an allreduce and a barrier): on
-    the 2-core machine of docs/performance.md that took 30-60 us a step,
-    about what a second rank saved on a step of 3-5 MFLOP (a 100-unit
-    network on 200 rows of 30 features, 3.8 MFLOP: 191 us a step on one
-    worker, 163 on two, and breast cancer's epochs alike either way; 20-32-1
-    on 64 rows: 73 against 100), while a second rank adds to the fit's fixed
-    cost (breast cancer's fit: 115 against 127 ms).  So each worker taken
+    The ranks of a fit meet at every step (an allreduce and a barrier),
+    which costs about what a second rank saves on a step of a few MFLOP,
+    while a second rank adds to the fit's fixed cost (docs/performance.md
+    has the measurements).  So each worker taken
     gets at least ``dask-estimators.min-step-flops-per-worker`` (2.5 MFLOP,
     0 for every worker) of each step's ``flops_per_step``, and
     at most :data:`MAX_BYTES_PER_WORKER` of the input's ``nbytes``.  Fits
@@ -793,8 +790,8 @@ def _scatter_parts(client, parts, workers, device):
     """Each part to its worker, the sends at once: each goes over its own worker's link.
 
     One ``scatter`` call returns once its bytes are on the worker; in turn,
-    the parts to W hosts took W times one link's time (1 Gbit/s links: 8 s
-    for 800 MB to 2 hosts or to 4).
+    the parts to W hosts took W times one link's time (docs/performance.md
+    has the measurement).
     """
     if len(parts) <= 1:
         return [_scatter_part(client, p, w, device) for p, w in zip(parts, workers)]

@@ -135,23 +135,23 @@ def _add_rows2(G, k, c, X, i, c2, i2):
 # Two streams.  Every kernel walks the shard as two halves at once: row i
 # with row i + h, h = ceil(n / 2); when n is odd the middle row pairs with
 # itself, its second copy weighted 0.  Two sequential streams keep more of
-# the memory system busy than one: a bare 500k x 100 gradient pass took
-# 41 ms a row at a time and 31 ms as two halves, also with both workers
-# reading at once (a plain sum of the same 400 MB: 27 ms).  The two rows
-# also share each load of W and of G.  The row terms are written out in the
-# kernels' loops: behind an inlined helper the same code ran 50% slower.
+# the memory system busy than one, which brings a bare gradient pass near a
+# plain sum's streaming floor, also with both workers reading at once
+# (docs/performance.md has the measurement).  The two rows also share each
+# load of W and of G.  The row terms are written out in the kernels' loops:
+# behind an inlined helper the same code ran slower (docs/performance.md).
 
 
 # ------------------------------------------------------------------ binomial
 # The binomial loss needs exp and log1p per row.  Called one row at a time
-# they are scalar libm calls, about 30 ns a row: half again the time of the
-# memory-bound pass itself (500k x 100: 60 ms against 43 ms for the squared
-# loss).  The binomial kernel therefore works in blocks of rows: the block's
+# they are scalar libm calls, which cost a large share of the time of the
+# memory-bound pass itself (docs/performance.md has the measurement).  The
+# binomial kernel therefore works in blocks of rows: the block's
 # margins, then exp(-|z|) and log1p of a whole block with the polynomial
 # kernels below (plain arithmetic, which LLVM vectorises), then the block's
-# gradient while its rows are still in L1 cache.  Measured with two
-# streams: 41-42 ms against 34-35 ms for the squared loss (see
-# docs/performance.md); the block itself now vectorises (see _jit_exact).
+# gradient while its rows are still in L1 cache, which brings it near the
+# squared loss's time (docs/performance.md has the measurement); the block
+# itself now vectorises (see _jit_exact).
 
 _BLOCK = 128
 _LOG2E = 1.4426950408889634
@@ -170,8 +170,8 @@ def _jit_exact(fn):
     With numpy's error model: under numba's default (Python's), every float
     division checks its divisor for zero to raise ZeroDivisionError, and that
     branch kept the block's second loop (two divisions a row) from being
-    vectorised: 3.7 ms for 512k values, against 1.5 ms without it, with the
-    same bits out.  No divisor here can be zero (``2 + e`` and ``1 + e``, e >= 0).
+    vectorised, which made it slower with the same bits out (docs/performance.md has the measurement).
+    No divisor here can be zero (``2 + e`` and ``1 + e``, e >= 0).
     """
     if numba is None:  # pragma: no cover
         return fn
@@ -418,22 +418,19 @@ def hessp(X, s, curv, P, pb, loss: str):
 # so that one stored value reads and writes the K outputs of its column in
 # one cache line.
 #
-# Measured on 150k rows of a 2^20-column CSR with 40 non-zeros a row, one
-# thread, AMD EPYC (Zen 4), ``python benchmarks/bench_sparse_kernels.py
-# --rows 150000`` (binomial): value_grad 97.8 -> 32.9 ms and hessp 92.1 ->
-# 25.8 ms against one fused pass per row over int64 indices; multinomial
-# (3 classes) 323 -> 187 ms.  Each step, in that order:
-# * Two passes: 97.8 -> 39.8 ms.  A row's scatter waits on its gathers and on
+# Each choice below was measured against one fused pass per row over int64
+# indices (``python benchmarks/bench_sparse_kernels.py``; docs/performance.md
+# has the figures).  Each step, in that order:
+# * Two passes.  A row's scatter waits on its gathers and on
 #   exp, and the next row's gathers wait behind its stores, so little of a
 #   fused pass overlaps; rows in blocks of 64 to 1024 (each block's passes in
 #   turn) were slower still.
 # * No ``reassoc``: it lets LLVM vectorise the row dot with AVX-512 gathers,
-#   which doubled the time of the same loops on this CPU.  Each row's dot is
+#   which made the same loops slower on the CPU measured.  Each row's dot is
 #   summed in storage order.
-# * int32 indices in the shard (engine/_worker.index_dtype), 39.8 -> 36.4 ms,
-#   read as uint32 (:func:`_unsigned`), 36.4 -> 32.9 ms: 4 bytes less a
-#   non-zero to stream, and no negative-index wrap-around per access.
-# scipy's ``X @ w`` plus ``X.T @ r`` take about 24 ms here.
+# * int32 indices in the shard (engine/_worker.index_dtype), read as uint32
+#   (:func:`_unsigned`): 4 bytes less a non-zero to stream, and no
+#   negative-index wrap-around per access.
 
 
 def _jit_sparse(fn):
@@ -615,8 +612,8 @@ def _csr_gram(data, indices, indptr, D, intercept, H):
 
 def _unsigned(a):
     """An int32 index array viewed as uint32 (no copy; CSR indices are never negative): numba then drops the
-    negative-index wrap-around of every gather and scatter, which took 40.5 against 28.4 ms per value_grad
-    on 150k x 2^20.  int64 stays signed: uint64 with int64 arithmetic would become float64 in numba."""
+    negative-index wrap-around of every gather and scatter, which slowed value_grad (docs/performance.md has
+    the measurement).  int64 stays signed: uint64 with int64 arithmetic would become float64 in numba."""
     a = index_array(a)
     return a.view(np.uint32) if a.dtype == np.int32 else a
 

@@ -48,7 +48,7 @@ def _jit(fn):
 
 # ------------------------------------------------------------- tanh and the logistic function, vectorised
 # A scalar libm call per value (math.tanh, math.exp) is not vectorised: on a small batch's hidden layer it
-# was a third of the kernel (docs/performance.md).  Here both are plain arithmetic that LLVM vectorises, one
+# was much of the kernel (docs/performance.md).  Here both are plain arithmetic that LLVM vectorises, one
 # value at a time in the loop that adds the layer's bias.  For u = k ln2 + r (|r| <= ln2/2, reduced as the
 # binomial block does, ``_fused``; k as the low bits of ``MAGIC + u log2(e)``: adding MAGIC rounds to an
 # integer), expm1(u) = 2^k (r q(r)) + (2^k - 1) with q(r) = expm1(r) / r a Taylor polynomial, and 2^k made

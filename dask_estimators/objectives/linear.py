@@ -167,8 +167,8 @@ def _add_xt_times(out, G, X):
     """``out += G.T @ X`` (K, d) for a dense or sparse CSR ``X``: the gradient's transposed product.
 
     For a sparse X, a scatter-add of ``G[row, k] * value`` into each stored
-    value's column: torch's ``X.t() @ G`` (a CSC-dense product) was 15 times
-    slower on one thread (see ``benchmarks/bench_sparse_kernels.py``).
+    value's column: torch's ``X.t() @ G`` (a CSC-dense product) was far
+    slower on one thread (docs/performance.md; ``benchmarks/bench_sparse_kernels.py``).
     """
     if is_sparse(X):
         rows, cols, vals = _csr_rows(X), X.col_indices(), X.values()

@@ -44,7 +44,8 @@ from .._lazy import lazy_module
 from ._sparse import csr_parts, is_sparse
 
 # the compiled kernels, and numba with them, load where a kernel first runs (the workers): the client of a
-# ddp fit builds the network's spec and its starting point only (importing numba took it 0.26-0.35 s here)
+# ddp fit builds the network's spec and its starting point only (importing numba would slow its start;
+# docs/performance.md has the measurement)
 _fused_mlp = lazy_module("dask_estimators.objectives._fused_mlp")
 
 __all__ = [
@@ -383,7 +384,7 @@ def flatten(coefs, intercepts) -> np.ndarray:
     out = np.empty(sum(a * c + m for (a, c), m in sizes))
     pos = 0
     for (W, b), ((fan_in, fan_out), m) in zip(zip(coefs, intercepts), sizes):
-        # each weight written transposed straight into its place: one copy (a million: 9 -> 4 ms here)
+        # each weight written transposed straight into its place: one copy, not two (docs/performance.md)
         np.copyto(out[pos : pos + fan_in * fan_out].reshape(fan_out, fan_in), np.asarray(W).T, casting="unsafe")
         pos += fan_in * fan_out
         out[pos : pos + m] = np.asarray(b).ravel()
@@ -488,8 +489,8 @@ def _scratch(work, key, rows, cols, like):
 
     Worker processes run with ``MALLOC_TRIM_THRESHOLD_=65536`` (Dask's nanny
     sets it), so a freed 100 kB activation is handed back to the system and
-    the next step's page-faults it in again (a small step took almost twice
-    as long with fresh buffers; docs/performance.md).
+    the next step's page-faults it in again (a small step took longer with
+    fresh buffers; docs/performance.md has the measurement).
     The buffer grows to the most rows asked for; a call gets its first ``rows``.
     """
     if work is None:
@@ -521,7 +522,7 @@ def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None, rows=None) -
     them itself, one call fewer per array and step.
     """
     if rows is not None:
-        # the same tensors every step: which kernel, and their NumPy views, worked out once (about 15 us a step)
+        # the same tensors every step: which kernel, and their NumPy views, worked out once (docs/performance.md)
         kept = None if work is None else work.get("nb_views")
         if kept is None or any(a is not b for a, b in zip(kept[0], (X, y, sw, w, g))):
             numba = loss_grad_kernel(X) == "numba" and X.is_contiguous()
@@ -779,7 +780,7 @@ def take_rows(X, y, sw, idx, work=None):
     if is_sparse(X):  # the batch's rows cut from the shard's CSR arrays, never densified
         return (csr_rows(X, idx), torch.index_select(y, 0, idx),
                 None if sw is None else torch.index_select(sw, 0, idx))
-    # index_select, not X[idx]: advanced indexing costs 28 us for 128 rows x 100 here, index_select 11 us
+    # index_select, not X[idx]: advanced indexing is slower on a batch's rows (docs/performance.md)
     if work is None:
         Xb = torch.index_select(X, 0, idx)
     else:

@@ -259,9 +259,9 @@ def _newton_cg(objective, x0, *, tol, max_iter, callback=None):
     It stops, as scikit-learn's newton-cg and L-BFGS-B do, once the largest absolute entry of the gradient
     is at most ``tol``, tested at the start too; trust-ncg's own ``gtol`` bounds the gradient's Euclidean
     norm, which over 2^20 parameters is about a thousand times the largest entry.  The trust region starts
-    at radius ``_TRUST0``, not scipy's 1: from 1 it grew by one doubling an iteration, which took seven of
-    ten iterations on 300k x 2^20 CSR (coefficients of norm 237; four iterations now, scikit-learn's line
-    search six: ``benchmarks/bench_sparse.py``).  A rejected step shrinks it fourfold."""
+    at radius ``_TRUST0``, not scipy's 1: from 1 it grew by one doubling an iteration, which took most of
+    the iterations on a large sparse problem (docs/performance.md; ``benchmarks/bench_sparse.py``).  A
+    rejected step shrinks it fourfold."""
     best = {"f": np.inf, "x": np.asarray(x0, dtype=np.float64).copy(), "g": None, "nfev": 0}
     budget = max_iter * (2 * np.size(x0) + 10)
     n_hessp = [0]

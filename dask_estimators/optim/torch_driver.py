@@ -76,7 +76,7 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.solver == "adam":
         params = list(params)
         kw = dict(lr=cfg.learning_rate_init, betas=(cfg.beta_1, cfg.beta_2), eps=cfg.epsilon)
-        try:  # one fused kernel per step: measured 2.5x faster than the default on a 10k-parameter MLP (CPU)
+        try:  # one fused kernel per step: faster than the default on a small MLP (CPU; docs/performance.md)
             return torch.optim.Adam(params, fused=True, **kw)
         except (RuntimeError, TypeError, ValueError):
             return torch.optim.Adam(params, **kw)
@@ -95,7 +95,7 @@ class _FusedAdamStep:
 
     torch.optim wraps its one ``torch._fused_adam_`` call in Python (the
     profiling hook, per-parameter state look-ups, grouping by device): a
-    fifth of a small MLP step on a rank (docs/performance.md).
+    noticeable share of a small MLP step on a rank (docs/performance.md has the measurement).
     The first call goes through ``opt.step()``, which makes the state; later
     calls add 1 to the same step counters and call the same kernel on the
     same tensors with the group's current settings, so the numbers are torch.optim's
@@ -124,7 +124,8 @@ class _FusedAdamStep:
                 _torch_api.foreach_add_([p.grad for p in decayed], [p.detach() for p in decayed], decay)
             self.opt.step()
             st = self.opt.state
-            # the step counters as views of one tensor: one add a step (4.5 us here, _foreach_add_ on four 12 us)
+            # the step counters as views of one tensor: one add a step, cheaper than _foreach_add_ on four
+            # (docs/performance.md)
             counters = torch.stack([st[p]["step"] for p in params])
             for i, p in enumerate(params):
                 st[p]["step"] = counters[i]
