@@ -31,7 +31,7 @@ demo: $(VENV)/.installed
 # in one process; each process has its own session LocalCluster.  --durations lists the 25 slowest tests,
 # so that the run's share of CI's 45-minute budget can be watched from its log
 test: docs
-	# the layer contracts of .importlinter (estimators -> optim -> engine -> objectives, no import loops)
+	# the layer contracts of .importlinter (estimators -> session -> optim -> engine -> objectives, no import loops)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 	# the floor job: the oldest versions pyproject.toml admits, in .venv-floors, on a fast subset

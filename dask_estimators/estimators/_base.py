@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import itertools
 import os
 import time
 import warnings
@@ -33,13 +32,21 @@ from sklearn.utils.validation import (
 
 from .. import config as _config
 from .._validation import assert_all_finite, classes_and_codes
-from ..engine import DistributedEvaluator, REDUCTIONS, client_context, is_dask_collection, place
-from ..engine.cluster import adopt_sender, prestart, sender_address, warm_ahead
-from ..engine.placement import _workers, check_lengths
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
-from ..optim import SOLVERS, minimize
+from ..optim import SOLVERS
 from ..optim.progress import IterationLog, check_progress
+from ..session import (
+    REDUCTIONS,
+    DataSession,
+    adopt_sender,
+    canonical_csr,
+    check_lengths,
+    is_dask_collection,
+    prestart,
+    sender_address,
+    small_problem,
+)
 
 try:  # scikit-learn >= 1.9: its callback protocol (sklearn.callback, set_callbacks)
     from sklearn.callback import CallbackSupportMixin as _CallbackSupport
@@ -101,8 +108,6 @@ def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=
 def _checked_X(X):
     """X from ``check_array``: sparse X as canonical CSR (sorted indices, no duplicates); dense X as it is."""
     if sp.issparse(X):
-        from ..engine._worker import canonical_csr
-
         return canonical_csr(X)
     return X
 
@@ -226,10 +231,10 @@ class DistributedEstimator(BaseEstimator):
             accept_sparse=self._accept_sparse, negative_weights=self._negative_weights,
         )
 
-    def _dask_classes(self, placement):
+    def _dask_classes(self, data):
         """classes_ of dask input, found on the workers, which then encode their labels as integer codes."""
-        classes = self._check_classes(dask_label_set(placement.map(T.unique_labels), placement.n_samples))
-        placement.map(T.encode_labels, classes)
+        classes = self._check_classes(dask_label_set(data.map(T.unique_labels), data.n_samples))
+        data.map(T.encode_labels, classes)
         return classes
 
     def _check_classes(self, classes):
@@ -317,7 +322,7 @@ class DistributedEstimator(BaseEstimator):
         An estimator not fitted yet carries the address of the scheduler its
         fit would use in this process, and this process's id: unpickled in a
         child of this process (the workers of a search with ``n_jobs``), its
-        fit uses the same cluster (:func:`~dask_estimators.engine.cluster.adopt_sender`).
+        fit uses the same cluster (:func:`~dask_estimators.session.adopt_sender`).
         """
         state = super().__getstate__()
         if state.get("client") is not None:
@@ -342,93 +347,6 @@ def _is_fitted(estimator) -> bool:
     except NotFittedError:
         return False
     return True
-
-
-def worker_solve_below() -> int:
-    """The problem size under which a linear fit runs its solver on one worker, in one task: the dask config value
-    ``dask-estimators.worker-solve-below`` (stored values times outputs; default 2**21, 0 never).
-
-    On one worker an evaluation then takes about as long as a distributed round's latency or less, so
-    spreading it over W workers (``c / W + latency`` against ``c``) gains nothing for any W; the SVMs' dual
-    method puts data on one worker below the same size (docs/performance.md has the measurements).
-    """
-
-    return int(_config.get("worker-solve-below"))
-
-
-def stored_values(X) -> int | None:
-    """The values ``X`` stores (rows x features, or a sparse matrix's non-zeros); None for a dask collection of
-    unknown length, which is placed as it lies."""
-    n, d = X.shape
-    if not (isinstance(n, (int, np.integer)) and isinstance(d, (int, np.integer))):
-        return None
-    return int(X.nnz) if hasattr(X, "nnz") else int(n) * int(d)
-
-
-_TURNS = itertools.count()
-
-
-def _one_worker(client) -> list:
-    """One worker for a small fit, the workers in turn: fits run at once (a parallel search) share them.
-
-    The worker after it in the turns warms up meanwhile (:func:`~dask_estimators.engine.cluster.warm_ahead`).
-    """
-    workers = _workers(client)
-    turn = next(_TURNS)
-    mine = workers[turn % len(workers)]
-    warm_ahead(client, [workers[(turn + 1) % len(workers)]] if len(workers) > 1 else [], using=[mine])
-    return [mine]
-
-
-def small_problem(X, outputs: int) -> bool:
-    """Whether a fit of ``X`` with ``outputs`` outputs is small enough to run on one worker: under
-    :func:`worker_solve_below` stored values times outputs (never for a dask collection of unknown length)."""
-    values = stored_values(X)
-    return values is not None and values * max(outputs, 1) < worker_solve_below()
-
-
-def run_on_worker(placement, driver, problem, args=(), kwargs=None, stacklevel=2):
-    """``driver(problem, *args, **kwargs)`` in one task on the worker of ``placement``'s one shard, ``problem``
-    evaluating that shard there (:func:`~dask_estimators.engine.solve_on_shard`): the driver's result, and the
-    evaluations' counters there.
-
-    The warnings the driver raised there that it raises on the client when it runs here (scikit-learn's
-    ``ConvergenceWarning`` and the others of ``UserWarning``, scipy's ``LinAlgWarning``) are raised here,
-    ``stacklevel`` as :func:`warnings.warn`'s from the caller.
-    """
-    from scipy.linalg import LinAlgWarning
-
-    from ..engine import solve_on_shard
-
-    out, stats, caught = placement.map(
-        solve_on_shard, driver, problem.with_evaluator(None), tuple(args), kwargs, (UserWarning, LinAlgWarning),
-    )[0]
-    warn_again(caught, stacklevel=stacklevel + 1)
-    return out, stats
-
-
-def _minimize_on_worker(placement, objective, w0, solver, tol, max_iter):
-    """:func:`~dask_estimators.optim.minimize` of ``objective`` in one task on the worker of ``placement``'s one
-    shard (:func:`run_on_worker`): the result, and the evaluations' counters there."""
-    from scipy.optimize import OptimizeResult
-
-    res, stats = run_on_worker(placement, minimize, objective, (w0,),
-                               {"solver": solver, "tol": tol, "max_iter": max_iter},
-                               stacklevel=3)  # where the driver's own points: fit
-    return OptimizeResult(res), stats  # the task's result came back as a plain dict
-
-
-def warn_again(caught, stacklevel=2) -> None:
-    """Raise here the ``(category, message)`` warnings a task caught on a worker (``solve_on_shard``'s), a
-    :class:`~dask_estimators.optim.scipy_driver.ConvergenceNote` (raised where scikit-learn was not imported)
-    as scikit-learn's ``ConvergenceWarning``."""
-    from sklearn.exceptions import ConvergenceWarning
-
-    from ..optim.scipy_driver import ConvergenceNote
-
-    for category, message in caught:
-        warnings.warn(message, ConvergenceWarning if category is ConvergenceNote else category,
-                      stacklevel=stacklevel + 1)
 
 
 class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
@@ -492,12 +410,12 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
 
     # --------------------------------------------------------------- fitting
 
-    def _class_weight_vector(self, placement, n_classes):
+    def _class_weight_vector(self, data, n_classes):
         cw = getattr(self, "class_weight", None)
         if cw is None:
             return None
         if isinstance(cw, str):  # "balanced"
-            counts = np.sum(placement.map(T.class_counts, n_classes), axis=0)
+            counts = np.sum(data.map(T.class_counts, n_classes), axis=0)
             if np.any(counts == 0):
                 raise ValueError("class_weight='balanced' needs every class in classes_ to have positive weight.")
             return counts.sum() / (n_classes * counts)
@@ -544,30 +462,26 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             classes = self._check_classes(classes)
             y_placed = np.searchsorted(classes, y) if codes is None else codes
         on_worker = self._solves_on_worker(X, y, classes)
-        with client_context(self.client) as client:
-            placement = place(
-                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
-                workers=_one_worker(client) if on_worker else self._placement_workers(client, X),
-                timeout=self.timeout, hosted=on_worker,
+        with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
+            data = session.data(
+                X=X, y=y_placed, sample_weight=sample_weight, check=check, hosted=on_worker,
+                workers=session.one_worker() if on_worker else self._placement_workers(session, X),
             )
-            try:
-                stats = self._fit_placed(
-                    placement, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight), t0=t0,
-                    on_worker=on_worker and len(placement.shards) == 1,
-                )
-            finally:
-                placement.release()
+            stats = self._fit_placed(
+                data, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight), t0=t0,
+                on_worker=on_worker and data.n_shards == 1,
+            )
         self.fit_stats_ = stats
         return self
 
-    def _placement_workers(self, client, X):
+    def _placement_workers(self, session, X):
         """The workers to place ``X`` on (None: all of them); a method that gains nothing from more shards picks one."""
         return None
 
     def _solves_on_worker(self, X, y, classes) -> bool:
         """Whether this fit places its data on one worker and runs its solver there, in one task.
 
-        A small problem: under :func:`worker_solve_below` stored values (rows x
+        A small problem: under :func:`~dask_estimators.session.worker_solve_below` stored values (rows x
         features, or non-zeros) times outputs (the classes of a multi-class
         model, the targets of a multi-output one).  Its evaluations take less
         than a round trip, so each distributed round would cost more than the
@@ -584,21 +498,22 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             outputs = int(np.prod(np.shape(y)[1:], dtype=np.int64)) if np.ndim(y) > 1 else 1
         return small_problem(X, outputs)
 
-    def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None, on_worker=False):
-        """The fit on ``placement``: the targets' encoding, the objective, the solver, the fitted attributes.
+    def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None, on_worker=False):
+        """The fit on the placed ``data``: the targets' encoding, the objective, the solver, the fitted attributes.
 
         With ``on_worker`` (one shard, a small problem: :meth:`_solves_on_worker`) the solver runs in one task
-        on the shard's worker (:func:`~dask_estimators.engine.solve_on_shard`), not one round per evaluation.
+        on the shard's worker (:meth:`~dask_estimators.session.PlacedData.minimize`), not one round per
+        evaluation.
         """
         n_classes = None
         class_weight = None
         if self._is_classifier:
-            self.classes_ = self._dask_classes(placement) if dask_input else classes
+            self.classes_ = self._dask_classes(data) if dask_input else classes
             n_classes = len(self.classes_)
-            class_weight = self._class_weight_vector(placement, n_classes)
+            class_weight = self._class_weight_vector(data, n_classes)
         y_shape = None if dask_input else np.shape(y)
         if dask_input and not self._is_classifier:
-            y_shape = (None,) + placement.map(T.trailing_shape)[0]
+            y_shape = (None,) + data.map(T.trailing_shape)[0]
         n_outputs = self._n_outputs(n_classes, y_shape)
         loss = self._loss_name(n_classes)
         spec = LinearSpec(
@@ -609,9 +524,9 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         if inference:
             _check_inference(spec)
         # the targets' encoding and the sum of the weights (and of s * y) in one call (one round trip less)
-        sums = placement.map(T.prepare_and_weigh, loss, n_outputs, class_weight, self._start_at_mean)
+        sums = data.map(T.prepare_and_weigh, loss, n_outputs, class_weight, self._start_at_mean)
         sums = tuple(map(sum, zip(*sums)))
-        evaluator = DistributedEvaluator(placement, reduction=self.reduction)
+        evaluator = data.evaluator(self.reduction)
         objective = LinearObjective(evaluator, spec, weight_sums=sums[:2])
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
         objective.positive = bool(getattr(self, "positive", False))
@@ -624,15 +539,11 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             hooks = _IterationHooks(self, solver, hook_args, w0, lambda w: self._fitted_params(w, spec, y_shape, dtype))
         log = IterationLog(self.verbose, self.progress, self.max_iter, type(self).__name__, t0)
         each = [c for c in (log if self.verbose or self.progress else None, hooks) if c is not None]
-        on_worker_stats = None
         try:
-            if on_worker:
-                res, on_worker_stats = _minimize_on_worker(placement, objective, w0, solver, self.tol, self.max_iter)
-            else:
-                res = minimize(
-                    objective, w0, solver=solver, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose,
-                    callback=(lambda it: [c(it) for c in each]) if each else None,
-                )
+            res, on_worker_stats = data.minimize(
+                objective, w0, solver=solver, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose,
+                callback=(lambda it: [c(it) for c in each]) if each else None, on_worker=on_worker,
+            )
         finally:
             log.close()
             if hooks is not None:
@@ -652,11 +563,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             hooks.end_fit()
         self.n_iter_ = self._format_n_iter(int(res.nit))
         self.solver_ = solver
-        stats = evaluator.stats.as_dict()
-        stats.update(
-            n_shards=len(placement.shards), rows_per_shard=list(placement.n_rows), objective=float(res.fun),
-            weight_sum=float(objective.sw_sum), solved_on_worker=on_worker,
-        )
+        stats = data.stats(evaluator)
+        stats.update(objective=float(res.fun), weight_sum=float(objective.sw_sum), solved_on_worker=on_worker)
         if on_worker_stats is not None:  # the solver's evaluations, made on the worker
             stats["evaluations_on_worker"] = on_worker_stats["rounds"]
             stats["seconds_on_worker"] = on_worker_stats["seconds"]
@@ -917,8 +825,6 @@ def check_class_share(n_classes: int, n_samples: int) -> None:
     fit stops before any solver starts.  A larger share (1 allows any) fits
     such classes.
     """
-    import dask.config
-
     share = _config.get("max-class-share")
     if share is None or n_samples <= 20 or n_classes <= 2 or n_classes <= share * n_samples:
         return

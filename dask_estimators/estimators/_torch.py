@@ -1,12 +1,8 @@
-"""What every torch estimator shares: which strategy, one training run on placed shards, live progress."""
+"""What every torch estimator shares: which strategy, the callbacks split, live progress."""
 
 from __future__ import annotations
 
-from ..engine import DistributedEvaluator
-from ..engine.ddp import train_ddp
-from ..optim.torch_driver import train_tree
-
-__all__ = ["STRATEGIES", "Progress", "resolve_strategy", "split_callbacks", "train_on_placement"]
+__all__ = ["STRATEGIES", "Progress", "resolve_strategy", "split_callbacks"]
 
 STRATEGIES = ("auto", "tree", "ddp")
 
@@ -19,25 +15,6 @@ def resolve_strategy(strategy: str) -> str:
     themselves.
     """
     return "ddp" if strategy == "auto" else strategy
-
-
-def train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state=None, progress=None, callbacks=()):
-    """Train ``spec`` on the placed shards with the given strategy; returns (TrainResult, round statistics).
-
-    ``callbacks`` are the loop callbacks (the client's run in ``progress``).
-    """
-    callbacks = list(callbacks)
-    if strategy == "ddp":  # a lost worker: resumed from the last epoch's state (train_ddp)
-        on_resume = None if progress is None else progress.keep
-        # rank 0 sends each epoch's record only where a client callback takes it: an event costs rank 0 about
-        # 150 us, which on a small network is as long as an epoch (the fitted history comes with the result)
-        on_event = progress if progress is not None and progress.listening else None
-        out = train_ddp(placement, spec, w0, cfg, monitor, opt_state, callbacks, on_event=on_event,
-                        on_resume=on_resume)
-        return out, dict(out.info)
-    evaluator = DistributedEvaluator(placement)
-    res = train_tree(evaluator, spec, w0, cfg, monitor, opt_state, report=progress, callbacks=callbacks)
-    return res, evaluator.stats.as_dict()
 
 
 def split_callbacks(callbacks):

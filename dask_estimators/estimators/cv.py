@@ -32,21 +32,12 @@ from sklearn.utils import metadata_routing
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
-from ..engine import DistributedEvaluator, client_context, place
-from ..engine.cluster import prestart
 from ..objectives import LinearSpec
 from ..objectives import cv as CV
-from ..optim import SOLVERS, minimize
+from ..optim import SOLVERS
 from ..optim.cv_paths import FoldProblem, Penalties, paths_and_heldout
-from ._base import (
-    _check_block,
-    _minimize_on_worker,
-    _one_worker,
-    input_float_dtype,
-    run_on_worker,
-    small_problem,
-    stored_values,
-)
+from ..session import DataSession, prestart, small_problem, stored_values
+from ._base import input_float_dtype
 from .linear import LinearRegression, LogisticRegression
 
 __all__ = ["LogisticRegressionCV", "LinearRegressionCV"]
@@ -63,12 +54,12 @@ _WORKER_SCORERS = {"accuracy": ("accuracy", 1.0), "neg_log_loss": ("log_loss", -
 
 
 class _Search(FoldProblem):
-    """What one search keeps while its data is placed: the placement and its evaluator, the splits' sums, and
+    """What one search keeps while its data is placed: the placed data and its evaluator, the splits' sums, and
     whether its paths run in one task on the worker of its one shard (``on_worker``)."""
 
-    def __init__(self, placement, evaluator, spec, sums, n_splits):
+    def __init__(self, data, evaluator, spec, sums, n_splits):
         super().__init__(evaluator, spec, sums, n_splits)
-        self.placement, self.evaluator, self.n_samples = placement, evaluator, placement.n_samples
+        self.data, self.evaluator, self.n_samples = data, evaluator, data.n_samples
         self.on_worker, self.worker_stats = False, []
 
 
@@ -162,45 +153,38 @@ class _PlacedSearchMixin:
             classes = self._check_classes(classes)
             y_placed = np.searchsorted(classes, y) if codes is None else codes
         on_worker = self._searches_on_worker(X, classes, on_workers)
-        with client_context(self.client) as client:
-            placement = place(
-                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
-                workers=_one_worker(client) if on_worker else None, timeout=self.timeout, hosted=on_worker,
-            )
-            try:
-                n_classes, class_weight = None, None
-                if self._is_classifier:
-                    self.classes_ = self._dask_classes(placement) if dask_input else classes
-                    n_classes = len(self.classes_)
-                    class_weight = self._class_weight_vector(placement, n_classes)
-                n_splits = self._set_splits(placement, splits, n_classes)
-                loss = loss_of(n_classes)
-                n_outputs = n_outputs_of(n_classes)
-                sums = np.asarray(placement.map(CV.prepare, loss, n_outputs, class_weight)).sum(axis=0)
-                for k in range(n_splits):
-                    if not sums[1 + k, 0] > 0:
-                        raise ValueError(f"The training rows of split {k} have a zero sum of sample weights.")
-                spec = LinearSpec(loss, self.n_features_in_, n_outputs, self.fit_intercept)
-                evaluator = DistributedEvaluator(placement, reduction=self.reduction)
-                search = _Search(placement, evaluator, spec, sums, n_splits)
-                search.splits, search.scores_on_workers = splits, on_workers
-                search.X, search.y = (None, None) if dask_input else (X, y)
-                if "sample_weight" in score_params:  # the validated weights
-                    score_params["sample_weight"] = sample_weight
-                search.score_params = score_params
-                search.sparse = sp.issparse(getattr(X, "_meta", X))
-                search.on_worker = on_worker and len(placement.shards) == 1
-                search.values = stored_values(X)
-                self._search(search)
-                stats = evaluator.stats.as_dict()
-                stats.update(n_shards=len(placement.shards), rows_per_shard=list(placement.n_rows),
-                             weight_sum=float(search.full_sums[0]), n_splits=n_splits,
-                             solved_on_worker=search.on_worker)
-                if search.on_worker:  # the search's evaluations, made on the worker
-                    stats.update(evaluations_on_worker=sum(s["rounds"] for s in search.worker_stats),
-                                 seconds_on_worker=sum(s["seconds"] for s in search.worker_stats))
-            finally:
-                placement.release()
+        with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
+            data = session.data(X=X, y=y_placed, sample_weight=sample_weight, check=check, hosted=on_worker,
+                                workers=session.one_worker() if on_worker else None)
+            n_classes, class_weight = None, None
+            if self._is_classifier:
+                self.classes_ = self._dask_classes(data) if dask_input else classes
+                n_classes = len(self.classes_)
+                class_weight = self._class_weight_vector(data, n_classes)
+            n_splits = self._set_splits(data, splits, n_classes)
+            loss = loss_of(n_classes)
+            n_outputs = n_outputs_of(n_classes)
+            sums = np.asarray(data.map(CV.prepare, loss, n_outputs, class_weight)).sum(axis=0)
+            for k in range(n_splits):
+                if not sums[1 + k, 0] > 0:
+                    raise ValueError(f"The training rows of split {k} have a zero sum of sample weights.")
+            spec = LinearSpec(loss, self.n_features_in_, n_outputs, self.fit_intercept)
+            evaluator = data.evaluator(self.reduction)
+            search = _Search(data, evaluator, spec, sums, n_splits)
+            search.splits, search.scores_on_workers = splits, on_workers
+            search.X, search.y = (None, None) if dask_input else (X, y)
+            if "sample_weight" in score_params:  # the validated weights
+                score_params["sample_weight"] = sample_weight
+            search.score_params = score_params
+            search.sparse = sp.issparse(getattr(X, "_meta", X))
+            search.on_worker = on_worker and data.n_shards == 1
+            search.values = stored_values(X)
+            self._search(search)
+            stats = data.stats(evaluator)
+            stats.update(weight_sum=float(search.full_sums[0]), n_splits=n_splits, solved_on_worker=search.on_worker)
+            if search.on_worker:  # the search's evaluations, made on the worker
+                stats.update(evaluations_on_worker=sum(s["rounds"] for s in search.worker_stats),
+                             seconds_on_worker=sum(s["seconds"] for s in search.worker_stats))
         if self._keeps_float32 and dtype == np.float32:
             self.coef_ = self.coef_.astype(np.float32)
             self.intercept_ = (
@@ -228,10 +212,10 @@ class _PlacedSearchMixin:
         """Whether the held-out scores are sums computed on the workers (else: the scorer on the client)."""
         return True
 
-    def _set_splits(self, placement, splits, n_classes):
+    def _set_splits(self, data, splits, n_classes):
         """The splits' roles on every shard; returns the number of splits."""
-        ranges = placement.row_ranges
-        n = placement.n_samples
+        ranges = data.row_ranges
+        n = data.n_samples
         if splits is None:
             cv = 5 if self.cv is None else int(self.cv)
             if cv < 2:
@@ -241,17 +225,17 @@ class _PlacedSearchMixin:
                 raise ValueError(f"Cannot have number of splits n_splits={cv} greater than the number of samples: "
                                  f"n_samples={n}.")
             if self._is_classifier:
-                runs = placement.map_each(CV.class_runs, [(r, n_classes) for r in ranges])
+                runs = data.map_each(CV.class_runs, [(r, n_classes) for r in ranges])
                 bounds, prefixes = CV.stratified_plan(runs, n_classes, cv)
-                placement.map_each(CV.assign_stratified, [(r, p, bounds) for r, p in zip(ranges, prefixes)])
+                data.map_each(CV.assign_stratified, [(r, p, bounds) for r, p in zip(ranges, prefixes)])
             else:
-                placement.map_each(CV.assign_kfold, [(r, n, cv) for r in ranges])
+                data.map_each(CV.assign_kfold, [(r, n, cv) for r in ranges])
             return cv
         roles = np.zeros((len(splits), n), dtype=np.int8)
         for k, (train, test) in enumerate(splits):
             roles[k, np.asarray(train, dtype=np.int64)] = CV.TRAIN
             roles[k, np.asarray(test, dtype=np.int64)] = CV.TEST
-        placement.map_each(CV.set_roles, [(roles[:, CV._positions(r)],) for r in ranges])
+        data.map_each(CV.set_roles, [(roles[:, CV._positions(r)],) for r in ranges])
         return len(splits)
 
     def _paths(self, search, paths, metric):
@@ -260,7 +244,7 @@ class _PlacedSearchMixin:
         (:func:`~dask_estimators.optim.cv_paths.paths_and_heldout`, whose arrays this returns).
 
         A small search (``search.on_worker``) runs them in one task on its shard's
-        worker (:func:`._base.run_on_worker`, which raises its warnings here).
+        worker (:meth:`~dask_estimators.session.PlacedData.run_on_worker`, which raises its warnings here).
         """
         n_params = search.spec.n_params
         plan = []
@@ -270,7 +254,7 @@ class _PlacedSearchMixin:
         kwargs = {"tol": self.tol, "max_iter": self.max_iter}
         if not search.on_worker:
             return paths_and_heldout(search, plan, metric, **kwargs)
-        out, stats = run_on_worker(search.placement, paths_and_heldout, search, (plan, metric), kwargs, stacklevel=4)
+        out, stats = search.data.run_on_worker(paths_and_heldout, search, (plan, metric), kwargs, stacklevel=4)
         search.worker_stats.append(stats)
         return out
 
@@ -295,11 +279,10 @@ class _PlacedSearchMixin:
         obj = search.objective(None)
         obj.l2, obj.l1 = penalties(point, obj.sw_sum)
         solver = self._resolved_solver(search.spec.n_params, obj.l1)
-        if search.on_worker:
-            res, stats = _minimize_on_worker(search.placement, obj, w0, solver, self.tol, self.max_iter)
+        res, stats = search.data.minimize(obj, w0, solver=solver, tol=self.tol, max_iter=self.max_iter,
+                                          on_worker=search.on_worker)
+        if stats is not None:
             search.worker_stats.append(stats)
-        else:
-            res = minimize(obj, w0, solver=solver, tol=self.tol, max_iter=self.max_iter)
         self.solver_ = solver
         return res
 
@@ -318,11 +301,11 @@ _CV_DOC = """
         sequential).  ``"batched"``: the splits' L-BFGS runs go in lockstep,
         each round evaluating every still-running split's model in one pass
         over X (:mod:`dask_estimators.optim.batched`); each run's iterates
-        are those it would take alone.  It takes about a quarter of the
-        rounds, and where each model has one output (binary, regression) the
-        splits' models are the outputs of one fused kernel that reads each
-        row once for all of them: 2.2 times faster than sequential on one
-        host (see the performance page).  "auto": batched for models of one
+        are those it would take alone.  It takes far fewer rounds, and where
+        each model has one output (binary, regression) the splits' models are
+        the outputs of one fused kernel that reads each row once for all of
+        them, which makes it faster than sequential even on one host (the
+        performance page has the measurement).  "auto": batched for models of one
         output, sequential for multinomial models and for a small search on
         one worker (under 2**18 stored values).
 """

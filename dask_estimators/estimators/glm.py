@@ -16,7 +16,7 @@ from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted
 
-from ..engine import is_dask_collection
+from ..session import is_dask_collection
 from ..objectives.losses import get_loss
 from ._base import DistributedLinearModel, InferenceMixin
 from .linear import _COMMON_DOC, _FITTED_DOC

@@ -14,7 +14,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ..objectives import targets as T
-from ._base import DistributedLinearModel, InferenceMixin, stored_values
+from ..session import stored_values
+from ._base import DistributedLinearModel, InferenceMixin
 
 __all__ = ["LinearRegression", "LogisticRegression", "LinearSVC", "LinearSVR"]
 
@@ -434,20 +435,19 @@ class _LinearSVMMixin:
         super()._set_params_from(w, spec, y_shape)
 
     # ------------------------------------------------------------ the dual method
-    def _placement_workers(self, client, X):
+    def _placement_workers(self, session, X):
         """One worker for the dual method on small data: its rounds are bound by round trips, and one
         shard runs LIBLINEAR's own iterations, many per round (see :func:`one_shard_below`)."""
-        from ..engine.placement import _workers
         from ..optim.dual_driver import one_shard_below
 
         size = stored_values(X)
         if size is None:  # dask input of unknown length: chosen by the placement once it has counted the rows
             d = int(X.shape[1])
-            return lambda n: (_workers(client)[:1] if self._resolved_dual(n, d) and n * d < one_shard_below()
+            return lambda n: (session.workers()[:1] if self._resolved_dual(n, d) and n * d < one_shard_below()
                               else None)
         if not self._resolved_dual(*map(int, X.shape)):
             return None
-        return _workers(client)[:1] if size < one_shard_below() else None
+        return session.workers()[:1] if size < one_shard_below() else None
 
     def _solves_on_worker(self, X, y, classes):
         """The primal's rule; never the dual method's, whose own (:meth:`_placement_workers`) puts small data on
@@ -456,32 +456,31 @@ class _LinearSVMMixin:
             return False
         return super()._solves_on_worker(X, y, classes)
 
-    def _fit_placed(self, placement, y, dask_input, classes, dtype, hook_args=None, t0=None, on_worker=False):
-        if not self._resolved_dual(placement.n_samples, self.n_features_in_):
-            return super()._fit_placed(placement, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0,
+    def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None, on_worker=False):
+        if not self._resolved_dual(data.n_samples, self.n_features_in_):
+            return super()._fit_placed(data, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0,
                                        on_worker=on_worker)
-        return dict(self._fit_dual(placement, classes, dask_input), solved_on_worker=False)
+        return dict(self._fit_dual(data, classes, dask_input), solved_on_worker=False)
 
-    def _drive_dual(self, driver, placement, spec):
-        """Run a dual driver (``dual_coordinate_ascent`` or ``crammer_singer_ascent``) on the placement: one
+    def _drive_dual(self, driver, data, spec):
+        """Run a dual driver (``dual_coordinate_ascent`` or ``crammer_singer_ascent``) on the placed data: one
         shard takes up to ONE_SHARD_PASSES of LIBLINEAR's iterations a round, spread data one pass; the passes
         on a bar (``progress=True``, updated once a round), the rounds printed with ``verbose``; LIBLINEAR's
         warning when ``max_iter`` ends it.  Returns the driver's result and the evaluator."""
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.utils import check_random_state
 
-        from ..engine import DistributedEvaluator
         from ..optim.dual_driver import LIBLINEAR_WARNING, ONE_SHARD_PASSES
         from ..optim.progress import IterationLog
 
         seed = check_random_state(self.random_state).randint(np.iinfo("i").max)
-        evaluator = DistributedEvaluator(placement, reduction=self.reduction)
+        evaluator = data.evaluator(self.reduction)
         log = IterationLog(0, self.progress, self.max_iter, type(self).__name__)
         try:
             res = driver(
                 evaluator, spec, max_iter=self.max_iter, seed=seed, verbose=self.verbose,
                 callback=log if self.progress else None,
-                passes_per_round=ONE_SHARD_PASSES if len(placement.shards) == 1 else 1,
+                passes_per_round=ONE_SHARD_PASSES if data.n_shards == 1 else 1,
             )
         finally:
             log.close()
@@ -489,39 +488,39 @@ class _LinearSVMMixin:
             warnings.warn(LIBLINEAR_WARNING, ConvergenceWarning, stacklevel=5)
         return res, evaluator
 
-    def _fit_dual(self, placement, classes, dask_input):
+    def _fit_dual(self, data, classes, dask_input):
         from ..objectives import LinearSpec
         from ..objectives.dual import DualSpec, set_shard_index
         from ..optim.dual_driver import dual_coordinate_ascent
 
         n_classes, class_weight = None, None
         if self._is_classifier:
-            self.classes_ = self._dask_classes(placement) if dask_input else classes
+            self.classes_ = self._dask_classes(data) if dask_input else classes
             n_classes = len(self.classes_)
-            class_weight = self._class_weight_vector(placement, n_classes)
+            class_weight = self._class_weight_vector(data, n_classes)
         n_outputs = 1 if not self._is_classifier or n_classes == 2 else n_classes
         encoding = _TARGET_ENCODING[self.loss]
-        sums = placement.map(T.prepare_and_weigh, encoding, n_outputs, class_weight)
+        sums = data.map(T.prepare_and_weigh, encoding, n_outputs, class_weight)
         sw_sum = float(sum(s[0] for s in sums))
         if not sw_sum > 0:
             raise ValueError("The sum of sample weights must be positive.")
-        n_shards = len(placement.shards)
-        placement.map_each(set_shard_index, [(i,) for i in range(n_shards)])
+        n_shards = data.n_shards
+        data.map_each(set_shard_index, [(i,) for i in range(n_shards)])
         d = self.n_features_in_
         spec = DualSpec(
             self.loss, d, n_outputs, C=float(self.C), bias=float(self.intercept_scaling) if self.fit_intercept else 0.0,
             epsilon=float(getattr(self, "epsilon", 0.0)), n_shards=n_shards, tol=float(self.tol),
         )
-        res, evaluator = self._drive_dual(dual_coordinate_ascent, placement, spec)
+        res, evaluator = self._drive_dual(dual_coordinate_ascent, data, spec)
         W = res.x
         flat = np.concatenate([W[:, :d].ravel(), W[:, d]]) if self.fit_intercept else W[:, :d].ravel()
-        y_shape = (placement.n_samples,)
+        y_shape = (data.n_samples,)
         self._set_params_from(flat, LinearSpec(encoding, d, n_outputs, self.fit_intercept), y_shape)
         self.n_iter_ = int(res.nit)
         self.solver_ = "dual-cd"
         stats = evaluator.stats.as_dict()
         stats.update(
-            n_shards=n_shards, rows_per_shard=list(placement.n_rows), dual_rounds=res.rounds, objective=res.fun,
+            n_shards=n_shards, rows_per_shard=data.n_rows, dual_rounds=res.rounds, objective=res.fun,
             dual_objective=res.dual,
             duality_gap=res.gap, weight_sum=sw_sum,
         )
@@ -690,37 +689,37 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
                              "is solved in the dual: leave solver='auto'.")
         return True
 
-    def _fit_dual(self, placement, classes, dask_input):
+    def _fit_dual(self, data, classes, dask_input):
         if self.multi_class != "crammer_singer":
-            return super()._fit_dual(placement, classes, dask_input)
+            return super()._fit_dual(data, classes, dask_input)
         from ..objectives import LinearSpec
         from ..objectives.crammer_singer import CSSpec
         from ..objectives.dual import set_shard_index
         from ..optim.dual_driver import crammer_singer_ascent
 
-        self.classes_ = self._dask_classes(placement) if dask_input else classes
+        self.classes_ = self._dask_classes(data) if dask_input else classes
         K = len(self.classes_)
-        class_weight = self._class_weight_vector(placement, K)
+        class_weight = self._class_weight_vector(data, K)
         # codes, with the class weights folded into the sample weights
-        sw_sum = float(sum(s[0] for s in placement.map(T.prepare_and_weigh, "multinomial", K, class_weight)))
+        sw_sum = float(sum(s[0] for s in data.map(T.prepare_and_weigh, "multinomial", K, class_weight)))
         if not sw_sum > 0:
             raise ValueError("The sum of sample weights must be positive.")
-        n_shards = len(placement.shards)
-        placement.map_each(set_shard_index, [(i,) for i in range(n_shards)])
+        n_shards = data.n_shards
+        data.map_each(set_shard_index, [(i,) for i in range(n_shards)])
         d = self.n_features_in_
         spec = CSSpec(d, K, C=float(self.C), bias=float(self.intercept_scaling) if self.fit_intercept else 0.0,
                       n_shards=n_shards, tol=float(self.tol))
-        res, evaluator = self._drive_dual(crammer_singer_ascent, placement, spec)
+        res, evaluator = self._drive_dual(crammer_singer_ascent, data, spec)
         W = res.x
         if K == 2:  # scikit-learn keeps one row for two classes: the second class's scores minus the first's
             W = W[1:] - W[:1]
         flat = np.concatenate([W[:, :d].ravel(), W[:, d]]) if self.fit_intercept else W[:, :d].ravel()
         self._set_params_from(flat, LinearSpec("squared_hinge", d, W.shape[0], self.fit_intercept),
-                              (placement.n_samples,))
+                              (data.n_samples,))
         self.n_iter_ = int(res.nit)
         self.solver_ = "crammer-singer-cd"
         stats = evaluator.stats.as_dict()
-        stats.update(n_shards=n_shards, rows_per_shard=list(placement.n_rows), dual_rounds=res.rounds,
+        stats.update(n_shards=n_shards, rows_per_shard=data.n_rows, dual_rounds=res.rounds,
                      objective=res.fun, dual_objective=res.dual, duality_gap=res.gap, weight_sum=sw_sum)
         return stats
 

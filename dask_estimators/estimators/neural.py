@@ -33,14 +33,13 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from ..engine import DistributedEvaluator, client_context, place, workers_per_gpu, workers_worth
-from ..engine.cluster import warm_ahead
 from ..objectives import module as M
 from ..objectives import targets as T
 from ..optim.progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs
+from ..session import DataSession
 from ._base import DistributedEstimator, check_class_share, dask_label_set
-from ._torch import STRATEGIES, Progress, resolve_strategy, split_callbacks, train_on_placement
+from ._torch import STRATEGIES, Progress, resolve_strategy, split_callbacks
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
 
@@ -211,31 +210,27 @@ class _BaseMLP(DistributedEstimator):
         dtype = "float32" if getattr(X, "dtype", None) == np.float32 else "float64"
         check = self._block_check()
         y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset, incremental)
-        with client_context(self.client) as client:
-            placement = place(
-                client, {"X": X, "y": y_placed, "sample_weight": sample_weight}, check=check, device=self.device,
-                timeout=self.timeout, workers=self._workers_worth(client, X, hidden, n_outputs),
-            )
-            try:
-                if out is None:  # dask labels: found and encoded on the workers
-                    out, n_outputs = self._encode_on_workers(placement, classes, reset, incremental)
-                spec = M.MLPSpec(self.n_features_in_, hidden, n_outputs, self.activation, out, dtype)
-                stats = self._fit_placed(client, placement, spec, reset, incremental)
-            finally:
-                placement.release()
+        with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
+            data = session.data(X=X, y=y_placed, sample_weight=sample_weight, check=check,
+                                workers=self._workers_worth(session, X, hidden, n_outputs))
+            if out is None:  # dask labels: found and encoded on the workers
+                out, n_outputs = self._encode_on_workers(data, classes, reset, incremental)
+            spec = M.MLPSpec(self.n_features_in_, hidden, n_outputs, self.activation, out, dtype)
+            stats = self._fit_placed(data, spec, reset, incremental)
         self._hidden_fitted = hidden
         self.fit_stats_ = stats
         return self
 
-    def _workers_worth(self, client, X, hidden, n_outputs):
-        """The workers this fit's steps are worth (:func:`~dask_estimators.engine.workers_worth`); None: all.
+    def _workers_worth(self, session, X, hidden, n_outputs):
+        """The workers this fit's steps are worth (:meth:`~dask_estimators.session.DataSession.workers_worth`);
+        None: all.
 
-        Chosen from those :func:`~dask_estimators.engine.workers_per_gpu` gives (one worker per GPU on a cluster
+        Chosen from those :meth:`~dask_estimators.session.DataSession.workers_per_gpu` gives (one worker per GPU on a cluster
         with GPUs; with ``device="cpu"``, None: every worker, looked up by ``workers_worth``).
         A step's arithmetic is about 6 multiply-adds per parameter and row of
         the batch (the forward pass, the two products of the backward one).
         """
-        ws = workers_per_gpu(client, self.device)
+        ws = session.workers_per_gpu()
         try:
             n = int(X.shape[0])
         except (AttributeError, TypeError, ValueError):  # a dask collection of unknown length: every worker
@@ -255,7 +250,7 @@ class _BaseMLP(DistributedEstimator):
             nbytes = int(nbytes or 0)
         except (TypeError, ValueError):  # a dask array's unknown bytes
             nbytes = 0
-        return workers_worth(client, 6.0 * batch * params, nbytes, workers=ws)
+        return session.workers_worth(6.0 * batch * params, nbytes, workers=ws)
 
     def _encode_targets(self, y, dask_input, classes, reset, incremental):
         """(targets to place or None to encode on the workers, output link, n_outputs or None)."""
@@ -269,9 +264,9 @@ class _BaseMLP(DistributedEstimator):
             )
         return True
 
-    def _fit_placed(self, client, placement, spec, reset, incremental):
+    def _fit_placed(self, data, spec, reset, incremental):
         if spec.n_outputs is None:  # regression on dask input: the targets' width, from a worker
-            spec = M.MLPSpec(spec.n_features, spec.hidden, _n_targets(placement), spec.activation, spec.out,
+            spec = M.MLPSpec(spec.n_features, spec.hidden, _n_targets(data), spec.activation, spec.out,
                              spec.dtype)
         if not reset and getattr(self, "n_outputs_", spec.n_outputs) != spec.n_outputs:
             raise ValueError(f"y has {spec.n_outputs} outputs but the fitted network has {self.n_outputs_}.")
@@ -284,13 +279,13 @@ class _BaseMLP(DistributedEstimator):
         # stochastic solvers'), and one round both prepares the shards and gives them their cuts
         batch = cuts = None
         if not vf and self.solver != "lbfgs":
-            batch, cuts = self._batches(placement.n_rows)
-        counts = placement.map_each(M.prepare, [(spec, vf, seed, r) + (() if cuts is None else (cuts[r],))
-                                                for r in range(len(placement.shards))])
+            batch, cuts = self._batches(data.n_rows)
+        counts = data.map_each(M.prepare, [(spec, vf, seed, r) + (() if cuts is None else (cuts[r],))
+                                           for r in range(data.n_shards)])
         n_train = sum(c["n_train"] for c in counts)
-        if cuts is not None and [c["n_train"] for c in counts] != [int(n) for n in placement.n_rows]:
+        if cuts is not None and [c["n_train"] for c in counts] != [int(n) for n in data.n_rows]:
             raise RuntimeError(f"The shards hold {[c['n_train'] for c in counts]} training rows, not the "
-                               f"{list(placement.n_rows)} placed.")  # pragma: no cover - a broken invariant
+                               f"{data.n_rows} placed.")  # pragma: no cover - a broken invariant
         if early_stopping and "class_counts" in counts[0]:
             _check_stratifiable([c["class_counts"] for c in counts], getattr(self, "classes_", None))
         if early_stopping and sum(c["n_val"] for c in counts) < 2:
@@ -306,12 +301,12 @@ class _BaseMLP(DistributedEstimator):
             self._monitor_state = None
             self._optimizer_state = None
         strategy = self._resolve_strategy()
-        stats = {"strategy": strategy, "n_shards": len(placement.shards), "rows_per_shard": list(placement.n_rows)}
+        stats = dict(data.stats(), strategy=strategy)
         if self.solver == "lbfgs":
             if self.callbacks:
                 raise ValueError("callbacks hook into the epochs of the stochastic solvers ('adam', 'sgd'); "
                                  "solver='lbfgs' has none. Remove them or choose a stochastic solver.")
-            stats.update(self._fit_lbfgs(placement, spec, w0))
+            stats.update(self._fit_lbfgs(data, spec, w0))
             return stats
         loop_callbacks, client_callbacks = split_callbacks(copy.deepcopy(self.callbacks))
         if not early_stopping and any(getattr(cb, "monitor", None) == "validation_score"
@@ -320,7 +315,7 @@ class _BaseMLP(DistributedEstimator):
                              "early_stopping=True (validation_fraction of the training rows are held out).")
         if cuts is None:
             batch, cuts = self._batches([c["n_train"] for c in counts])
-            placement.map_each(M.set_batch_cuts, [(row,) for row in cuts])
+            data.map_each(M.set_batch_cuts, [(row,) for row in cuts])
         cfg = TrainConfig(
             solver=self.solver, learning_rate_init=self.learning_rate_init, learning_rate=self.learning_rate,
             power_t=self.power_t, momentum=self.momentum, nesterovs_momentum=self.nesterovs_momentum,
@@ -338,9 +333,9 @@ class _BaseMLP(DistributedEstimator):
                             progress=self.progress, callbacks=client_callbacks, spec=spec)
         try:
             # the workers this fit does not use make the networks' first uses meanwhile, for the next fit
-            warm_ahead(placement.client, using=placement.workers, networks=True)
-            res, round_stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, opt_state, progress,
-                                                  callbacks=loop_callbacks)
+            data.warm_others(networks=True)
+            res, round_stats = data.train(strategy, spec, w0, cfg, monitor, opt_state, progress,
+                                          callbacks=loop_callbacks)
             stats.update(round_stats)
         finally:
             progress.close()
@@ -406,8 +401,8 @@ class _BaseMLP(DistributedEstimator):
                 ConvergenceWarning,
             )
 
-    def _fit_lbfgs(self, placement, spec, w0):
-        evaluator = DistributedEvaluator(placement)
+    def _fit_lbfgs(self, data, spec, w0):
+        evaluator = data.evaluator()
         progress = Progress(self.verbose, self.max_iter, type(self).__name__, progress=self.progress)
         try:
             res, curve = minimize_lbfgs(
@@ -488,8 +483,8 @@ class _BaseMLP(DistributedEstimator):
         return tags
 
 
-def _n_targets(placement) -> int:
-    shape = placement.map(_y_width)[0]
+def _n_targets(data) -> int:
+    shape = data.map(_y_width)[0]
     return int(shape)
 
 
@@ -688,17 +683,17 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
             found = classes
         self.classes_ = found
 
-    def _encode_on_workers(self, placement, classes, reset, incremental):
-        found = dask_label_set(placement.map(T.unique_labels), placement.n_samples)
-        shape = placement.map(T.trailing_shape)[0]
+    def _encode_on_workers(self, data, classes, reset, incremental):
+        found = dask_label_set(data.map(T.unique_labels), data.n_samples)
+        shape = data.map(T.trailing_shape)[0]
         if shape:  # a label-indicator matrix: one logistic output per column, as for NumPy input
             if not set(found.tolist()) <= {0, 1}:
                 raise ValueError("Multioutput target data is not supported with label binarization")
             self._set_classes(np.arange(shape[0]), classes, reset, incremental, multilabel=True)
-            placement.map(T.float_targets)
+            data.map(T.float_targets)
             return "logistic", shape[0]
         self._set_classes(found, classes, reset, incremental)
-        placement.map(T.encode_labels, self.classes_)
+        data.map(T.encode_labels, self.classes_)
         return self._out_for_classes()
 
     @available_if(lambda est: est._check_solver())

@@ -17,13 +17,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..engine import client_context, is_dask_collection, place, workers_per_gpu
 from ..objectives import sequence as S
 from ..optim.progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig
+from ..session import DataSession, is_dask_collection
 from ._base import DistributedEstimator
 from ..callbacks import Callback
-from ._torch import STRATEGIES, Progress, resolve_strategy, split_callbacks, train_on_placement
+from ._torch import STRATEGIES, Progress, resolve_strategy, split_callbacks
 
 __all__ = ["CharLSTM"]
 
@@ -234,24 +234,19 @@ class CharLSTM(DistributedEstimator):
         check_progress(self.progress)  # a missing tqdm fails now, before any cluster starts
         dask_input = is_dask_collection(X) or _is_bag(X)
         if dask_input:
-            data = _dask_strings(X)
+            texts = _dask_strings(X)
         else:
             strings = _as_strings(X)
-            data = np.empty(len(strings), dtype=object)
-            data[:] = strings
+            texts = np.empty(len(strings), dtype=object)
+            texts[:] = strings
             if not any(strings):
                 raise ValueError("CharLSTM needs at least one non-empty string; got none.")
-        with client_context(self.client) as client:
-            placement = place(client, {"X": data}, device=self.device, timeout=self.timeout,
-                              workers=workers_per_gpu(client, self.device))
-            try:
-                self._fit_placed(client, placement)
-            finally:
-                placement.release()
+        with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
+            self._fit_placed(session.data(X=texts, workers=session.workers_per_gpu()))
         return self
 
-    def _fit_placed(self, client, placement):
-        found = placement.map(S.text_chars, self.lowercase, self.max_length)
+    def _fit_placed(self, data):
+        found = data.map(S.text_chars, self.lowercase, self.max_length)
         chars = sorted(set().union(*(set(c) for c, _ in found)))
         training = frozenset().union(*(set(d) for _, d in found))
         if not chars:
@@ -268,10 +263,9 @@ class CharLSTM(DistributedEstimator):
                 torch.manual_seed(seed)
                 w0 = torch.nn.utils.parameters_to_vector(spec.build("cpu", torch.float64).parameters()).detach().numpy()
             epochs_done = 0
-        counts = placement.map_each(
+        counts = data.map_each(
             S.prepare_text,
-            [(vocab, self.context_length, self.lowercase, self.max_length, seed, r)
-             for r in range(len(placement.shards))],
+            [(vocab, self.context_length, self.lowercase, self.max_length, seed, r) for r in range(data.n_shards)],
         )
         n_pairs = sum(c["n_train"] for c in counts)
         batch = int(min(self.batch_size, n_pairs))
@@ -293,8 +287,7 @@ class CharLSTM(DistributedEstimator):
         progress = Progress(self.verbose, self.max_epochs, "CharLSTM", progress=self.progress,
                             callbacks=resume_file + client_callbacks, spec=spec)
         try:
-            res, stats = train_on_placement(placement, strategy, spec, w0, cfg, monitor, None, progress,
-                                            callbacks=loop_callbacks)
+            res, stats = data.train(strategy, spec, w0, cfg, monitor, None, progress, callbacks=loop_callbacks)
         finally:
             progress.close()
         self.callbacks_ = res.callbacks + client_callbacks
@@ -306,7 +299,7 @@ class CharLSTM(DistributedEstimator):
         self.loss_curve_ = [r["loss"] for r in self.history_]
         self.n_pairs_ = n_pairs
         self.spec_ = spec
-        self.fit_stats_ = dict(stats, strategy=strategy, n_shards=len(placement.shards),
+        self.fit_stats_ = dict(stats, strategy=strategy, n_shards=data.n_shards,
                                rows_per_shard=[c["n_train"] for c in counts], batch_size=batch)
         self._training_strings = training
         self._net = None

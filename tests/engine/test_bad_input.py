@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import dask_estimators as de
-from dask_estimators.estimators import _base
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,7 +41,9 @@ def no_optimizer_step(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("an optimizer round was started before the bad input was detected")
 
-    monkeypatch.setattr(_base, "DistributedEvaluator", forbidden)
+    from dask_estimators.session import PlacedData
+
+    monkeypatch.setattr(PlacedData, "evaluator", forbidden)
 
 
 @pytest.mark.parametrize(

@@ -269,14 +269,16 @@ def test_neg_log_loss_on_workers_and_elastic_net(cancer):
 # ----------------------------------------------------------------------------- one placement, dask input
 def test_one_placement_per_search_and_dask_equals_numpy(cancer, monkeypatch):
     X, y = cancer
+    from dask_estimators.session import DataSession
+
     calls = []
-    real = cv_module.place
+    real = DataSession.data
 
-    def spy(*args, **kwargs):
-        calls.append(args[1]["X"])
-        return real(*args, **kwargs)
+    def spy(self, **arrays):
+        calls.append(arrays["X"])
+        return real(self, **arrays)
 
-    monkeypatch.setattr(cv_module, "place", spy)
+    monkeypatch.setattr(DataSession, "data", spy)
     ours = de.LogisticRegressionCV(Cs=CS, cv=4, **TIGHT).fit(X, y)
     assert len(calls) == 1  # 4 splits x 4 values of C and the refit: one placement
     # uneven chunks: the shards hold interleaved row ranges, and the splits still follow the rows' positions

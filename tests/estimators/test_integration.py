@@ -292,8 +292,7 @@ def no_cluster_work(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("cluster work was started before the input was validated")
 
-    monkeypatch.setattr(_base, "client_context", forbidden)
-    monkeypatch.setattr(_base, "place", forbidden)
+    monkeypatch.setattr(_base, "DataSession", forbidden)  # the estimators' one way to a client and its workers
 
 
 def _with_nan():

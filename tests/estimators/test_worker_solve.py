@@ -25,7 +25,7 @@ from sklearn.preprocessing import StandardScaler
 
 import dask_estimators as de
 from dask_estimators.engine import Shard, solve_on_shard
-from dask_estimators.estimators._base import warn_again, worker_solve_below
+from dask_estimators.session import warn_again, worker_solve_below
 from dask_estimators.optim.scipy_driver import ConvergenceNote
 
 ROUNDS = {"dask-estimators.worker-solve-below": 0}
