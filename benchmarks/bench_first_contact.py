@@ -17,7 +17,7 @@ Every measurement runs in a fresh ``python`` process, as a user's would:
    with scikit-learn's ``LogisticRegression``.
 
 Each row has the ratio ours / scikit-learn.  ``--workers`` sets the embedded
-cluster's workers (``DASK_ESTIMATORS_N_WORKERS``; default: as a user gets).
+cluster's workers (``DASK_ESTIMATORS__EMBEDDED_WORKERS``; default: as a user gets).
 Writes ``first_contact.json`` and ``first_contact.md`` to ``--out``
 (default ``benchmarks/results``).
 """
@@ -69,7 +69,7 @@ def _env(workers):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     if workers:
-        env["DASK_ESTIMATORS_N_WORKERS"] = str(workers)
+        env["DASK_ESTIMATORS__EMBEDDED_WORKERS"] = str(workers)
     return env
 
 

@@ -16,26 +16,28 @@ installed torch; otherwise the public path runs: ``optimizer.step()``, one
 ``Tensor.add_`` per weight, one ``Tensor.copy_`` per tensor, and the
 derivative as tensor arithmetic in the same order as the aten kernels (so
 the numbers are the same to the bit).
-``DASK_ESTIMATORS_PRIVATE_TORCH=0`` in a process's environment (a worker
-inherits its nanny's) turns them all off; ``tests/optim/test_torch_fallback.py``
+``DASK_ESTIMATORS__PRIVATE_TORCH=0`` in a process's environment (a worker
+inherits its nanny's; the setting ``private-torch`` of docs/clusters.md) turns them all off; ``tests/optim/test_torch_fallback.py``
 fits with and without them and compares.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
+from . import _env
+
 __all__ = ["enabled", "has", "foreach_add_", "foreach_add_fn", "foreach_copy_", "act_backward"]
 
-ENV = "DASK_ESTIMATORS_PRIVATE_TORCH"
+#: The environment variable of the setting ``private-torch``
+ENV = _env.variables("private-torch")[0]
 
 
 def enabled() -> bool:
     """Whether private torch entry points may be used in this process (the environment says, default yes)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return _env.switched_on("private-torch")
 
 
 def has(name: str) -> bool:

@@ -15,6 +15,12 @@ of their Dask config, or an environment variable.  Both
 A ``dask-estimators.*`` key that is not declared (a typo) warns once, when
 the next fit starts (:func:`check_keys`).
 
+Three keys (``read: environment`` in the YAML: ``prestart``, ``fork-workers``,
+``private-torch``) are read before Dask is, or where it never is: only their
+environment variables set them (:mod:`dask_estimators._env`).  The
+environment variables of earlier versions (``DASK_ESTIMATORS_N_WORKERS``,
+``DASK_ESTIMATORS_THREADS``, ...: :data:`dask_estimators._env.LEGACY`) are still read.
+
 Examples
 --------
 >>> import dask
@@ -35,6 +41,8 @@ from pathlib import Path
 
 import dask.config
 import yaml
+
+from . import _env
 
 __all__ = ["KEYS", "check_keys", "get", "register", "markdown_table"]
 
@@ -57,6 +65,10 @@ def register() -> None:
     dask.config.update_defaults({"dask-estimators": {k: v["default"] for k, v in KEYS.items()}})
     ours = {"DASK_DASK_ESTIMATORS__" + k[len(ENV_PREFIX):]: v for k, v in os.environ.items()
             if k.startswith(ENV_PREFIX)}
+    for key in _env.LEGACY:  # the variable of an earlier version, where no new one sets the key
+        value = _env.from_environment(key)
+        if value is not None:
+            ours.setdefault("DASK_DASK_ESTIMATORS__" + key.upper().replace("-", "_"), value)
     if ours:
         dask.config.update(dask.config.config, dask.config.collect_env(ours), priority="new")
 
@@ -89,6 +101,8 @@ def get(key: str):
     spec = KEYS.get(key)
     if spec is None:
         raise KeyError(f"dask-estimators has no setting {key!r}; its settings are {sorted(KEYS)}.")
+    if spec.get("read") == "environment":
+        return _env.switched_on(key)
     return dask.config.get(f"dask-estimators.{key}", default=spec["default"])
 
 
@@ -98,7 +112,10 @@ def markdown_table() -> str:
     for key, spec in KEYS.items():
         default = spec["default"]
         shown = "null" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
-        lines.append(f"| `{key}` | `{shown}` | {' '.join(spec['description'].split())} |")
+        text = " ".join(spec["description"].split())
+        if spec.get("read") == "environment":
+            text += f" Set by the environment only (read before Dask's config is): `{_env.variables(key)[0]}`."
+        lines.append(f"| `{key}` | `{shown}` | {text} |")
     return "\n".join(lines) + "\n"
 
 

@@ -35,7 +35,7 @@ def test_the_code_reads_declared_keys_without_defaults_of_its_own():
         if path.name == "config.py":  # its docstring shows the call a user makes
             continue
         text = path.read_text()
-        read |= set(re.findall(r'_config\.get\("([a-z-]+)"\)', text))
+        read |= set(re.findall(r'(?:config\.get|_env\.switched_on)\("([a-z-]+)"\)', text))
         inline += [f"{path.name}: {m}" for m in re.findall(r'dask\.config\.get\(\s*"dask-estimators\.[^)]*\)', text)]
     assert not inline, inline
     assert read and read <= set(config.KEYS), read - set(config.KEYS)
@@ -85,6 +85,39 @@ def test_environment_variables_set_keys(variable):
         env=env, capture_output=True, text=True, timeout=120, check=True,
     ).stdout.split()
     assert out == ["False", "5", "actors"]
+
+
+def test_the_variables_of_earlier_versions_still_set_their_keys():
+    """DASK_ESTIMATORS_N_WORKERS and DASK_ESTIMATORS_THREADS (before the settings were keys) set
+    embedded-workers and worker-threads; the new variable wins where both are set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    env.update({"DASK_ESTIMATORS_N_WORKERS": "3", "DASK_ESTIMATORS_THREADS": "2",
+                "DASK_ESTIMATORS__WORKER_THREADS": "4", "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, "-c", "from dask_estimators import config; "
+         "print(config.get('embedded-workers'), config.get('worker-threads'))"],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    ).stdout.split()
+    assert out == ["3", "4"]
+
+
+@pytest.mark.parametrize("key", ["prestart", "fork-workers", "private-torch"])
+@pytest.mark.parametrize("spelling", ["DASK_ESTIMATORS__{}", "DASK_DASK_ESTIMATORS__{}", "legacy"])
+def test_the_keys_read_before_dask_come_from_the_environment(monkeypatch, key, spelling):
+    from dask_estimators import _env, _torch_api
+    from dask_estimators.engine import _zygote
+
+    assert config.KEYS[key]["read"] == "environment" and config.KEYS[key]["default"] is True
+    for variable in _env.variables(key):
+        monkeypatch.delenv(variable, raising=False)
+    assert config.get(key) is True
+    variable = _env.LEGACY[key] if spelling == "legacy" else spelling.format(key.upper().replace("-", "_"))
+    monkeypatch.setenv(variable, "off")
+    with dask.config.set({f"dask-estimators.{key}": True}):  # Dask's config does not reach them
+        assert config.get(key) is False
+    readers = {"fork-workers": _zygote.enabled, "private-torch": _torch_api.enabled}
+    if key in readers:
+        assert readers[key]() is False
 
 
 def test_a_yaml_file_sets_keys(tmp_path):

@@ -69,7 +69,7 @@ exec(SNAPSHOT)  # noqa: S102 - the same function here as in the subprocesses
 def _run_script(body: str, timeout=300) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
     env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    env["DASK_ESTIMATORS_N_WORKERS"] = "2"
+    env["DASK_ESTIMATORS__EMBEDDED_WORKERS"] = "2"
     proc = subprocess.run(
         [sys.executable, "-c", SNAPSHOT + textwrap.dedent(body)], env=env, capture_output=True, text=True,
         timeout=timeout, cwd=ROOT,

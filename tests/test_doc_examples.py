@@ -188,7 +188,7 @@ def test_page_examples_run(page, workdir):
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        DASK_ESTIMATORS_N_WORKERS="2",
+        DASK_ESTIMATORS__EMBEDDED_WORKERS="2",
         OMP_NUM_THREADS="1",
         MPLBACKEND="Agg",
     )

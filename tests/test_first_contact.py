@@ -56,7 +56,7 @@ def _env(marker):
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    env["DASK_ESTIMATORS_N_WORKERS"] = str(N_WORKERS)
+    env["DASK_ESTIMATORS__EMBEDDED_WORKERS"] = str(N_WORKERS)
     env[MARKER] = marker
     return env
 
@@ -247,12 +247,12 @@ WORKER_REPORT = textwrap.dedent(
 @pytest.mark.parametrize("fork", ["", "0"], ids=["fork", "spawn"])
 def test_embedded_workers_start_lean(tmp_path, fork):
     """The embedded cluster's workers are forked from their nanny with the engine imported (Linux; spawned with
-    ``DASK_ESTIMATORS_FORK_WORKERS=0``), and a linear fit never makes them import scikit-learn."""
+    ``DASK_ESTIMATORS__FORK_WORKERS=0``), and a linear fit never makes them import scikit-learn."""
     import json
 
     marker = uuid.uuid4().hex
     env = _env(marker)
-    env["DASK_ESTIMATORS_FORK_WORKERS"] = fork
+    env["DASK_ESTIMATORS__FORK_WORKERS"] = fork
     proc = subprocess.run([sys.executable, "-c", WORKER_REPORT], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=300)
     left = _wait_until_none_left(marker, 10)

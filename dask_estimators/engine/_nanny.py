@@ -126,7 +126,7 @@ class SubprocessNanny(ProcessInterface):
         """
         from . import _zygote
 
-        zygote = _zygote.get()  # None off Linux or with DASK_ESTIMATORS_FORK_WORKERS=0
+        zygote = _zygote.get()  # None off Linux or with DASK_ESTIMATORS__FORK_WORKERS=0
         if zygote is not None:
             loop = asyncio.get_running_loop()
             try:
@@ -282,7 +282,7 @@ def fork_workers() -> bool:
     running any torch or OpenMP code) gives the worker all of them for
     nothing, and its memory pages are shared until written.  Elsewhere (macOS,
     Windows) fork is unsafe or missing, and workers are spawned as in any
-    LocalCluster.  ``DASK_ESTIMATORS_FORK_WORKERS=0`` turns it off.  The
+    LocalCluster.  ``DASK_ESTIMATORS__FORK_WORKERS=0`` turns it off.  The
     zygote (:mod:`._zygote`) forks the nannies under the same condition.
     """
     from ._zygote import enabled

@@ -5,7 +5,6 @@ Nothing here talks to the scheduler; every function is a plain task body.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -66,7 +65,9 @@ def n_threads() -> int:
 
         return int(get_worker().nthreads)  # public Worker.nthreads (not worker.state)
     except (ValueError, AttributeError):
-        return int(os.environ.get("DASK_ESTIMATORS_THREADS", "1"))
+        from .. import config
+
+        return int(config.get("worker-threads"))
 
 
 def setup_threads() -> int:

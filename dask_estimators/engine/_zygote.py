@@ -28,7 +28,7 @@ workers with them.  A fit that resolves another client discards a zygote
 that never forked (:func:`discard_unused`), and a zygote with no nanny
 alive exits after :data:`IDLE_SECONDS` without a request.  Nothing is started inside a
 Dask worker, in a process that already has a client, off Linux, or with
-``DASK_ESTIMATORS_PRESTART=0`` (or ``DASK_ESTIMATORS_FORK_WORKERS=0``, which
+``DASK_ESTIMATORS__PRESTART=0`` (or ``DASK_ESTIMATORS__FORK_WORKERS=0``, which
 spawns every worker as a plain LocalCluster does).
 
 This module imports no Dask on the client's side: it runs before the client
@@ -47,11 +47,12 @@ import sys
 import sysconfig
 import threading
 
+from .. import _env
+
 __all__ = ["Zygote", "prewarm", "get", "discard_unused", "close", "enabled", "env_with_import_path"]
 
 #: The module the zygote's process runs (``python -m ...``).
 _MODULE = "dask_estimators.engine._zygote"
-_OFF = ("0", "false", "no", "off")
 
 #: Seconds the zygote waits with no nanny alive and no request before it exits (it is started again when needed).
 IDLE_SECONDS = 60.0
@@ -63,11 +64,10 @@ _current: dict = {}
 def enabled() -> bool:
     """Whether the embedded cluster forks here: the zygote its nannies, each nanny its worker.
 
-    On Linux, unless ``DASK_ESTIMATORS_FORK_WORKERS=0``
+    On Linux, unless ``DASK_ESTIMATORS__FORK_WORKERS=0``
     (:func:`._nanny.fork_workers` says why).
     """
-    off = os.environ.get("DASK_ESTIMATORS_FORK_WORKERS", "").strip().lower() in _OFF
-    return sys.platform.startswith("linux") and not off
+    return sys.platform.startswith("linux") and _env.switched_on("fork-workers")
 
 
 def _has_dask_role() -> bool:
@@ -112,7 +112,7 @@ def prewarm(networks: bool = True) -> None:
         if _current.get("prewarmed"):  # once per process: not again after a fit on another client discarded it
             return
         _current["prewarmed"] = True
-    if os.environ.get("DASK_ESTIMATORS_PRESTART", "").strip().lower() in _OFF or not enabled() or _has_dask_role():
+    if not _env.switched_on("prestart") or not enabled() or _has_dask_role():
         return
     with contextlib.suppress(Exception):  # a zygote that cannot start: the cluster spawns its nannies itself
         get(networks)

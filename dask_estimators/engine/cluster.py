@@ -52,9 +52,9 @@ _by_address: dict[str, distributed.Client] = {}
 
 
 def _default_n_workers() -> int:
-    env = os.environ.get("DASK_ESTIMATORS_N_WORKERS")
-    if env:
-        return int(env)
+    n = _config.get("embedded-workers")
+    if n is not None:
+        return int(n)
     return max(1, min(os.cpu_count() or 1, 8))
 
 
@@ -65,8 +65,8 @@ def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -
     ----------
     n_workers : int, optional
         Worker processes for a cluster started by this call.  Defaults to the
-        ``DASK_ESTIMATORS_N_WORKERS`` environment variable, else the number of
-        cores (at most 8).  Ignored when the cluster already runs.
+        dask config value ``dask-estimators.embedded-workers``, else the number
+        of cores (at most 8).  Ignored when the cluster already runs.
     dashboard : bool, default False
         Serve the dashboard on 127.0.0.1 (a free port) when True.
 
@@ -512,7 +512,6 @@ _PROMPT_LOCK = threading.Lock()
 
 def _send_interval() -> float:
     """``dask-estimators.send-interval`` in seconds (default 1 ms); None where it is off (``None`` or ``False``)."""
-    import dask.config
     from dask.utils import parse_timedelta
 
     v = _config.get("send-interval")

@@ -518,7 +518,7 @@ def check_solver(solver: str, *, l1: float, n_params: int, positive: bool = Fals
 class ConvergenceNote(UserWarning):
     """The solvers' ``ConvergenceWarning`` in a process that has not imported scikit-learn (a worker running a
     small fit's or search's solver): the client raises it again as scikit-learn's (``solve_on_shard``'s
-    callers, :func:`dask_estimators.estimators._base.warn_again`)."""
+    callers, :func:`dask_estimators.session.warn_again`)."""
 
 
 def _convergence_warning():

@@ -355,7 +355,7 @@ EMBEDDED_SCRIPT = textwrap.dedent(
         try:
             with place(c, {"X": X, "y": y}, transport=transport) as p:
                 got = DistributedEvaluator(p)(lambda s: s.get("X").T @ s.get("y"))
-                return bool(np.allclose(got, X.T @ y)) and len(p.shards) == int(os.environ["DASK_ESTIMATORS_N_WORKERS"])
+                return bool(np.allclose(got, X.T @ y)) and len(p.shards) == int(os.environ["DASK_ESTIMATORS__EMBEDDED_WORKERS"])
         except Exception as e:
             return f"{type(e).__name__}: {e}"
 
@@ -379,7 +379,7 @@ EMBEDDED_SCRIPT = textwrap.dedent(
 )
 
 
-# the embedded cluster's size from DASK_ESTIMATORS_N_WORKERS: one more than the cores, never the default
+# the embedded cluster's size from DASK_ESTIMATORS__EMBEDDED_WORKERS: one more than the cores, never the default
 N_EMBEDDED = min(os.cpu_count() or 1, 8) + 1
 
 
@@ -387,7 +387,7 @@ N_EMBEDDED = min(os.cpu_count() or 1, 8) + 1
 def embedded_run():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
     # not the default (the number of cores, 2 on the CI machine): the test sees the variable at work
-    env["DASK_ESTIMATORS_N_WORKERS"] = str(N_EMBEDDED)
+    env["DASK_ESTIMATORS__EMBEDDED_WORKERS"] = str(N_EMBEDDED)
     env["OMP_NUM_THREADS"] = "1"
     env.pop("OPENBLAS_NUM_THREADS", None), env.pop("MKL_NUM_THREADS", None)
     proc = subprocess.run(
@@ -522,7 +522,7 @@ def test_n_threads_is_the_workers_public_nthreads(client):
     from dask_estimators.engine._worker import n_threads
 
     assert set(client.run(n_threads).values()) == set(client.nthreads().values()) == {1}
-    assert n_threads() == int(os.environ.get("DASK_ESTIMATORS_THREADS", "1"))  # outside a worker
+    assert n_threads() == int(os.environ.get("DASK_ESTIMATORS__WORKER_THREADS", "1"))  # outside a worker
 
 
 # ------------------------------------------------------- what a worker cannot unpickle

@@ -1,6 +1,6 @@
 """The public fallbacks of the private torch entry points (dask_estimators/_torch_api.py) give the same numbers.
 
-The fallbacks run where ``DASK_ESTIMATORS_PRIVATE_TORCH=0`` or where the
+The fallbacks run where ``DASK_ESTIMATORS__PRIVATE_TORCH=0`` or where the
 installed torch lacks an entry point.  The fit test starts workers with that
 variable set and fits the torch path (float32: float64 batches on CPU take
 the numba kernel, which uses none of them) with both strategies' loops.
@@ -60,7 +60,7 @@ def test_the_switch_and_the_checks(monkeypatch):
 
 @pytest.fixture(scope="module")
 def public_only_client():
-    """Two worker processes started with DASK_ESTIMATORS_PRIVATE_TORCH=0 (they inherit this process's environment)."""
+    """Two worker processes started with DASK_ESTIMATORS__PRIVATE_TORCH=0 (they inherit this process's environment)."""
     import os
 
     from distributed import Client, LocalCluster
