@@ -162,7 +162,7 @@ def bench_reductions(client, sizes, parts_per_worker, repeat):
     import dask
     from distributed import as_completed, wait
 
-    from dask_estimators.engine.reduce import tree_sum
+    from dask_estimators.engine.rounds.reduce import tree_sum
 
     workers = sorted(client.nthreads())
 

@@ -107,7 +107,7 @@ def _tree_sum_time(c, ws, p, seed):
     """
     from distributed import wait
 
-    from dask_estimators.engine.reduce import tree_sum
+    from dask_estimators.engine.rounds.reduce import tree_sum
 
     parts = [c.submit(np.random.default_rng([seed, i]).standard_normal, p, workers=[w], pure=False)
              for i, w in enumerate(ws)]
@@ -228,7 +228,7 @@ def _table(rows, params):
 
 def _pieces(part_bytes):
     """How many messages placement sends one worker's part of ``part_bytes`` in (``placement._in_pieces``)."""
-    from dask_estimators.engine.placement import PIECE_BYTES
+    from dask_estimators.engine.data.placement import PIECE_BYTES
 
     return math.ceil(part_bytes / PIECE_BYTES) if part_bytes > 2 * PIECE_BYTES else 1
 

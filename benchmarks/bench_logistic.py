@@ -103,7 +103,7 @@ def run(client, n, *, cores=2, repeat=2, dask_ml_rows=None, d=100):
         models["ours"] = de.LogisticRegression().fit(X, y)
         times["ours"].append(time.perf_counter() - t0)
     rows = [_row(k, statistics.median(times[k]), models[k], X, y, models[k].n_iter_[0]) for k in times]
-    for r in rows:  # ours' first fit of this size pays for fresh shared memory; later ones reuse it (engine/_shm.py)
+    for r in rows:  # ours' first fit of this size pays for fresh shared memory; later ones reuse it (engine/data/_shm.py)
         r["first_seconds"] = times[r["what"]][0]
     rows[-1].update(rounds=models["ours"].fit_stats_["rounds"], seconds_in_rounds=models["ours"].fit_stats_["seconds"])
     try:

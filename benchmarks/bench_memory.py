@@ -71,7 +71,7 @@ def main(argv=None):
     import distributed
 
     import dask_estimators as de
-    from dask_estimators.engine import evaluator as ev_mod
+    from dask_estimators.engine.rounds import evaluator as ev_mod
 
     d = args.features
     n = int(args.gb * 1e9 / (8 * d))
@@ -82,7 +82,7 @@ def main(argv=None):
     )
     client = distributed.Client(cluster, set_as_default=False)
     try:
-        client.run(__import__, "dask_estimators.engine._worker")
+        client.run(__import__, "dask_estimators.engine.data._worker")
         X = da.random.default_rng(0).standard_normal((n, d), chunks=(rows, d))
         w = np.linspace(-1, 1, d)
         y = X @ w + 0.5
@@ -117,7 +117,7 @@ def main(argv=None):
         final = {name: p.memory_info().rss for name, p in sampler.procs.items()}
         # the engine keeps freed shard and transfer memory pooled for the next fit (closed after 30 s idle):
         # close it now to see what else stays
-        from dask_estimators.engine import _memfd
+        from dask_estimators.engine.data import _memfd
 
         client.run(_memfd.close_free_pools)
         _memfd.close_free_pools()

@@ -263,9 +263,9 @@ def _floor_proc(rank, port, X, y, local, epochs, queue):
     """Ours' ddp rank itself (``ddp_rank``) alone in a group of one, all rows, ``local`` rows a step (step_floor)."""
     import torch
 
-    from dask_estimators.engine._worker import Shard
-    from dask_estimators.engine.collective import Comm
-    from dask_estimators.engine.ddp import ddp_rank
+    from dask_estimators.engine.data._worker import Shard
+    from dask_estimators.engine.ddp.collective import Comm
+    from dask_estimators.engine.ddp.train import ddp_rank
     from dask_estimators.objectives import module as M
     from dask_estimators.optim import torch_driver as T
 
@@ -284,7 +284,7 @@ def _floor_proc(rank, port, X, y, local, epochs, queue):
 def step_floor(X, y, batch, world, epochs=3):
     """The least time one ddp step of ours can take here: one rank's step with no other rank to wait for.
 
-    One process runs ours' ddp rank (:func:`~dask_estimators.engine.ddp.ddp_rank`,
+    One process runs ours' ddp rank (:func:`~dask_estimators.engine.ddp.train.ddp_rank`,
     the very code of the fit) in a group of one: ``batch // world`` rows a
     step, the gradient, the allreduce (a copy, with no other rank), the L2
     term and the optimizer, on one thread, with the allocator setting of a

@@ -209,7 +209,7 @@ def fresh_cluster(cores, plain):
                 Client(cluster) as client:
             yield client
         return
-    from dask_estimators.engine import cluster as embedded
+    from dask_estimators.engine.cluster import client as embedded
 
     try:
         yield embedded.get_embedded_client(cores)

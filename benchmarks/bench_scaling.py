@@ -59,7 +59,7 @@ def kernel_seconds_per_element(X, y):
     """Fused binomial value_grad on one thread, seconds per element of X."""
     import torch
 
-    from dask_estimators.engine._worker import Shard
+    from dask_estimators.engine.data._worker import Shard
     from dask_estimators.objectives import linear as lin
 
     torch.set_num_threads(1)

@@ -76,7 +76,7 @@ def main(argv=None):
     from threadpoolctl import threadpool_limits
 
     import dask_estimators as de
-    from dask_estimators.engine import cluster as embedded
+    from dask_estimators.engine.cluster import client as embedded
 
     sets = data_sets()
     client = embedded.get_embedded_client(args.cores)

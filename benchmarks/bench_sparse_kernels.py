@@ -44,7 +44,7 @@ def make_csr(rows, features, nnz_row, seed=0):
 def timings(rows, features, nnz_row, repeat, losses):
     import torch
 
-    from dask_estimators.engine._worker import Shard
+    from dask_estimators.engine.data._worker import Shard
     from dask_estimators.objectives import linear as lin
     from dask_estimators.objectives.targets import prepare_targets
 

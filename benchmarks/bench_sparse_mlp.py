@@ -75,7 +75,7 @@ def main(argv=None):
     if args.quick:
         args.rows, args.features, args.steps, args.warmup = 5_000, 2**12, 5, 1
 
-    from dask_estimators.engine._worker import Shard
+    from dask_estimators.engine.data._worker import Shard
     from dask_estimators.objectives import module as M
     from dask_estimators.optim.torch_driver import TrainConfig, make_optimizer
 

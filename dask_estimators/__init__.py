@@ -78,8 +78,8 @@ def __getattr__(name):
         return importlib.import_module(".config", __name__)
     if name in _LAZY:
         # the process that forks the embedded cluster's workers starts importing the engine now, while this one
-        # imports scikit-learn; once per process, and not where a client or a worker is here (engine/_zygote.py)
-        from .engine import _zygote
+        # imports scikit-learn; once per process, and not where a client or a worker is here (engine/cluster/_zygote.py)
+        from .engine.cluster import _zygote
 
         _zygote.prewarm(networks=name in _NETWORKS)
     return _getattr(name)

@@ -5,7 +5,7 @@ fast; each is measured here on the cluster at hand, against its absence:
 
 1. **Scatter** large parameters once (broadcast) instead of sending them
    inside every task.  The engine scatters payloads above
-   ``dask_estimators.engine.evaluator.INLINE_BYTES`` (4 MiB) when it runs on
+   ``dask_estimators.engine.rounds.evaluator.INLINE_BYTES`` (4 MiB) when it runs on
    plain tasks.
 2. **Batching**: one task per worker over its whole shard (the engine's round)
    instead of one task per example.

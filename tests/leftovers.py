@@ -9,7 +9,7 @@ import time
 def _held(dask_worker):
     """What the engine left on a worker: actors (a worker's long-lived ShardHost counts by the shards' actors
     it holds) and shard results."""
-    from dask_estimators.engine._actor import ShardHost
+    from dask_estimators.engine.data._actor import ShardHost
 
     keys = [str(k) for k in dask_worker.data]
     actors = dask_worker.state.actors

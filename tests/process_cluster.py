@@ -37,7 +37,7 @@ class ProcessCluster:
         )
         self.client = distributed.Client(self.cluster, set_as_default=False)
         self.client.wait_for_workers(self.n_workers, timeout=120)
-        self.client.run(__import__, "dask_estimators.engine._worker")  # the imports (torch) out of the tests
+        self.client.run(__import__, "dask_estimators.engine.data._worker")  # the imports (torch) out of the tests
 
     def ready(self, timeout=30):
         """The client, once the scheduler lists exactly the workers the nannies run, ``n_workers`` of them.
@@ -48,7 +48,7 @@ class ProcessCluster:
         30 s to connect to it.
         """
         if self._back(timeout):
-            self.client.run(__import__, "dask_estimators.engine._worker")
+            self.client.run(__import__, "dask_estimators.engine.data._worker")
             return self.client
         print(f"the test cluster did not come back to {self.n_workers} workers: starting a new one")
         self.close()

@@ -105,7 +105,7 @@ def test_the_variables_of_earlier_versions_still_set_their_keys():
 @pytest.mark.parametrize("spelling", ["DASK_ESTIMATORS__{}", "DASK_DASK_ESTIMATORS__{}", "legacy"])
 def test_the_keys_read_before_dask_come_from_the_environment(monkeypatch, key, spelling):
     from dask_estimators import _env, _torch_api
-    from dask_estimators.engine import _zygote
+    from dask_estimators.engine.cluster import _zygote
 
     assert config.KEYS[key]["read"] == "environment" and config.KEYS[key]["default"] is True
     for variable in _env.variables(key):

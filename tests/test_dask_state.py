@@ -221,7 +221,7 @@ def test_the_users_client_closed(data):
 def test_current_leaves_the_config_when_blocks_overlap(client, monkeypatch):
     """The helper behind it: two threads whose blocks overlap, in both orders of leaving; with and without
     the context variable it uses (distributed's ``as_current`` then runs one thread at a time)."""
-    from dask_estimators.engine import cluster as C
+    from dask_estimators.engine.cluster import client as C
 
     def overlap():
         entered, leave_first = threading.Barrier(2, timeout=30), threading.Event()

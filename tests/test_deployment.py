@@ -32,7 +32,7 @@ import pytest
 
 import dask_estimators as de
 from dask_estimators.engine import ClusterLostError, WorkerLostError
-from dask_estimators.engine import evaluator as ev_mod
+from dask_estimators.engine.rounds import evaluator as ev_mod
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("spread")]  # faults in the rounds
 

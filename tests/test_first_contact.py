@@ -189,7 +189,7 @@ def test_worker_that_cannot_start_is_a_one_line_error(tmp_path):
     code = textwrap.dedent(
         """\
         import time
-        from dask_estimators.engine import _nanny, cluster
+        from dask_estimators.engine.cluster import _nanny, client as cluster
 
         init = _nanny.SubprocessNanny.__init__
 
@@ -279,7 +279,8 @@ ZYGOTE_FAMILY = textwrap.dedent(
     import json, os, signal, sys, time
     import dask, numpy as np, psutil
     import dask_estimators as de
-    from dask_estimators.engine import _zygote, cluster, get_embedded_client
+    from dask_estimators.engine import get_embedded_client
+    from dask_estimators.engine.cluster import _zygote, client as cluster
 
     cls = de.LogisticRegression  # user code reads a class: the zygote starts importing the engine
     z = _zygote._current["zygote"]
@@ -361,7 +362,7 @@ ZYGOTE_WHEN_NOT_NEEDED = textwrap.dedent(
     import json, time
     import distributed, numpy as np, psutil
     import dask_estimators as de
-    from dask_estimators.engine import _zygote
+    from dask_estimators.engine.cluster import _zygote
 
     _zygote.IDLE_SECONDS = 1.0
     rng = np.random.default_rng(0); X = rng.normal(size=(500, 3)); y = (X[:, 0] > 0).astype(int)
@@ -406,7 +407,7 @@ ZYGOTE_AFTER_FORK = textwrap.dedent(
     import json, multiprocessing as mp, time
     import numpy as np
     import dask_estimators as de
-    from dask_estimators.engine import _zygote
+    from dask_estimators.engine.cluster import _zygote
 
     cls = de.LogisticRegression  # this process's zygote starts
     rng = np.random.default_rng(0); X = rng.normal(size=(500, 3)); y = (X[:, 0] > 0).astype(int)
@@ -440,7 +441,8 @@ ZYGOTE_NETWORKS = textwrap.dedent(
     import json, sys, time
     import numpy as np
     import dask_estimators as de
-    from dask_estimators.engine import _zygote, get_embedded_client
+    from dask_estimators.engine import get_embedded_client
+    from dask_estimators.engine.cluster import _zygote
 
     getattr(de, sys.argv[1])  # the first class read starts the zygote
     rng = np.random.default_rng(0); X = rng.normal(size=(500, 3)); y = (X[:, 0] > 0).astype(int)

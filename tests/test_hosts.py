@@ -34,11 +34,11 @@ import pytest
 
 import dask_estimators as de
 from dask_estimators.engine import place
-from dask_estimators.engine import evaluator as ev_mod
-from dask_estimators.engine import placement
-from dask_estimators.engine import collective
-from dask_estimators.engine.collective import interface_of, one_process_per_worker, process_identity
-from dask_estimators.engine.reduce import _shares
+from dask_estimators.engine.rounds import evaluator as ev_mod
+from dask_estimators.engine.data import placement
+from dask_estimators.engine.ddp import collective
+from dask_estimators.engine.ddp.collective import interface_of, one_process_per_worker, process_identity
+from dask_estimators.engine.rounds.reduce import _shares
 
 from hosts import SimulatedHosts, unavailable  # tests/hosts.py (tests/ is on sys.path under pytest)
 

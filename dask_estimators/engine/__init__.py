@@ -1,8 +1,15 @@
 """The distributed engine: which cluster, placement, scatter, one task per shard, tree-sum.
 
+One folder per concern, each lower than the one before it:
+
+- :mod:`.ddp`: the ranks of a network fit and their collectives;
+- :mod:`.rounds`: evaluations over every shard and the tree-sum of their results;
+- :mod:`.data`: placement, its transports, and the memory of the shards;
+- :mod:`.cluster`: which cluster, its processes, and the watch on its workers.
+
 It knows no loss: objectives hand it per-shard kernels.  Names are imported on
-first use, so that a worker's nanny process (:mod:`._nanny`) loads only what
-it runs.
+first use, so that a worker's nanny process (:mod:`.cluster._nanny`) loads only
+what it runs.  The estimators reach it through :mod:`dask_estimators.session`.
 """
 
 from __future__ import annotations
@@ -12,12 +19,12 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from ._watch import ClusterLostError, WorkerLostError, WorkerLostWarning
-    from ._worker import Shard, aligned_copy, is_aligned
-    from .cluster import client_context, close_embedded_cluster, get_embedded_client, resolve_client
-    from .evaluator import DistributedEvaluator, EvalStats, LocalEvaluator, solve_on_shard
-    from .placement import Placement, is_dask_collection, place, workers_per_gpu, workers_worth
-    from .reduce import REDUCTIONS, reduce_parts, tree_sum
+    from .cluster._watch import ClusterLostError, WorkerLostError, WorkerLostWarning
+    from .data._worker import Shard, aligned_copy, is_aligned
+    from .cluster.client import client_context, close_embedded_cluster, get_embedded_client, resolve_client
+    from .rounds.evaluator import DistributedEvaluator, EvalStats, LocalEvaluator, solve_on_shard
+    from .data.placement import Placement, is_dask_collection, place, workers_per_gpu, workers_worth
+    from .rounds.reduce import REDUCTIONS, reduce_parts, tree_sum
 
 __all__ = [
     "REDUCTIONS",
@@ -45,28 +52,28 @@ __all__ = [
 ]
 
 _LAZY = {
-    "ClusterLostError": "._watch",
-    "WorkerLostError": "._watch",
-    "WorkerLostWarning": "._watch",
-    "Shard": "._worker",
-    "aligned_copy": "._worker",
-    "is_aligned": "._worker",
-    "client_context": ".cluster",
-    "close_embedded_cluster": ".cluster",
-    "get_embedded_client": ".cluster",
-    "resolve_client": ".cluster",
-    "DistributedEvaluator": ".evaluator",
-    "EvalStats": ".evaluator",
-    "LocalEvaluator": ".evaluator",
-    "solve_on_shard": ".evaluator",
-    "Placement": ".placement",
-    "is_dask_collection": ".placement",
-    "place": ".placement",
-    "workers_per_gpu": ".placement",
-    "workers_worth": ".placement",
-    "REDUCTIONS": ".reduce",
-    "reduce_parts": ".reduce",
-    "tree_sum": ".reduce",
+    "ClusterLostError": ".cluster._watch",
+    "WorkerLostError": ".cluster._watch",
+    "WorkerLostWarning": ".cluster._watch",
+    "Shard": ".data._worker",
+    "aligned_copy": ".data._worker",
+    "is_aligned": ".data._worker",
+    "client_context": ".cluster.client",
+    "close_embedded_cluster": ".cluster.client",
+    "get_embedded_client": ".cluster.client",
+    "resolve_client": ".cluster.client",
+    "DistributedEvaluator": ".rounds.evaluator",
+    "EvalStats": ".rounds.evaluator",
+    "LocalEvaluator": ".rounds.evaluator",
+    "solve_on_shard": ".rounds.evaluator",
+    "Placement": ".data.placement",
+    "is_dask_collection": ".data.placement",
+    "place": ".data.placement",
+    "workers_per_gpu": ".data.placement",
+    "workers_worth": ".data.placement",
+    "REDUCTIONS": ".rounds.reduce",
+    "reduce_parts": ".rounds.reduce",
+    "tree_sum": ".rounds.reduce",
 }
 
 

@@ -4,7 +4,7 @@ On a worker a sparse ``X`` is a torch sparse CSR tensor (``layout ==
 torch.sparse_csr``) of shape (rows of the shard, features), float64 values
 (float32 where the model fits in float32), ``crow_indices`` and
 ``col_indices`` of one integer type (int32 where the stored values and the
-columns fit, int64 otherwise: :func:`~dask_estimators.engine._worker.index_dtype`),
+columns fit, int64 otherwise: :func:`~dask_estimators.engine.data._worker.index_dtype`),
 canonical (column indices sorted within each row, no duplicates), on the
 shard's device.  A shard is never densified.
 

@@ -525,7 +525,7 @@ def _convergence_warning():
     """scikit-learn's ``ConvergenceWarning`` where scikit-learn is imported, else :class:`ConvergenceNote`.
 
     This module also runs on workers (a small fit's solver, a small search's
-    paths, and engine.ddp through optim), which do not import scikit-learn:
+    paths, and engine.ddp.train through optim), which do not import scikit-learn:
     importing it for a warning would weigh on a worker's first unconverged
     fit (docs/performance.md).
     """

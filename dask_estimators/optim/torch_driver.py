@@ -6,7 +6,7 @@ One epoch loop, :func:`run_epochs`, serves both strategies:
   is one engine round: every worker returns the raw gradient sum of its share
   of the global batch, the workers tree-sum them, the client divides, adds the
   L2 term and steps.
-- **ddp** (:func:`dask_estimators.engine.ddp.ddp_rank`, in the engine: it is
+- **ddp** (:func:`dask_estimators.engine.ddp.train.ddp_rank`, in the engine: it is
   a task body inside a ``torch.distributed`` group): the loop runs on every
   worker at once, the gradients are summed over the ranks and every rank
   steps the same optimizer on the same numbers.
@@ -187,7 +187,7 @@ def fast_step(opt, l2=()):
     The gradients must stay the same tensors between steps (updated in place).
     ``l2``: the parameters a ``decay`` argument of the fused step applies to;
     ``opt.step`` takes no such argument, so a caller tells them apart with
-    ``isinstance(step, _FusedAdamStep)`` (see ``engine/ddp.py``).
+    ``isinstance(step, _FusedAdamStep)`` (see ``engine/ddp/train.py``).
     """
     return _FusedAdamStep(opt, l2) if _plain_fused_adam(opt) else opt.step
 
@@ -208,7 +208,7 @@ class AdamPartStep:
     elements; other cuts round a few elements differently,
     ``test_adam_in_parts_equals_torch_optim``).  This is how ranks that
     share one copy of the parameters and of Adam's state step them, each
-    its own part (``engine/ddp.py``).  The optimizer's state must exist
+    its own part (``engine/ddp/train.py``).  The optimizer's state must exist
     (made by ``load_state_dict``, see :func:`adam_zero_state`); each call
     adds 1 to every step counter (every rank keeps its own counters) and
     calls the fused kernel on the part's slices of the parameters, their

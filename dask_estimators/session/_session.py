@@ -8,13 +8,13 @@ import warnings
 import numpy as np
 
 from .. import config as _config
-from ..engine import cluster as _cluster
-from ..engine import placement as _placement
-from ..engine._worker import canonical_csr
-from ..engine.cluster import adopt_sender, prestart, sender_address
-from ..engine.evaluator import DistributedEvaluator, solve_on_shard
-from ..engine.placement import check_lengths, is_dask_collection
-from ..engine.reduce import REDUCTIONS
+from ..engine.cluster import client as _cluster
+from ..engine.data import placement as _placement
+from ..engine.data._worker import canonical_csr
+from ..engine.cluster.client import adopt_sender, prestart, sender_address
+from ..engine.rounds.evaluator import DistributedEvaluator, solve_on_shard
+from ..engine.data.placement import check_lengths, is_dask_collection
+from ..engine.rounds.reduce import REDUCTIONS
 
 __all__ = [
     "REDUCTIONS",
@@ -251,7 +251,7 @@ class PlacedData:
         """
         callbacks = list(callbacks)
         if strategy == "ddp":
-            from ..engine.ddp import train_ddp
+            from ..engine.ddp.train import train_ddp
 
             on_resume = None if progress is None else progress.keep
             # rank 0 sends each epoch's record only where a client callback takes it (an event is as long as a

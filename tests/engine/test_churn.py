@@ -33,7 +33,7 @@ import psutil
 import pytest
 
 import dask_estimators as de
-from dask_estimators.engine import evaluator as ev_mod
+from dask_estimators.engine.rounds import evaluator as ev_mod
 from process_cluster import ProcessCluster  # tests/process_cluster.py
 
 N_WORKERS = 3

@@ -23,7 +23,7 @@ from dask_estimators.engine import DistributedEvaluator, client_context, place, 
 @pytest.fixture(scope="module", autouse=True)
 def _warm_workers(client):
     """Import the engine on every worker at once (it pulls in torch and scikit-learn)."""
-    client.run(importlib.import_module, "dask_estimators.engine._worker")
+    client.run(importlib.import_module, "dask_estimators.engine.data._worker")
 
 
 # ----------------------------------------------------------------- worker functions
@@ -64,7 +64,7 @@ def test_client_sends_promptly_during_fits_and_restores_after(client):
     interval comes back when the last of the fits running on it at once ends."""
     import threading
 
-    from dask_estimators.engine import cluster as ec
+    from dask_estimators.engine.cluster import client as ec
 
     comm = client.scheduler_comm
     own = comm.interval
@@ -105,7 +105,7 @@ def test_send_interval_setting(client):
 def test_warm_ahead_asks_each_worker_once(cluster):
     """Each worker is asked once per client; a worker that is not there and a closed client are left to their
     first task, without an error."""
-    from dask_estimators.engine import cluster as ec
+    from dask_estimators.engine.cluster import client as ec
 
     with Client(cluster.scheduler_address, set_as_default=False) as c:
         ws = sorted(c.nthreads())
@@ -120,7 +120,7 @@ def test_warm_ahead_asks_each_worker_once(cluster):
 def test_warm_ahead_looks_the_workers_up_off_the_callers_path(cluster):
     """``workers=None``: the scheduler's workers are looked up on the client's event loop (the caller returns
     at once), and every one but ``using`` is asked; asked again, none is."""
-    from dask_estimators.engine import cluster as ec
+    from dask_estimators.engine.cluster import client as ec
 
     with Client(cluster.scheduler_address, set_as_default=False) as c:
         ws = sorted(c.nthreads())
@@ -140,7 +140,7 @@ def test_warm_ahead_looks_the_workers_up_off_the_callers_path(cluster):
 
 def test_an_estimator_fit_sends_promptly(client, monkeypatch):
     from dask_estimators import LogisticRegression
-    from dask_estimators.engine import placement as P
+    from dask_estimators.engine.data import placement as P
 
     seen = []
     init = P.Placement.__init__
@@ -206,7 +206,7 @@ def _context_inside_task():
     """In a task: which client client_context gives, and has the thread left the worker's pool?"""
     import distributed.threadpoolexecutor as tpe
 
-    from dask_estimators.engine.cluster import _in_task
+    from dask_estimators.engine.cluster.client import _in_task
 
     with client_context() as c:
         worker_client = c is distributed.get_client()
@@ -293,7 +293,7 @@ EMBEDDED_SCRIPT = textwrap.dedent(
     import urllib.error, urllib.parse, urllib.request
     import distributed, numpy as np, psutil
     from dask_estimators.engine import DistributedEvaluator, client_context, get_embedded_client, place, resolve_client
-    from dask_estimators.engine import cluster as cm
+    from dask_estimators.engine.cluster import client as cm
 
     out = {}
     try:
@@ -500,7 +500,7 @@ def test_client_blas_runs_one_thread_during_a_fit_and_is_restored(client):
 def _in_task_without_thread_state():
     import distributed.utils
 
-    from dask_estimators.engine.cluster import _in_task
+    from dask_estimators.engine.cluster.client import _in_task
 
     saved = distributed.utils.thread_state
     del distributed.utils.thread_state  # the private name gone, as a future distributed may do
@@ -513,13 +513,13 @@ def _in_task_without_thread_state():
 def test_in_task_falls_back_without_distributed_thread_state(client):
     """docs/private-apis.md: without distributed.utils.thread_state a task is still seen as one."""
     assert client.submit(_in_task_without_thread_state, pure=False).result(timeout=120) is True
-    from dask_estimators.engine.cluster import _in_task
+    from dask_estimators.engine.cluster.client import _in_task
 
     assert _in_task() is False  # on the client, no worker: the private name is never reached
 
 
 def test_n_threads_is_the_workers_public_nthreads(client):
-    from dask_estimators.engine._worker import n_threads
+    from dask_estimators.engine.data._worker import n_threads
 
     assert set(client.run(n_threads).values()) == set(client.nthreads().values()) == {1}
     assert n_threads() == int(os.environ.get("DASK_ESTIMATORS__WORKER_THREADS", "1"))  # outside a worker

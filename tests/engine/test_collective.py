@@ -5,7 +5,7 @@ import time
 
 from distributed.comm import get_address_host
 
-from dask_estimators.engine.collective import _identity_and_port, process_group, run_collective
+from dask_estimators.engine.ddp.collective import _identity_and_port, process_group, run_collective
 
 
 def _sum_ranks(shard, comm):
@@ -22,7 +22,7 @@ def _group_after_lock():
     """(whether this worker's group lock could be taken, whether a default group exists then)."""
     import torch.distributed as dist
 
-    from dask_estimators.engine.collective import _PG_LOCK
+    from dask_estimators.engine.ddp.collective import _PG_LOCK
 
     got = _PG_LOCK.acquire(timeout=30)
     try:
@@ -44,7 +44,7 @@ def _fail_in_group(shard, comm):
     """Leave the block with an error; report the group and the lock as the error leaves it."""
     import torch.distributed as dist
 
-    from dask_estimators.engine.collective import _PG_LOCK
+    from dask_estimators.engine.ddp.collective import _PG_LOCK
 
     try:
         with process_group(comm, teardown_behind=True):
@@ -60,7 +60,7 @@ def test_a_block_that_fails_destroys_its_group_before_the_error_leaves(two_ranks
 
 def _served(port, dask_worker=None):
     """On a worker: take the store server its last :func:`_identity_and_port` made (as rank 0 would)."""
-    from dask_estimators.engine.collective import _SERVED
+    from dask_estimators.engine.ddp.collective import _SERVED
 
     return _SERVED.pop(port, (None,))[0] is not None
 
@@ -89,7 +89,7 @@ def _serve_nothing():
     """On a worker: a torch whose store cannot serve port 0 (it reports port 0), as an old one might."""
     import torch.distributed as dist
 
-    from dask_estimators.engine import collective
+    from dask_estimators.engine.ddp import collective
 
     class NoPort:
         port = 0
@@ -106,7 +106,7 @@ def _serve_nothing():
 
 def _unserved(on):
     """On a worker: its identity round serves no store (``on``), or serves again (its original function)."""
-    from dask_estimators.engine import collective
+    from dask_estimators.engine.ddp import collective
 
     if not on:  # how many servers it took away
         patched = collective._identity_and_port
@@ -169,7 +169,7 @@ def test_every_event_reaches_the_client_once_in_the_order_sent(two_ranks):
 
 
 def test_events_come_out_in_order_and_the_missing_ones_from_the_schedulers_log():
-    from dask_estimators.engine.collective import _Events
+    from dask_estimators.engine.ddp.collective import _Events
 
     seen = []
     ev = _Events(seen.append)
@@ -194,7 +194,7 @@ def test_events_come_out_in_order_and_the_missing_ones_from_the_schedulers_log()
 
 
 def test_a_listening_socket_is_seen_in_the_kernels_table():
-    from dask_estimators.engine.collective import _listening_here, _wait_listening
+    from dask_estimators.engine.ddp.collective import _listening_here, _wait_listening
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -207,7 +207,7 @@ def test_a_listening_socket_is_seen_in_the_kernels_table():
 
 
 def test_a_scheduler_that_cannot_be_asked_for_the_missing_events_ends_the_wait():
-    from dask_estimators.engine.collective import _Events
+    from dask_estimators.engine.ddp.collective import _Events
 
     seen = []
 
@@ -225,7 +225,7 @@ def _alone(shard, comm):
     import torch
     import torch.distributed as dist
 
-    from dask_estimators.engine import _shm_allreduce
+    from dask_estimators.engine.ddp import _shm_allreduce
 
     with process_group(comm, teardown_behind=True) as store:
         t = torch.full((3,), 2.0)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dask_estimators.engine import _dask_input as D
+from dask_estimators.engine.data import _dask_input as D
 from dask_estimators.engine import place
 from dask_estimators.estimators._base import _check_block
 

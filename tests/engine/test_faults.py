@@ -33,7 +33,7 @@ import pytest
 
 import dask_estimators as de
 from dask_estimators.engine import DistributedEvaluator, WorkerLostError
-from dask_estimators.engine import evaluator as ev_mod
+from dask_estimators.engine.rounds import evaluator as ev_mod
 from leftovers import _held, _nothing_held  # tests/leftovers.py
 from process_cluster import ProcessCluster  # tests/process_cluster.py
 
@@ -70,7 +70,7 @@ def _data(kind, n=6000, d=6, seed=0):
 
 
 def _checkpoints_kept():
-    from dask_estimators.engine import ddp
+    from dask_estimators.engine.ddp import train as ddp
 
     return len(ddp._CHECKPOINTS)
 
@@ -208,7 +208,7 @@ def test_worker_killed_mid_search_gives_the_undisturbed_search(fc, monkeypatch, 
 def _kill_in_the_solve_once(marker):
     """On a worker: the next solver run on this worker SIGKILLs its process after its first evaluation, unless
     ``marker`` exists (made then, so that one worker dies, once)."""
-    from dask_estimators.engine import evaluator
+    from dask_estimators.engine.rounds import evaluator
 
     kept = evaluator.__dict__.get("_unpatched", evaluator.LocalEvaluator.__call__)
     evaluator._unpatched = kept
@@ -224,7 +224,7 @@ def _kill_in_the_solve_once(marker):
 
 
 def _unpatch_the_solve():
-    from dask_estimators.engine import evaluator
+    from dask_estimators.engine.rounds import evaluator
 
     if "_unpatched" in evaluator.__dict__:
         evaluator.LocalEvaluator.__call__ = evaluator.__dict__.pop("_unpatched")
@@ -284,7 +284,7 @@ def test_worker_killed_in_a_small_searchs_paths_runs_them_again_on_another(fc, t
 
 def test_worker_killed_during_placement_places_on_the_others(fc, monkeypatch):
     """A worker that dies while the data is placed: the placement starts again on the surviving workers."""
-    from dask_estimators.engine import placement as pl
+    from dask_estimators.engine.data import placement as pl
 
     X, y = _data("binary")
     ref = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
@@ -311,7 +311,7 @@ def test_worker_lost_while_taking_a_shard_over_passes_it_on(fc, monkeypatch, tra
     """The worker chosen to rebuild a lost shard dies before it holds it (CI once saw a worker restarted by its
     nanny leave the cluster at that moment): that is one more loss, and the shards go to the workers left."""
     from dask_estimators.engine import place
-    from dask_estimators.engine import placement as pl
+    from dask_estimators.engine.data import placement as pl
 
     X, y = _data("regression")
     want = X.T @ y
@@ -356,7 +356,7 @@ def test_a_lost_actors_proxy_is_a_worker_loss_in_every_distributed(fc):
 
     from distributed.actor import Actor
 
-    from dask_estimators.engine import _watch
+    from dask_estimators.engine.cluster import _watch
 
     gone = "tcp://127.0.0.1:9"  # no worker of the cluster
     proxy = Actor(dict, gone, "an-actor-whose-worker-died")
@@ -371,7 +371,7 @@ def test_a_lost_actors_proxy_is_a_worker_loss_in_every_distributed(fc):
 
 
 def _alive(client):
-    from dask_estimators.engine._watch import alive_workers
+    from dask_estimators.engine.cluster._watch import alive_workers
 
     return alive_workers(client)
 
@@ -507,7 +507,7 @@ def test_ddp_epoch_state_is_each_epochs_own_and_the_next_epoch_never_writes_over
     after epoch e is epoch e's, also while epoch e+1 writes its own, and a survivor hands it out as copies."""
     import torch
 
-    from dask_estimators.engine import ddp
+    from dask_estimators.engine.ddp import train as ddp
     from dask_estimators.optim.torch_driver import Monitor
 
     torch.manual_seed(0)
@@ -567,7 +567,7 @@ def test_ddp_epoch_state_follows_an_optimizer_whose_tensors_are_replaced(make):
     tensors by name, not by the order of the last epoch."""
     import torch
 
-    from dask_estimators.engine import ddp
+    from dask_estimators.engine.ddp import train as ddp
     from dask_estimators.optim.torch_driver import Monitor
 
     torch.manual_seed(1)
@@ -611,7 +611,7 @@ def test_ddp_epoch_state_is_kept_within_its_share_of_the_time():
     epoch's, whole (its parameters, optimizer state and the records up to it)."""
     import torch
 
-    from dask_estimators.engine import ddp
+    from dask_estimators.engine.ddp import train as ddp
     from dask_estimators.optim.torch_driver import Monitor
 
     now = [0.0]
@@ -652,7 +652,7 @@ def test_ddp_epoch_state_is_kept_within_its_share_of_the_time():
 
 
 def _checkpoint_blocks():
-    from dask_estimators.engine import ddp
+    from dask_estimators.engine.ddp import train as ddp
 
     return sorted(id(b) for b, _ in ddp._BLOCKS._free), list(ddp._KEPT_BLOCKS)
 
@@ -694,7 +694,7 @@ def test_a_small_networks_ddp_fit_keeps_some_epochs_states_not_all(fc):
 
 def test_ddp_without_a_worker_left_is_a_clear_error_not_a_hang(fc, monkeypatch):
     """No worker to resume on (recovery finds none): the fit ends in WorkerLostError, bounded in time."""
-    from dask_estimators.engine import placement as pl
+    from dask_estimators.engine.data import placement as pl
 
     X, y = _data("multiclass", n=3000)
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from dask_estimators.engine import _memfd
+from dask_estimators.engine.data import _memfd
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd")
 

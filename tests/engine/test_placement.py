@@ -30,7 +30,7 @@ check_regression = functools.partial(_check_block, y_numeric=True, multi_output=
 @pytest.fixture(scope="module", autouse=True)
 def _warm_workers(client):
     """Import the engine on every worker at once (it pulls in torch and scikit-learn)."""
-    client.run(importlib.import_module, "dask_estimators.engine._worker")
+    client.run(importlib.import_module, "dask_estimators.engine.data._worker")
 
 
 # ----------------------------------------------------------------- worker functions

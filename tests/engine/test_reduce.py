@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster, get_task_stream
 
-from dask_estimators.engine import REDUCTIONS, DistributedEvaluator, _worker, place
-from dask_estimators.engine.reduce import reduce_parts, tree_sum
+from dask_estimators.engine import REDUCTIONS, DistributedEvaluator, place
+from dask_estimators.engine.data import _worker
+from dask_estimators.engine.rounds.reduce import reduce_parts, tree_sum
 
 PART_COUNTS = [1, 2, 3, 5, 8]
 FAN_INS = [2, 3, 4]
@@ -22,7 +23,7 @@ TRANSPORTS = ["actors", "tasks"]
 @pytest.fixture(scope="module", autouse=True)
 def _warm_workers(client):
     """Import the engine on every worker at once (it pulls in torch and scikit-learn)."""
-    client.run(importlib.import_module, "dask_estimators.engine._worker")
+    client.run(importlib.import_module, "dask_estimators.engine.data._worker")
 
 
 # ----------------------------------------------------------------- worker functions
@@ -65,7 +66,7 @@ def client4():
     ) as cluster:
         with Client(cluster, set_as_default=False) as c:
             c.wait_for_workers(4, timeout=120)
-            c.run(importlib.import_module, "dask_estimators.engine._worker")  # warm all four at once
+            c.run(importlib.import_module, "dask_estimators.engine.data._worker")  # warm all four at once
             yield c
 
 

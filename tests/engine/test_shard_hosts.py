@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from dask_estimators.engine import DistributedEvaluator, place
-from dask_estimators.engine import placement as pl
-from dask_estimators.engine._actor import HostedShard, ShardHost
+from dask_estimators.engine.data import placement as pl
+from dask_estimators.engine.data._actor import HostedShard, ShardHost
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _warm_workers(client):
-    client.run(importlib.import_module, "dask_estimators.engine._worker")
+    client.run(importlib.import_module, "dask_estimators.engine.data._worker")
 
 
 def _moments(shard):

@@ -8,7 +8,8 @@ import dask
 import numpy as np
 import pytest
 
-from dask_estimators.engine import DistributedEvaluator, _shm, is_aligned, place
+from dask_estimators.engine import DistributedEvaluator, is_aligned, place
+from dask_estimators.engine.data import _shm
 
 
 def _sums(shard, w):
@@ -124,7 +125,7 @@ def test_a_handle_from_another_host_is_not_mapped():
 def test_a_worker_that_cannot_open_the_memory_gets_the_bytes(client, rng, monkeypatch, transport):
     """A worker the client takes for one of its host's, but which cannot open the client's memory (here: its
     handles name another pid namespace), gets its part over the network; the shards are the data."""
-    from dask_estimators.engine import placement
+    from dask_estimators.engine.data import placement
 
     real = _shm.write
     written = []
@@ -155,7 +156,7 @@ def test_scattered_parts_are_sent_at_once(client, rng, monkeypatch):
     """
     import threading
 
-    from dask_estimators.engine import placement
+    from dask_estimators.engine.data import placement
 
     n_workers = len(client.nthreads())
     assert n_workers >= 2
@@ -185,7 +186,7 @@ def _rows_and_dtypes(shard):
 def test_large_parts_travel_in_pieces_and_make_the_same_shards(client, rng, monkeypatch, spread):
     """Across hosts a part of more than two pieces' bytes goes as several messages, copied in as they come."""
     from dask_estimators import LogisticRegression
-    from dask_estimators.engine import placement
+    from dask_estimators.engine.data import placement
 
     X = rng.normal(size=(3001, 7))
     y = (X[:, 0] > 0).astype(np.int32)
@@ -214,7 +215,7 @@ def test_large_parts_travel_in_pieces_and_make_the_same_shards(client, rng, monk
 
 
 def test_a_part_with_labels_or_small_goes_as_one_message(rng):
-    from dask_estimators.engine import placement
+    from dask_estimators.engine.data import placement
 
     big = rng.normal(size=(2 * placement.PIECE_BYTES // 8 + 1,))
     assert placement._in_pieces({"X": big})

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from dask_estimators.engine import _shm
-from dask_estimators.engine import _shm_allreduce as A
-from dask_estimators.engine.collective import process_group, run_collective
+from dask_estimators.engine.data import _shm
+from dask_estimators.engine.ddp import _shm_allreduce as A
+from dask_estimators.engine.ddp.collective import process_group, run_collective
 
 pytestmark = pytest.mark.skipif(not _shm._memfd_available() or A.platform.machine().lower() not in ("x86_64", "amd64"),
                                 reason="needs memfd and /proc on x86-64")

@@ -17,7 +17,7 @@ import pytest
 import scipy.sparse as sp
 
 from dask_estimators.engine import place
-from dask_estimators.engine._worker import CSRRows, Shard
+from dask_estimators.engine.data._worker import CSRRows, Shard
 from dask_estimators.estimators._base import _check_block
 from sparse_guard import forbid_densify  # tests/sparse_guard.py
 
@@ -27,7 +27,7 @@ check_dense_only = functools.partial(_check_block, y_numeric=True, multi_output=
 
 @pytest.fixture(scope="module", autouse=True)
 def _warm_workers(client):
-    client.run(importlib.import_module, "dask_estimators.engine._worker")
+    client.run(importlib.import_module, "dask_estimators.engine.data._worker")
 
 
 def _csr(n=3001, d=40, density=0.1, seed=0, fmt="csr"):
@@ -218,7 +218,7 @@ def test_numpy_side_sparse_shards_hold_the_input_rows(client, kind, shared_memor
 
 def test_numpy_side_sparse_parts_are_not_copied_on_the_client(client, monkeypatch):
     """The client cuts canonical CSR into views: the rows are never gathered into new nnz-sized arrays."""
-    from dask_estimators.engine import placement as pl
+    from dask_estimators.engine.data import placement as pl
 
     X = _csr()
     seen = []

@@ -1,4 +1,4 @@
-"""The tree-sum's same-host hand-over through shared memory (engine/_shared.py).
+"""The tree-sum's same-host hand-over through shared memory (engine/data/_shared.py).
 
 On the session's process-based cluster: sums of large arrays travel as
 segment references and equal np.sum; the client's total is its own memory and
@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from distributed import wait
 
-from dask_estimators.engine import _shared, _worker, reduce
-from dask_estimators.engine.reduce import tree_sum
+from dask_estimators.engine.data import _shared, _worker
+from dask_estimators.engine.rounds import reduce
+from dask_estimators.engine.rounds.reduce import tree_sum
 
 BIG = _shared.MIN_BYTES // 8 + 3  # float64 elements: just above the size that goes through shared memory
 
@@ -99,8 +100,8 @@ def test_sums_for_another_host_go_over_the_network(client, monkeypatch):
     """A worker whose host token differs from its consumer's hands over plain arrays (and the sum is right)."""
     ws = _workers(client)
     pids = client.run(os.getpid)
-    monkeypatch.setitem(reduce._IDS, ws[1], ("another-host", pids[ws[1]]))
-    monkeypatch.setitem(reduce._IDS, ws[0], (_shared.host_token(), pids[ws[0]]))
+    monkeypatch.setitem(_shared._IDS, ws[1], ("another-host", pids[ws[1]]))
+    monkeypatch.setitem(_shared._IDS, ws[0], (_shared.host_token(), pids[ws[0]]))
     futs, where, values = _parts(client, 4, BIG, where=[ws[0], ws[0], ws[1], ws[1]])
     adds, placed_on = reduce._plan(4, where, 2)
     shares = reduce._shares(client, adds, placed_on, 4)
@@ -192,7 +193,7 @@ def _shard_result(shard, seed, size):
 def _sent_leaves(dask_worker):
     """On a worker (``client.run``): per ShardActor it holds, how many arrays of its last subtotal were
     handed over in segments (None: nothing held in shared memory)."""
-    from dask_estimators.engine._actor import ShardActor
+    from dask_estimators.engine.data._actor import ShardActor
 
     out = []
     for actor in dask_worker.state.actors.values():
@@ -232,8 +233,8 @@ def _second_worker_on_another_host(client, monkeypatch):
     """The workers, sorted; the second one's identity made to say "another host" for this test."""
     ws = _workers(client)
     pids = client.run(os.getpid)
-    monkeypatch.setitem(reduce._IDS, ws[0], (_shared.host_token(), pids[ws[0]]))
-    monkeypatch.setitem(reduce._IDS, ws[1], ("another-host", pids[ws[1]]))
+    monkeypatch.setitem(_shared._IDS, ws[0], (_shared.host_token(), pids[ws[0]]))
+    monkeypatch.setitem(_shared._IDS, ws[1], ("another-host", pids[ws[1]]))
     return ws
 
 
@@ -266,7 +267,7 @@ def _write_to_args(shard, w):
 @pytest.mark.parametrize("switch", [True, False])
 def test_actor_rounds_map_large_arguments_copy_on_write(client, switch):
     from dask_estimators.engine import DistributedEvaluator, place
-    from dask_estimators.engine._actor import Payload
+    from dask_estimators.engine.data._actor import Payload
 
     rng = np.random.default_rng(0)
     with dask.config.set({"dask-estimators.shared-memory": switch}), \

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from dask_estimators.engine import _watch
+from dask_estimators.engine.cluster import _watch
 
 
 def _sleep(s):

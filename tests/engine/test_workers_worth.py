@@ -8,7 +8,8 @@ from sklearn.datasets import load_iris
 from sklearn.preprocessing import StandardScaler
 
 import dask_estimators as de
-from dask_estimators.engine import placement, workers_per_gpu, workers_worth
+from dask_estimators.engine import workers_per_gpu, workers_worth
+from dask_estimators.engine.data import placement
 
 LEAST = 2.5e6
 

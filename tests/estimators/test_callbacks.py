@@ -196,7 +196,7 @@ def _fail_here(on):
 
 
 def _group_free():
-    from dask_estimators.engine import collective
+    from dask_estimators.engine.ddp import collective
 
     return not collective._PG_LOCK.locked()
 
@@ -222,7 +222,7 @@ def _fit_failing_on(client, worker, error, X, y):
 @pytest.fixture
 def graces(monkeypatch):
     """The grace of each wait for news of a lost worker (``collective._lost_soon``) in this test, in order."""
-    from dask_estimators.engine import collective
+    from dask_estimators.engine.ddp import collective
 
     seen, real = [], collective._lost_soon
 
@@ -267,6 +267,6 @@ def test_a_ranks_own_error_is_raised_without_waiting_for_news_of_a_lost_worker(c
     (RuntimeError("Connection reset by peer"), True), (ConnectionResetError(), True), (TimeoutError(), True),
 ])
 def test_which_rank_errors_may_tell_of_a_lost_worker(err, may):
-    from dask_estimators.engine.collective import _may_tell_a_loss
+    from dask_estimators.engine.ddp.collective import _may_tell_a_loss
 
     assert _may_tell_a_loss(err) is may

@@ -599,7 +599,7 @@ def test_mlp_lbfgs_several_outputs_is_sklearns():
 def test_early_stopping_validation_split_is_stratified_for_classifiers():
     """As scikit-learn's train_test_split(stratify=y): each class's share of the validation rows is its share
     of the rows (within a row, per shard); regressors and multilabel targets are not stratified."""
-    from dask_estimators.engine._worker import Shard
+    from dask_estimators.engine.data._worker import Shard
     from dask_estimators.objectives import module as M
 
     rng = np.random.default_rng(0)

@@ -435,7 +435,7 @@ def test_grid_search_pipeline_serial(cancer, sklearn_search):
 
 def _tasks_run(dask_worker):
     """Tasks run on this worker, and shards its shard hosts built (a small fit's placement takes no task)."""
-    from dask_estimators.engine._actor import ShardHost
+    from dask_estimators.engine.data._actor import ShardHost
 
     hosted = sum(a.made for a in dask_worker.state.actors.values() if isinstance(a, ShardHost))
     return dask_worker.state.executed_count + hosted
@@ -452,7 +452,7 @@ def test_grid_search_with_n_jobs_fits_on_the_active_client(cancer, sklearn_searc
 
 
 def test_an_unfitted_estimator_tells_a_child_process_its_cluster(client):
-    from dask_estimators.engine import cluster as ec
+    from dask_estimators.engine.cluster import client as ec
 
     est = de.LogisticRegression(C=2.0)
     state = est.__getstate__()
@@ -489,7 +489,7 @@ def _assert_fits_inside_a_task(client, timeout=60):
     The joblib dask backend runs each fit as a task on a 1-thread worker; the
     fit must secede while it waits for its own tasks on that worker.
     """
-    from dask_estimators.engine import cluster as engine_cluster
+    from dask_estimators.engine.cluster import client as engine_cluster
 
     in_task = getattr(engine_cluster, "_in_task", None)  # the check that decides to secede
     if in_task is not None and not client.submit(in_task, pure=False).result(timeout):

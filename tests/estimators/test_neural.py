@@ -277,7 +277,7 @@ def test_a_large_networks_start_and_result_cross_through_shared_memory(monkeypat
     client got is its own memory: fits that reuse the segments afterwards leave it as it was."""
     import dask
 
-    from dask_estimators.engine import ddp
+    from dask_estimators.engine.ddp import train as ddp
 
     sent = []
     share_args = ddp._shared.share_args
@@ -318,7 +318,7 @@ def test_a_mid_sized_networks_result_crosses_through_shared_memory(client):
     network, and the client's own memory."""
     import dask
 
-    from dask_estimators.engine.ddp import RESULT_MIN_BYTES
+    from dask_estimators.engine.ddp.train import RESULT_MIN_BYTES
 
     X, y = _blobs(n=300, d=400, k=3)
     kw = dict(hidden_layer_sizes=(100,), batch_size=100, max_iter=2)
@@ -350,7 +350,7 @@ def test_rank_zeros_result_travels_with_its_arrays_apart():
     array by array (inside the result object they took 3x as long); on the client they are put back."""
     import pickle
 
-    from dask_estimators.engine.ddp import _ship, _unship
+    from dask_estimators.engine.ddp.train import _ship, _unship
     from dask_estimators.optim.torch_driver import TrainResult
 
     rng = np.random.default_rng(0)
@@ -376,7 +376,7 @@ def test_rank_zeros_result_travels_with_its_arrays_apart():
 def test_the_ranks_parts_of_the_parameters():
     """Each rank's part is near an equal share, and each cut falls on a multiple of 64 elements from the start
     of the parameter it cuts (where the fused Adam kernel steps a slice as it steps the whole tensor)."""
-    from dask_estimators.engine.ddp import _SharedAdam
+    from dask_estimators.engine.ddp.train import _SharedAdam
 
     for sizes in ([500 * 1024, 1024, 1024 * 20, 20], [40 * 5, 40, 3 * 40, 3], [7, 2, 3, 1]):
         n, starts = sum(sizes), np.cumsum([0] + sizes)
@@ -1027,7 +1027,7 @@ def test_without_validation_rows_one_round_prepares_the_shards_and_gives_them_th
     """Every placed row trains when no validation rows are held out, so the client works the batches' cuts out
     beforehand and one round both prepares the shards and hands the cuts over; with early stopping the split
     decides the training rows first (two rounds).  (That the batches are scikit-learn's: test_fidelity.)"""
-    from dask_estimators.engine.placement import Placement
+    from dask_estimators.engine.data.placement import Placement
 
     calls = []
     map_each = Placement.map_each

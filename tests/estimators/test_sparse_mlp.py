@@ -30,9 +30,9 @@ import torch
 import dask_estimators as de
 from sklearn.utils import get_tags
 from dask_estimators.engine import LocalEvaluator
-from dask_estimators.engine._worker import Shard
-from dask_estimators.engine.collective import Comm, free_port
-from dask_estimators.engine.ddp import ddp_rank
+from dask_estimators.engine.data._worker import Shard
+from dask_estimators.engine.ddp.collective import Comm, free_port
+from dask_estimators.engine.ddp.train import ddp_rank
 from dask_estimators.objectives import _fused_mlp
 from dask_estimators.objectives import module as M
 from dask_estimators.optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs, train_tree

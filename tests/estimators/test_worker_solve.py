@@ -208,7 +208,7 @@ def test_solve_on_shard_runs_the_driver_over_a_local_evaluator_and_keeps_the_war
 def _engine_imported():
     import sys
 
-    from dask_estimators.engine._warm import MODULES
+    from dask_estimators.engine.cluster._warm import MODULES
 
     return all(m in sys.modules for m in MODULES)
 
@@ -355,7 +355,7 @@ def test_a_small_searchs_tasks_need_no_scikit_learn_on_the_worker(cancer, monkey
     import subprocess
     import sys
 
-    from dask_estimators.engine.placement import Placement
+    from dask_estimators.engine.data.placement import Placement
 
     sent, real_map = [], Placement.map
 

@@ -11,7 +11,7 @@ splits' training rows.
 import numpy as np
 import pytest
 
-from dask_estimators.engine._worker import Shard, to_host
+from dask_estimators.engine.data._worker import Shard, to_host
 from dask_estimators.objectives import cv as CV
 
 

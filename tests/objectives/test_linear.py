@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dask_estimators.engine import DistributedEvaluator, LocalEvaluator, place
-from dask_estimators.engine._worker import Shard, to_host
+from dask_estimators.engine.data._worker import Shard, to_host
 from dask_estimators.objectives import LinearObjective, LinearSpec
 from dask_estimators.objectives import linear as lin
 from dask_estimators.objectives.targets import prepare_targets

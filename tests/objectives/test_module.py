@@ -19,7 +19,7 @@ from sklearn.metrics import accuracy_score, r2_score
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from dask_estimators.engine import LocalEvaluator
-from dask_estimators.engine._worker import Shard
+from dask_estimators.engine.data._worker import Shard
 from dask_estimators.objectives import _fused_mlp
 from dask_estimators.objectives import module as M
 
@@ -759,7 +759,7 @@ def test_spec_rejects_unknown_names():
 def test_a_ranks_module_skips_its_own_draws_unless_it_has_buffers():
     """The ddp rank's module is allocated, not initialised (the starting point overwrites it); a module with
     buffers, which no starting point sets, keeps its own initialisation."""
-    from dask_estimators.engine.ddp import _built_empty
+    from dask_estimators.engine.ddp.train import _built_empty
 
     spec = M.MLPSpec(5, (7,), 3, "relu", "softmax", "float64")
     empty, built = _built_empty(spec, "cpu"), spec.build("cpu")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dask_estimators.engine import LocalEvaluator
-from dask_estimators.engine._worker import Shard
+from dask_estimators.engine.data._worker import Shard
 from dask_estimators.objectives import module as M
 from dask_estimators.objectives import sequence as S
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dask_estimators.engine import place
-from dask_estimators.engine._worker import Shard
+from dask_estimators.engine.data._worker import Shard
 from dask_estimators.objectives.targets import class_counts, encode_labels, prepare_targets, unique_labels
 
 

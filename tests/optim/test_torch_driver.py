@@ -14,7 +14,7 @@ import torch
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from dask_estimators.engine import LocalEvaluator
-from dask_estimators.engine._worker import Shard
+from dask_estimators.engine.data._worker import Shard
 from dask_estimators.objectives import module as M
 from dask_estimators.optim.torch_driver import (
     AdamPartStep,
@@ -595,7 +595,7 @@ def test_which_optimizers_step_in_parts(monkeypatch):
 
 # ------------------------------------------------------------------ the layer's boundaries
 def test_the_driver_sees_no_dask_and_the_networks_declare_their_protocol():
-    """``optim`` imports neither Dask nor the engine (the ddp rank loop lives in ``engine/ddp.py``), and both
+    """``optim`` imports neither Dask nor the engine (the ddp rank loop lives in ``engine/ddp/train.py``), and both
     network problems offer what the loops need, with ``hand_gradient`` declared rather than probed."""
     import subprocess
     import sys

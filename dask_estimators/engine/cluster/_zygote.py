@@ -9,7 +9,7 @@ imports were paid once per worker.
 The zygote pays them once, and early:
 
 * :func:`prewarm`, called when user code first reads an estimator class
-  from the package (before scikit-learn is imported), starts ``python -m dask_estimators.engine._zygote``.  It
+  from the package (before scikit-learn is imported), starts ``python -m dask_estimators.engine.cluster._zygote``.  It
   imports distributed, sets the thread limits of
   ``distributed.nanny.pre-spawn-environ`` (before any BLAS or OpenMP loads),
   imports the engine and initialises numba's compiler and the dense kernels,
@@ -47,12 +47,12 @@ import sys
 import sysconfig
 import threading
 
-from .. import _env
+from ... import _env
 
 __all__ = ["Zygote", "prewarm", "get", "discard_unused", "close", "enabled", "env_with_import_path"]
 
 #: The module the zygote's process runs (``python -m ...``).
-_MODULE = "dask_estimators.engine._zygote"
+_MODULE = "dask_estimators.engine.cluster._zygote"
 
 #: Seconds the zygote waits with no nanny alive and no request before it exits (it is started again when needed).
 IDLE_SECONDS = 60.0
@@ -105,7 +105,7 @@ def prewarm(networks: bool = True) -> None:
 
     Examples
     --------
-    >>> from dask_estimators.engine import _zygote
+    >>> from dask_estimators.engine.cluster import _zygote
     >>> _zygote.prewarm()  # doctest: +SKIP
     """
     with _lock:
@@ -193,7 +193,7 @@ class Zygote:
 
     Examples
     --------
-    >>> from dask_estimators.engine._zygote import Zygote
+    >>> from dask_estimators.engine.cluster._zygote import Zygote
     >>> z = Zygote()  # doctest: +SKIP
     >>> pid = z.spawn("tcp://127.0.0.1:8786", {"nthreads": 1})  # doctest: +SKIP
     >>> z.close()  # doctest: +SKIP

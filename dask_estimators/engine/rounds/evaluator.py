@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import config as _config
-from . import _shared, _watch, _worker
-from ._actor import Payload
-from ._watch import WorkerLostError
+from ... import config as _config
+from ..data import _shared, _worker
+from ..cluster import _watch
+from ..data._actor import Payload
+from ..cluster._watch import WorkerLostError
 from .reduce import REDUCTIONS, tree_sum
 
 __all__ = ["DistributedEvaluator", "LocalEvaluator", "EvalStats", "INLINE_BYTES", "solve_on_shard"]
@@ -156,16 +157,16 @@ class DistributedEvaluator:
         "copy" from the root to the client), or None when they are not on one host (or the config
         ``dask-estimators.shared-memory`` is off)."""
 
-        from .reduce import _identities, _identity, shares_memory
+        from ..data._shared import identities, identity, shares_memory
 
         n = len(children)
         self._share_args = False
         if not _config.get("shared-memory"):
             return [None] * n
         workers = list(self.placement.workers)
-        ids = _identities(self.client, sorted(set(workers)))
+        ids = identities(self.client, sorted(set(workers)))
         where = [ids[w] for w in workers]
-        client = _identity()
+        client = identity()
         self._share_args = all(shares_memory(w, client) for w in where)
         if self.reduction == "gather":
             return [None] * n
@@ -267,7 +268,7 @@ class LocalEvaluator:
 
     Examples
     --------
-    >>> from dask_estimators.engine._worker import Shard
+    >>> from dask_estimators.engine.data._worker import Shard
     >>> import numpy as np
     >>> ev = LocalEvaluator([Shard({"X": np.ones((2, 2))}, device="cpu")])
     >>> float(ev(lambda s: s.get("X").sum()))
@@ -301,7 +302,7 @@ def solve_on_shard(shard, driver, objective, args=(), kwargs=None, warnings_kept
 
     Examples
     --------
-    >>> from dask_estimators.engine._worker import Shard
+    >>> from dask_estimators.engine.data._worker import Shard
     >>> class Total:  # an objective: a value through its evaluator
     ...     def __init__(self, evaluate=None):
     ...         self.evaluate = evaluate

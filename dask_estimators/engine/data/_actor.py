@@ -87,7 +87,7 @@ class Deferred:
 
 
 class ShardActor:
-    """Holds a worker's :class:`~dask_estimators.engine._worker.Shard` for the length of a fit.
+    """Holds a worker's :class:`~dask_estimators.engine.data._worker.Shard` for the length of a fit.
 
     ``shard``: the shard, or a :class:`Deferred` that builds it here.
     """

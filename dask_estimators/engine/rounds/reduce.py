@@ -8,10 +8,9 @@ sums) and ``"single"`` (one task sums all parts) exist for comparison.
 
 from __future__ import annotations
 
-import os
 
-from .. import config as _config
-from . import _shared, _worker
+from ... import config as _config
+from ..data import _shared, _worker
 
 REDUCTIONS = ("tree", "gather", "single")
 
@@ -82,7 +81,7 @@ def _shares(client, adds, where, n):
     """
     if not adds or not _config.get("shared-memory"):
         return [None] * len(adds)
-    ids = _identities(client, sorted(set(where)))
+    ids = _shared.identities(client, sorted(set(where)))
     parent = {}
     for k, (group, _, _) in enumerate(adds):
         for i in group:
@@ -95,46 +94,9 @@ def _shares(client, adds, where, n):
         if node in parent:
             dest, share = ids[where[adds[parent[node]][0][0]]], "map"
         else:  # the root: its total goes to the client
-            dest, share = _identity(), "copy"
-        out.append(share if shares_memory(ids[where[n + k]], dest) else None)
+            dest, share = _shared.identity(), "copy"
+        out.append(share if _shared.shares_memory(ids[where[n + k]], dest) else None)
     return out
-
-
-_IDS: dict = {}  # worker address -> (host_token, pid) of its process; a worker's address is its process's
-
-
-def _identity():
-    return _shared.host_token(), os.getpid()
-
-
-def _identities(client, workers) -> dict:
-    """``{worker: (host_token, pid)}``, one ``client.run`` for the workers not seen before ((None, None) for
-    a worker that cannot answer: nothing is shared with it)."""
-    missing = [w for w in workers if w not in _IDS]
-    if missing:
-        try:
-            _IDS.update(client.run(_identity, workers=missing))
-        except Exception:  # a worker that cannot answer: send its sums over the network, as before
-            _IDS.update({w: (None, None) for w in missing if w not in _IDS})
-    return {w: _IDS.get(w, (None, None)) for w in workers}
-
-
-def shares_memory(a, b) -> bool:
-    """Whether the processes of identities ``a`` and ``b`` (``(host_token, pid)``) hand sums over in shared
-    memory: the same host token (boot, pid namespace, user) and two processes.  Workers that are threads of
-    one process (or of the client's) hand their results over as objects already."""
-    return a[0] is not None and a[0] == b[0] and a[1] is not None and b[1] is not None and a[1] != b[1]
-
-
-def shares_with_client(client, workers) -> list:
-    """Per worker of ``workers``, whether its process and this one (the client) hand arrays over through shared
-    memory (:func:`shares_memory`); all False where the dask config ``dask-estimators.shared-memory`` is off."""
-
-    workers = list(workers)
-    if not _config.get("shared-memory"):
-        return [False] * len(workers)
-    ids, me = _identities(client, sorted(set(workers))), _identity()
-    return [shares_memory(ids[w], me) for w in workers]
 
 
 def reduce_parts(client, parts, workers, method: str = "tree", fan_in: int = 2, timeout=None):

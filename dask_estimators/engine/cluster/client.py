@@ -15,7 +15,7 @@ Estimators never keep the client: it is resolved for each call and dropped.
 
 The embedded cluster's scheduler runs in this process; each worker runs with
 its nanny in a subprocess of its own (:mod:`._nanny`), started as
-``python -m dask_estimators.engine._nanny``.  A LocalCluster's own nannies
+``python -m dask_estimators.engine.cluster._nanny``.  A LocalCluster's own nannies
 would start their workers with multiprocessing's spawn method, which imports
 the user's ``__main__`` again in every worker, so a script without an
 ``if __name__ == "__main__":`` guard would fail ("Nanny failed to start").
@@ -42,7 +42,7 @@ import threading
 import distributed
 from threadpoolctl import ThreadpoolController
 
-from .. import config as _config
+from ... import config as _config
 
 __all__ = ["resolve_client", "client_context", "current", "get_embedded_client", "close_embedded_cluster", "prestart"]
 
@@ -98,7 +98,7 @@ def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -
             threads_per_worker=1,
             processes=True,
             worker_class=SubprocessNanny,  # see the module docstring: no worker imports the user's __main__
-            preload=["dask_estimators.engine._warm"],  # each worker imports the engine while the client validates
+            preload=["dask_estimators.engine.cluster._warm"],  # each worker imports the engine while the client validates
             host="127.0.0.1",
             dashboard_address="127.0.0.1:0" if dashboard else None,
             # the scheduler's small HTTP server (health, metrics) stays on loopback, on a free port
@@ -164,7 +164,7 @@ def prestart(client=None) -> None:
 
     Examples
     --------
-    >>> from dask_estimators.engine.cluster import prestart
+    >>> from dask_estimators.engine.cluster.client import prestart
     >>> prestart(None)  # doctest: +SKIP
     """
     if client is not None or _embedded.get("cluster") is not None or _INHERITED[0] is not None or _lock_is_held():

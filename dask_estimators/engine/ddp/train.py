@@ -1,7 +1,7 @@
 """The ddp strategy's rank loop: a task body that trains on every worker at once, inside a process group.
 
 Each worker runs :func:`ddp_rank` on its own shard (through
-:func:`~dask_estimators.engine.collective.run_collective`).  The epochs and
+:func:`~dask_estimators.engine.ddp.collective.run_collective`).  The epochs and
 stopping rules are the optimizer layer's
 (:func:`~dask_estimators.optim.torch_driver.run_epochs`, the same loop the
 tree strategy runs on the client); what is here is what needs the process
@@ -25,12 +25,13 @@ import weakref
 import numpy as np
 import torch
 
-from .. import _torch_api
-from .. import config as _config
-from ..objectives import module as M
-from ..optim.torch_driver import (AdamPartStep, Monitor, TrainConfig, TrainResult, _FusedAdamStep, adam_zero_state,
+from ... import _torch_api
+from ... import config as _config
+from ...objectives import module as M
+from ...optim.torch_driver import (AdamPartStep, Monitor, TrainConfig, TrainResult, _FusedAdamStep, adam_zero_state,
                                   fast_step, make_optimizer, run_epochs, steps_in_parts, torch_state)
-from . import _memfd, _shared, _shm_allreduce
+from ..data import _memfd, _shared
+from . import _shm_allreduce
 
 __all__ = ["ddp_rank", "train_ddp"]
 
@@ -105,8 +106,8 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
     import gc
     import traceback
 
-    from ..engine._worker import setup_threads
-    from ..engine.collective import process_group
+    from ..data._worker import setup_threads
+    from .collective import process_group
 
     setup_threads()
     shards = comm.local_shards(shard)
@@ -145,7 +146,7 @@ def _shipped_rank(shard, comm, share, spec, start, cfg, monitor, callbacks, chec
         big = share and any(_shared._is_big(a, RESULT_MIN_BYTES) for a in msg["arrays"].values())
         out.info["result_transfer"] = "shared memory" if big else "network"
         if big:
-            from ._worker import _add
+            from ..data._worker import _add
 
             msg["arrays"] = _HANDED[shard] = _shared.shared_sum((msg["arrays"],), True, _add,
                                                                 min_bytes=RESULT_MIN_BYTES)
@@ -159,8 +160,8 @@ def _shipped_rank(shard, comm, share, spec, start, cfg, monitor, callbacks, chec
 
 def _shares(placement) -> tuple:
     """(whether the client and every rank's worker share memory, whether the client and rank 0's do), as
-    :func:`~.reduce.shares_with_client` says (rank 0 trains on the first shard)."""
-    from .reduce import shares_with_client
+    :func:`~..data._shared.shares_with_client` says (rank 0 trains on the first shard)."""
+    from ..data._shared import shares_with_client
 
     same = shares_with_client(placement.client, placement.workers)
     return all(same), same[0]
@@ -818,7 +819,7 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
     import dataclasses
     import uuid
 
-    from ._watch import WorkerLostError, alive_workers
+    from ..cluster._watch import WorkerLostError, alive_workers
     from .collective import run_collective
 
     base = f"dask-estimators-ddp-{uuid.uuid4().hex[:12]}"
@@ -843,7 +844,7 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
             key = f"{base}-{attempt}"
             start, (to_all, to_client) = (state["w0"], state["opt_state"]), _shares(placement)
             if to_all:  # every rank maps the start's arrays of 1 MB or more from this process's segments
-                from ._worker import _add
+                from ..data._worker import _add
 
                 start = _shared.share_args(start, _add)  # leased until this attempt returns
             try:

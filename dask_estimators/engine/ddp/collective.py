@@ -31,8 +31,8 @@ import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .. import config as _config
-from ._watch import WorkerLostError
+from ... import config as _config
+from ..cluster._watch import WorkerLostError
 
 __all__ = ["Comm", "process_group", "run_collective", "free_port"]
 
@@ -143,7 +143,7 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
     collective fit.  The worker's group lock stays held until the group is
     gone, so the next group on this worker waits for it.  Only for a group
     that nothing else holds once the block ends (the DDP wrapper's reducer
-    does, see :func:`~dask_estimators.engine.ddp.ddp_rank`); a block that
+    does, see :func:`~dask_estimators.engine.ddp.train.ddp_rank`); a block that
     fails destroys its group before the error leaves.
 
     Yields the group's ``TCPStore``: a few small values go through it faster
@@ -262,7 +262,7 @@ def _wait_listening(host: str, port: int, timeout: float, local: bool = False) -
 
 
 def _body(shard, fn, comm, *args):
-    from ._worker import _current_worker
+    from ..data._worker import _current_worker
 
     from distributed.comm import get_address_host
 
@@ -533,7 +533,7 @@ def process_identity() -> str:
 
     Examples
     --------
-    >>> from dask_estimators.engine.collective import process_identity
+    >>> from dask_estimators.engine.ddp.collective import process_identity
     >>> process_identity() == process_identity()
     True
     """

@@ -79,7 +79,7 @@ def plan(lengths: dict, holders: list, workers: list, imbalance: float = IMBALAN
     --------
     All four blocks on one worker: half of them move.
 
-    >>> from dask_estimators.engine._dask_input import plan
+    >>> from dask_estimators.engine.data._dask_input import plan
     >>> plan([10, 10, 10, 10], [["a"]] * 4, ["a", "b"])
     [('a', [(0, 25)]), ('b', [(25, 40)])]
     >>> plan([10, 10, 10, 10], [["a"], ["b"], ["a"], ["b"]], ["a", "b"])
@@ -138,7 +138,7 @@ def segments_for(ranges, offsets: dict) -> tuple[list, list]:
     --------
     X in blocks of 4 and 4 rows, y in one block of 8: rows 2-6 are two segments.
 
-    >>> from dask_estimators.engine._dask_input import segments_for, offsets_of
+    >>> from dask_estimators.engine.data._dask_input import segments_for, offsets_of
     >>> segs, blocks = segments_for([(2, 6)], {"X": offsets_of([4, 4]), "y": offsets_of([8])})
     >>> [(s.rows, s.starts) for s in segs], blocks
     ([(2, (('X', 0, 2), ('y', 1, 2))), (2, (('X', 2, 0), ('y', 1, 4)))], [('X', 0), ('y', 0), ('X', 1)])
@@ -389,7 +389,7 @@ def _write_checked_fast(out, first, piece, check) -> bool:
     is not a 2-D float array (NumPy, or a pandas frame of one float block)
     of the dtype ``check`` gives it.
     """
-    from .._validation import copy_if_finite
+    from ..._validation import copy_if_finite
 
     a = _float_matrix(piece[first])
     if a is None:

@@ -14,7 +14,7 @@
   data never passes through the client, and inputs are aligned by row
   position, so X, y and sample weights may be partitioned differently.
 
-Either way each worker ends up with one :class:`~dask_estimators.engine._worker.Shard`
+Either way each worker ends up with one :class:`~dask_estimators.engine.data._worker.Shard`
 whose arrays are C-contiguous, 64-byte aligned copies on the worker's device.
 The shards stay on the workers until :meth:`Placement.release`.
 """
@@ -29,11 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .. import config as _config
-from . import _dask_input, _shm, _watch, _worker
+from ... import config as _config
+from . import _dask_input, _shm, _worker
+from ..cluster import _watch
 from ._actor import Deferred, HostedShard, Payload, Resolved, ShardActor, ShardHost
-from ._watch import WorkerLostError
-from .cluster import current
+from ..cluster._watch import WorkerLostError
+from ..cluster.client import current
 
 
 #: How a round reaches the shards: long-lived actors (direct worker-to-worker
@@ -689,7 +690,7 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
     if shared_memory and actor_futures is not None:
         # nothing waits for the builds (their actors make them): only the workers known to share the client's
         # memory are handed it (a wrong guess fails the placement with NotShared: _place_once)
-        from .reduce import shares_with_client
+        from ._shared import shares_with_client
 
         shared = shares_with_client(client, used)
         shards = [None] * n_parts
@@ -743,7 +744,7 @@ def _place_hosted(client, parts, workers, device, buffers, shared_memory, timeou
     else in the call.  Returns each shard's :class:`Resolved` future of its :class:`HostedShard`."""
     handles = [None] * len(parts)
     if shared_memory:
-        from .reduce import shares_with_client
+        from ._shared import shares_with_client
 
         for i, shared in enumerate(shares_with_client(client, workers)):
             handles[i] = _shm.write_parts(parts[i]) if shared else None

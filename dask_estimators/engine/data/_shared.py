@@ -1,6 +1,6 @@
 """Same-host hand-over of the tree-sum's partial sums through shared memory.
 
-An add of the tree (:func:`~dask_estimators.engine.reduce.tree_sum`) whose
+An add of the tree (:func:`~dask_estimators.engine.rounds.reduce.tree_sum`) whose
 consumer runs on the same host writes its sum into memory segments (memfd)
 and returns a :class:`Shared` for Dask to hold.  Pickled, a ``Shared`` is only
 a few numbers per array: the producer's pid, the segment's file descriptor
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import config as _config
 from . import _memfd
 
 #: Arrays below this many bytes travel with the message as before.
@@ -58,7 +59,7 @@ def host_token():
 
     Examples
     --------
-    >>> from dask_estimators.engine._shared import host_token
+    >>> from dask_estimators.engine.data._shared import host_token
     >>> host_token() == host_token()
     True
     """
@@ -193,7 +194,7 @@ def share_args(args: tuple, add) -> Shared:
     Examples
     --------
     >>> import pickle, numpy as np
-    >>> from dask_estimators.engine._shared import share_args
+    >>> from dask_estimators.engine.data._shared import share_args
     >>> w = np.arange(1 << 18, dtype=np.float64)
     >>> shared = share_args((w, "spec"), lambda x: x)
     >>> got, spec = pickle.loads(pickle.dumps(shared))  # as a reader on this host gets them
@@ -255,3 +256,41 @@ def _open_one(ref: _Ref, copy: bool, private: bool = False):
 def _open(refs, copy: bool, private: bool = False):
     """Unpickle a :class:`Shared` in the receiving process: the plain tree, its arrays mapped (or copied)."""
     return _map(lambda r: _open_one(r, copy, private) if isinstance(r, _Ref) else r, refs)
+
+
+_IDS: dict = {}  # worker address -> (host_token, pid) of its process; a worker's address is its process's
+
+
+def identity():
+    """This process's identity: (host token, pid)."""
+    return host_token(), os.getpid()
+
+
+def identities(client, workers) -> dict:
+    """``{worker: (host_token, pid)}``, one ``client.run`` for the workers not seen before ((None, None) for
+    a worker that cannot answer: nothing is shared with it)."""
+    missing = [w for w in workers if w not in _IDS]
+    if missing:
+        try:
+            _IDS.update(client.run(identity, workers=missing))
+        except Exception:  # a worker that cannot answer: send its sums over the network, as before
+            _IDS.update({w: (None, None) for w in missing if w not in _IDS})
+    return {w: _IDS.get(w, (None, None)) for w in workers}
+
+
+def shares_memory(a, b) -> bool:
+    """Whether the processes of identities ``a`` and ``b`` (``(host_token, pid)``) hand sums over in shared
+    memory: the same host token (boot, pid namespace, user) and two processes.  Workers that are threads of
+    one process (or of the client's) hand their results over as objects already."""
+    return a[0] is not None and a[0] == b[0] and a[1] is not None and b[1] is not None and a[1] != b[1]
+
+
+def shares_with_client(client, workers) -> list:
+    """Per worker of ``workers``, whether its process and this one (the client) hand arrays over through shared
+    memory (:func:`shares_memory`); all False where the dask config ``dask-estimators.shared-memory`` is off."""
+
+    workers = list(workers)
+    if not _config.get("shared-memory"):
+        return [False] * len(workers)
+    ids, me = identities(client, sorted(set(workers))), identity()
+    return [shares_memory(ids[w], me) for w in workers]

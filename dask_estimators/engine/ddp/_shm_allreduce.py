@@ -41,8 +41,8 @@ import time
 
 import numpy as np
 
-from .. import config as _config
-from . import _memfd, _shm
+from ... import config as _config
+from ..data import _memfd, _shm
 
 __all__ = ["PeerAborted", "SharedMemoryAllreduce", "create"]
 
@@ -200,13 +200,13 @@ def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: i
 
     ``shared_bytes``: the size of :attr:`SharedMemoryAllreduce.shared`, a region of the mapping every rank
     reads and writes (none by default).  ``store``: the group's store
-    (:func:`~dask_estimators.engine.collective.process_group` yields it).
+    (:func:`~dask_estimators.engine.ddp.collective.process_group` yields it).
     Collective: the ranks exchange whether they share a host (:func:`._shared.host_token`), the path of rank
     0's memfd and whether each could map it, through the store (a few of its round trips, cheaper than gloo's
     object collectives; docs/performance.md has the measurement).
     """
 
-    from . import _shared
+    from ..data import _shared
 
     usable = (
         platform.machine().lower() in ("x86_64", "amd64")

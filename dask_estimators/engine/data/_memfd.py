@@ -71,7 +71,7 @@ class Pool:
 
     Examples
     --------
-    >>> from dask_estimators.engine._memfd import Pool
+    >>> from dask_estimators.engine.data._memfd import Pool
     >>> pool = Pool("example", max_bytes=1 << 20, idle_seconds=10)
     >>> m = pool.take(4096)
     >>> pool.give_back(m)

@@ -65,7 +65,7 @@ def n_threads() -> int:
 
         return int(get_worker().nthreads)  # public Worker.nthreads (not worker.state)
     except (ValueError, AttributeError):
-        from .. import config
+        from ... import config
 
         return int(config.get("worker-threads"))
 
@@ -210,7 +210,7 @@ def index_dtype(nnz: int, n_cols: int):
 
     Examples
     --------
-    >>> from dask_estimators.engine._worker import index_dtype
+    >>> from dask_estimators.engine.data._worker import index_dtype
     >>> index_dtype(10**6, 2**20), index_dtype(3 * 10**9, 10)
     (dtype('int32'), dtype('int64'))
     """

@@ -2,7 +2,7 @@
 
 :class:`SubprocessNanny` is the ``worker_class`` of the embedded
 :class:`distributed.LocalCluster`: instead of a :class:`distributed.Nanny` in
-the client's process, it starts ``python -m dask_estimators.engine._nanny``,
+the client's process, it starts ``python -m dask_estimators.engine.cluster._nanny``,
 which runs one Nanny (and the Nanny its worker).  The scheduler stays in the
 client's process, as in any LocalCluster.
 
@@ -53,7 +53,7 @@ from distributed.deploy.spec import ProcessInterface
 __all__ = ["SubprocessNanny", "child_env", "fork_workers"]
 
 #: The module each nanny process runs (``python -m ...``).
-_MODULE = "dask_estimators.engine._nanny"
+_MODULE = "dask_estimators.engine.cluster._nanny"
 #: Keyword arguments of the cluster's worker spec passed on to the Nanny (the rest are not JSON or not needed).
 _NANNY_KWARGS = ("nthreads", "memory_limit", "host", "protocol", "interface", "dashboard", "dashboard_address",
                  "silence_logs", "preload", "name")
@@ -103,7 +103,7 @@ class SubprocessNanny(ProcessInterface):
     Examples
     --------
     >>> import distributed
-    >>> from dask_estimators.engine._nanny import SubprocessNanny
+    >>> from dask_estimators.engine.cluster._nanny import SubprocessNanny
     >>> cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
     ...                                    worker_class=SubprocessNanny, dashboard_address=None)  # doctest: +SKIP
     """
@@ -122,7 +122,7 @@ class SubprocessNanny(ProcessInterface):
 
         On Linux the nanny is forked by the zygote (:mod:`._zygote`), which has
         the engine imported; where there is none, or it fails, it is a fresh
-        ``python -m dask_estimators.engine._nanny`` process.
+        ``python -m dask_estimators.engine.cluster._nanny`` process.
         """
         from . import _zygote
 

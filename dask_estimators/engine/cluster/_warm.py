@@ -1,0 +1,128 @@
+"""A worker preload that imports the engine and the kernels while the worker starts.
+
+The embedded cluster's workers load it (``preload=``) when they start, so
+that torch, numba and the linear kernels are imported while the client still
+validates its data, instead of in the first task.  The imports run before the
+worker registers with the scheduler, not in a background thread: a thread
+importing scikit-learn while the worker's event loop unpickled a message that
+imports it too ended in Python's ``_DeadlockError`` on the two module locks
+(sklearn.base and sklearn.utils.validation), and the fit then hung (seen once
+in CI, in a docs example's fresh cluster).  On Linux the embedded cluster's
+nannies import the same modules before they fork their workers
+(:func:`._nanny.fork_workers`), and the preload finds them imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: Modules imported on each worker, in this order.
+MODULES = (
+    "dask_estimators.engine.data._worker",
+    "torch",
+    "numba",
+    "dask_estimators.objectives.losses",
+    "dask_estimators.objectives._fused",
+    "dask_estimators.objectives.linear",
+    "dask_estimators.objectives.targets",
+    "dask_estimators.optim.scipy_driver",  # a small linear fit runs its solver on a worker
+    "dask_estimators.objectives.module",
+    "dask_estimators.objectives._fused_mlp",
+    "torch.distributed",
+    "dask_estimators.engine.ddp.collective",
+    "dask_estimators.engine.ddp.train",
+)
+
+
+#: Whether this process's warm-up makes the networks' first uses (:func:`warm_kernels`): False in a zygote
+#: started for a linear model that was asked for a nanny before it could make them (:func:`._zygote.prewarm`),
+#: and in the nannies and workers it forks.
+NETWORKS = [True]
+
+
+def _import_all() -> None:
+    for name in MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the task that needs it reports the error
+            return
+
+
+def warm_kernels(networks: bool = True) -> None:
+    """Initialise numba's compiler and load the dense float64 kernels from their cache (once);
+    with ``networks``, also the networks' first uses (:func:`warm_networks`; docs/performance.md has both costs).
+
+    The first call of any compiled function in a process sets up numba's
+    target (its registries and runtime); the first call of a kernel for a
+    type signature loads its machine code.  Done here, a nanny pays it once
+    before it forks its workers, and a spawned worker before it registers,
+    instead of the first task of the first fit.  Runs no threads.
+    """
+    try:
+        import numpy as np
+
+        from ...objectives import _fused
+
+        X, y, W, b = np.ones((2, 2)), np.ones((2, 1)), np.zeros((1, 2)), np.zeros(1)
+        curv = np.empty((2, 1))
+        _fused.value_grad(X, y, None, W, b, "binomial", 0.0, curv)
+        _fused.value_grad(X, y, np.ones(2), W, b, "binomial", 0.0, curv)
+        _fused.hessp(X, None, curv, W, b, "binomial")
+    except Exception:  # noqa: BLE001 - a kernel that fails here fails in its task, with its error
+        return
+    if networks:
+        warm_networks()
+
+
+def warm_networks() -> None:
+    """The networks' first uses: the MLP kernel in both dtypes (:mod:`..objectives._fused_mlp`), and torch.optim.
+
+    A process's first ``torch.optim`` optimizer imports ``torch._dynamo``,
+    most of a ddp fit's first-use cost on a fresh cluster (docs/performance.md).
+    """
+    try:
+        _first_network_uses()
+    except Exception:  # noqa: BLE001 - what fails here fails in the fit's task, with its error
+        return
+
+
+def _first_network_uses() -> None:
+    import torch
+
+    from ...objectives import module as M
+    from ...optim.torch_driver import TrainConfig, make_optimizer
+
+    for dtype in ("float32", "float64"):
+        spec = M.MLPSpec(2, (2,), 1, activation="relu", out="logistic", dtype=dtype)
+        w = torch.zeros(spec.n_params, dtype=spec.torch_dtype)
+        g = torch.empty_like(w)
+        M.loss_grad_(spec, w, torch.ones((2, 2), dtype=w.dtype), torch.ones((2, 1), dtype=w.dtype), None, g, 1.0, {})
+    w.grad = g
+    make_optimizer([w], TrainConfig(solver="adam")).step()
+
+
+async def warm_running(networks: bool = True) -> None:
+    """:func:`dask_setup`'s imports and first kernel calls on a worker already serving (``client.run``'s target);
+    ``networks`` as :func:`warm_kernels`'.
+
+    A coroutine, so that ``client.run(..., wait=False)`` returns at once
+    (:func:`~.cluster.warm_ahead`).  It runs on the worker's event loop and
+    holds it meanwhile (long on a fresh worker, next to nothing on a warm one;
+    docs/performance.md has the measurement): the imports never run beside the event
+    loop's own, which unpickles the tasks (the module docstring's deadlock),
+    only before or after them.
+    """
+    _import_all()
+    warm_kernels(networks)
+
+
+def dask_setup(worker) -> None:
+    """Import the modules (called by the worker's preload manager, before the worker serves anything).
+
+    Parameters
+    ----------
+    worker : distributed.Worker
+        The worker starting up (unused).
+    """
+    _import_all()
+    warm_kernels(NETWORKS[0])
