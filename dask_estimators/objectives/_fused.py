@@ -81,6 +81,16 @@ def _pointwise(code, z, y, eps):
     if code == 6:  # half Gamma deviance, log link: z + y exp(-z); observed curvature y exp(-z) > 0 for y > 0
         e = y * math.exp(-z)
         return z + e, 1.0 - e, e
+    if code == 7 or code == 8:  # half Tweedie deviance of power eps, log link; 8: the expected curvature
+        p = eps
+        if p == 0.0:  # the normal family: (mu - y)^2 / 2, not a difference of two large terms
+            mu = math.exp(z)
+            r = mu - y
+            return 0.5 * r * r, mu * r, mu * mu if code == 8 else mu * (2.0 * mu - y)
+        a = math.exp((2.0 - p) * z)
+        bb = y * math.exp((1.0 - p) * z) if y != 0.0 else 0.0  # y = 0: 0 even where the exponential overflows
+        curv = a if code == 8 else (2.0 - p) * a - (1.0 - p) * bb
+        return a / (2.0 - p) - bb / (1.0 - p), a - bb, curv
     raise ValueError("unknown loss code in the fused kernel")
 
 
@@ -341,8 +351,11 @@ _NO_CODES = np.empty(0, dtype=np.int64)
 _NO_Y = np.empty((0, 0))
 
 
-def _code(loss: str) -> int:
-    """The kernel code of ``loss``; a loss without one raises (it must take the torch path)."""
+def _code(loss) -> int:
+    """The kernel code of ``loss`` (a name, or a code as a loss's ``kernel()`` gives it); a loss without one
+    raises (it must take the torch path)."""
+    if isinstance(loss, (int, np.integer)):
+        return int(loss)
     try:
         return LOSS_CODES[loss]
     except KeyError:
@@ -355,13 +368,15 @@ def _weights2d(s, n):
     return np.ascontiguousarray(s.reshape(n, -1))
 
 
-def value_grad(X, y, s, W, b, loss: str, eps: float, curv, per_output: bool = False):
+def value_grad(X, y, s, W, b, loss, eps: float, curv, per_output: bool = False):
     """Raw sums over the rows of ``X``: ``(loss, gW (K, d), gb (K,))``; fills ``curv`` (n, K) in place.
 
     With ``per_output`` the loss is each output's own sum, (K,) (separable
     losses): K models of one output each, evaluated in one pass over X, as
     the cross-validation's folds are with per-output weights ``s`` (n, K).
 
+    ``loss`` is a loss's name or the kernel code its ``kernel()`` gives, and ``eps`` that kernel's parameter
+    (the epsilon of ``squared_epsilon_insensitive``, the power of ``tweedie``).
     ``y`` is float (n, K) for separable losses and int64 codes (n,) for
     ``multinomial``; ``s`` is None, (n,), (n, 1) or (n, K); ``b`` may be None
     (no intercept: ``gb`` is then the unused sum of the derivatives).
@@ -390,7 +405,7 @@ def value_grad(X, y, s, W, b, loss: str, eps: float, curv, per_output: bool = Fa
     return (Lk if per_output else total), gW, gb
 
 
-def hessp(X, s, curv, P, pb, loss: str):
+def hessp(X, s, curv, P, pb, loss):
     """Raw Hessian-vector product at the point whose curvature is ``curv``: ``(hW (K, d), hb (K,))``.
 
     Examples
@@ -428,7 +443,7 @@ def hessp(X, s, curv, P, pb, loss: str):
 # * No ``reassoc``: it lets LLVM vectorise the row dot with AVX-512 gathers,
 #   which made the same loops slower on the CPU measured.  Each row's dot is
 #   summed in storage order.
-# * int32 indices in the shard (engine/_worker.index_dtype), read as uint32
+# * int32 indices in the shard (engine/data/_worker.index_dtype), read as uint32
 #   (:func:`_unsigned`): 4 bytes less a non-zero to stream, and no
 #   negative-index wrap-around per access.
 
@@ -622,7 +637,7 @@ def _csr_arrays(data, indices, indptr):
     return np.ascontiguousarray(data, dtype=np.float64), _unsigned(indices), _unsigned(indptr)
 
 
-def csr_value_grad(data, indices, indptr, n_features, y, s, W, b, loss: str, eps: float, curv):
+def csr_value_grad(data, indices, indptr, n_features, y, s, W, b, loss, eps: float, curv):
     """:func:`value_grad` of a CSR ``X`` given by its three arrays (``data``, ``indices``, ``indptr``).
 
     Examples
@@ -657,7 +672,7 @@ def csr_value_grad(data, indices, indptr, n_features, y, s, W, b, loss: str, eps
     return total, np.ascontiguousarray(gWT.T), gb
 
 
-def csr_hessp(data, indices, indptr, n_features, s, curv, P, pb, loss: str):
+def csr_hessp(data, indices, indptr, n_features, s, curv, P, pb, loss):
     """:func:`hessp` of a CSR ``X`` given by its three arrays.
 
     Examples

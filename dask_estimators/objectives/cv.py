@@ -342,7 +342,8 @@ def _fused_many(shard, folds, weights, ws, spec):
     ws = torch.as_tensor(ws, dtype=X.dtype)
     W = ws[:, :d].numpy()
     b = ws[:, d].numpy() if spec.fit_intercept else None
-    losses, gW, gb = _fused.value_grad(X.numpy(), Y, S.numpy(), W, b, spec.loss, spec.epsilon, curv, per_output=True)
+    code, param = spec.kernel()
+    losses, gW, gb = _fused.value_grad(X.numpy(), Y, S.numpy(), W, b, code, param, curv, per_output=True)
     grads = np.concatenate([gW, gb[:, None]], axis=1) if spec.fit_intercept else gW
     return torch.from_numpy(losses), torch.from_numpy(grads)
 

@@ -21,6 +21,8 @@ driver handles it (see :mod:`dask_estimators.optim.scipy_driver`).
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +80,15 @@ class LinearSpec:
         """The loss object (:mod:`.losses`); an unknown name raises ``ValueError``."""
         return _losses.get_loss(self.loss, epsilon=self.epsilon, **dict(self.loss_params))
 
+    def kernel(self):
+        """``(code, parameter)`` of the loss's one-pass numba kernel (:meth:`.losses.Loss.kernel`); None: none."""
+        return _kernel_of(self.loss, self.epsilon, self.loss_params)
+
+
+@functools.lru_cache(maxsize=256)
+def _kernel_of(loss, epsilon, loss_params):
+    return _losses.get_loss(loss, epsilon=epsilon, **dict(loss_params)).kernel()
+
 
 BACKENDS = ("auto", "fused", "torch")
 
@@ -88,7 +99,8 @@ def _use_fused(X, spec: LinearSpec) -> bool:
         return False
     if is_sparse(X):
         return _use_fused_csr(X, spec)
-    ok = spec.loss in _fused.LOSS_CODES and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64 and X.is_contiguous()
+    ok = (spec.kernel() is not None and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64
+          and X.is_contiguous())
     if spec.backend == "fused":
         if not ok:
             raise ValueError(
@@ -106,7 +118,7 @@ def _use_fused_csr(X, spec: LinearSpec) -> bool:
     than torch's sparse products for every loss measured (see
     docs/performance.md, "Sparse X").
     """
-    ok = spec.loss in _fused.LOSS_CODES and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64
+    ok = spec.kernel() is not None and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64
     if spec.backend == "fused" and not ok:
         raise ValueError("backend='fused' needs numba, a loss with a fused kernel and a float64 X in host memory.")
     return ok
@@ -215,7 +227,8 @@ def value_grad(shard, w, spec: LinearSpec):
             curv = torch.empty((X.shape[0], spec.n_outputs), dtype=X.dtype)
         W, b = spec.unpack(w.numpy() if isinstance(w, torch.Tensor) else np.asarray(w, dtype=np.float64))
         kernel = _fused.csr_value_grad if is_sparse(X) else _fused.value_grad
-        total, gW, gb = kernel(*_fused_args(X), y.numpy(), _host(s), W, b, spec.loss, spec.epsilon, curv.numpy())
+        code, param = spec.kernel()
+        total, gW, gb = kernel(*_fused_args(X), y.numpy(), _host(s), W, b, code, param, curv.numpy())
         shard.cache["linear_curv"] = curv
         return float(total), _pack_numpy(spec, gW, gb)
     W, b = spec.unpack(w)
@@ -248,7 +261,7 @@ def hessp(shard, p, spec: LinearSpec):
     P, pb = spec.unpack(p)
     if _use_fused(X, spec):
         kernel = _fused.csr_hessp if is_sparse(X) else _fused.hessp
-        hW, hb = kernel(*_fused_args(X), _host(s), curv.numpy(), P.numpy(), _host(pb), spec.loss)
+        hW, hb = kernel(*_fused_args(X), _host(s), curv.numpy(), P.numpy(), _host(pb), spec.kernel()[0])
         return _pack_host(spec, hW, hb)
     loss_fn = spec.get_loss()
     hW = torch.zeros(spec.n_outputs, X.shape[1], dtype=X.dtype, device=X.device)

@@ -115,6 +115,11 @@ class Loss:
     def __init__(self, **params):
         self.params = params
 
+    def kernel(self):
+        """``(code, parameter)`` of this loss's one-pass numba kernel in :mod:`._fused` (the parameter: epsilon,
+        or the Tweedie power), or None where it has none (its shards take the torch path)."""
+        return None if self.numba_code is None else (self.numba_code, 0.0)
+
     def __repr__(self):
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in sorted(self.params.items()))})"
 
@@ -301,6 +306,9 @@ class SquaredEpsilonInsensitive(Loss):
     name = "squared_epsilon_insensitive"
     numba_code = 3
 
+    def kernel(self):
+        return self.numba_code, float(self.params.get("epsilon", 0.0))
+
     def value_grad(self, z, y):
         eps = self.params.get("epsilon", 0.0)
         r = z - y
@@ -368,6 +376,20 @@ class Tweedie(Loss):
     @property
     def fixed_dispersion(self):
         return self.power == 1
+
+    def kernel(self):
+        """The log link's numba kernels, for every power: Poisson's and Gamma's at 1 and 2, else the general
+        one with the observed curvature (``1 < p < 2``) or the expected one (Fisher scoring, ``p < 1`` or
+        ``p > 2``, and the normal family's ``p = 0``, whose loss is formed as ``(mu - y)^2 / 2``).  The
+        identity link has none."""
+        if self.link_name != "log":
+            return None
+        p = self.power
+        if p == 1:
+            return LOSSES["poisson"].numba_code, 0.0
+        if p == 2:
+            return LOSSES["gamma"].numba_code, 0.0
+        return (_TWEEDIE_EXPECTED if self.fisher else _TWEEDIE_OBSERVED), p
 
     # --- torch
     def _terms(self, z, y):
@@ -454,6 +476,10 @@ class Tweedie(Loss):
             - y * np.power(mu, 1.0 - p) / (1.0 - p)
             + np.power(mu, 2.0 - p) / (2.0 - p)
         )
+
+
+#: The codes of the general log-link Tweedie kernel in :mod:`._fused` (the power is its parameter).
+_TWEEDIE_OBSERVED, _TWEEDIE_EXPECTED = 7, 8
 
 
 class Poisson(Tweedie):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dask_estimators.engine import LocalEvaluator
-from dask_estimators.engine._worker import Shard, to_host
+from dask_estimators.engine.data._worker import Shard, to_host
 from dask_estimators.objectives import LinearObjective, LinearSpec
 from dask_estimators.objectives import linear as lin
 from dask_estimators.objectives.losses import get_loss
@@ -25,6 +25,8 @@ GLMS = [
     ("tweedie-1.5", "tweedie", (("link", "log"), ("power", 1.5))),
     ("tweedie-3-fisher", "tweedie", (("link", "log"), ("power", 3.0))),
     ("tweedie-0-identity", "tweedie", (("link", "identity"), ("power", 0.0))),
+    ("tweedie-0.5-fisher", "tweedie", (("link", "log"), ("power", 0.5))),
+    ("tweedie-0-log", "tweedie", (("link", "log"), ("power", 0.0))),
 ]
 glms = pytest.mark.parametrize("glm", GLMS, ids=[g[0] for g in GLMS])
 
@@ -174,8 +176,8 @@ def test_inference_rejects_several_outputs(rng):
 
 
 def test_fused_backend_refuses_a_loss_without_a_kernel(rng):
-    """Tweedie has no numba kernel: 'auto' takes the torch path, 'fused' says why it cannot run."""
-    glm = GLMS[2]
+    """Tweedie's identity link has no numba kernel: 'auto' takes the torch path, 'fused' says why it cannot run."""
+    glm = GLMS[4]
     X, y, s = _data(glm, rng)
     Xt = torch.as_tensor(X)
     spec = LinearSpec("tweedie", D, loss_params=glm[2])
@@ -188,15 +190,16 @@ def test_fused_backend_refuses_a_loss_without_a_kernel(rng):
         _fused.value_grad(X, y[:, None], None, np.zeros((1, D)), np.zeros(1), "tweedie", 0.0, np.empty((N, 1)))
 
 
-FUSED_GLMS = [g for g in GLMS if g[1] in ("poisson", "gamma")]
+FUSED_GLMS = [g for g in GLMS if dict(g[2]).get("link", "log") == "log"]  # every log-link family
 
 
 @pytest.mark.parametrize("glm", FUSED_GLMS, ids=[g[0] for g in FUSED_GLMS])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("weighted", [True, False])
 def test_fused_and_torch_kernels_agree(glm, fit_intercept, weighted, rng):
-    """Poisson and Gamma have one-pass numba kernels: the same sums, curvature, Hessian products and Hessian as
-    the torch kernels, also with linear predictors of +-30 (exp(30) and exp(-30) in the same sums)."""
+    """Every log-link family has a one-pass numba kernel (Poisson's, Gamma's, and the general Tweedie one of any
+    power, with the observed or the expected curvature): the same sums, curvature, Hessian products and Hessian
+    as the torch kernels, also with linear predictors of +-30 (exp(30) and exp(-30) in the same sums)."""
     X, y, s = _data(glm, rng, weighted)
     X[:2] *= 60.0
     spec_f = LinearSpec(glm[1], D, 1, fit_intercept, loss_params=glm[2], backend="fused")

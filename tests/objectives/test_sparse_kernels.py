@@ -14,7 +14,7 @@ import scipy.sparse as sp
 import torch
 
 from dask_estimators.engine import LocalEvaluator
-from dask_estimators.engine._worker import Shard, to_host
+from dask_estimators.engine.data._worker import Shard, to_host
 from dask_estimators.objectives import LinearObjective, LinearSpec
 from dask_estimators.objectives import _fused
 from dask_estimators.objectives import linear as lin
@@ -68,7 +68,12 @@ SEPARABLE_ONE_OUTPUT = [c for c in CASES if c.n_outputs == 1 and c.loss != "squa
 
 def _backends(case):
     """The CSR paths a loss has: the numba kernels where it has a code, the torch sparse products always."""
-    return (["fused"] if case.loss in _fused.LOSS_CODES else []) + ["torch"]
+    return (["fused"] if _has_kernel(case) else []) + ["torch"]
+
+
+def _has_kernel(case):
+    """Whether the loss has a numba kernel (every loss with a code, and Tweedie with the log link, any power)."""
+    return get_loss(case.loss, epsilon=case.epsilon, **dict(case.params)).kernel() is not None
 
 
 def _params(cases, intercepts=(True, False), weights=(True, False)):
@@ -218,7 +223,7 @@ def test_csr_kernels_equal_dense_kernels(case, backend, fit_intercept, weighted,
 
 
 # ------------------------------------------------------------------ the two CSR paths
-@pytest.mark.parametrize("case", [c for c in CASES if c.loss in _fused.LOSS_CODES], ids=lambda c: c.id)
+@pytest.mark.parametrize("case", [c for c in CASES if _has_kernel(c)], ids=lambda c: c.id)
 @pytest.mark.parametrize("n", [1, 2, 300])
 def test_numba_and_torch_csr_paths_agree(case, n, rng):
     """The numba CSR kernels and torch's sparse products: same raw sums, curvature, products, Hessian.
@@ -226,7 +231,7 @@ def test_numba_and_torch_csr_paths_agree(case, n, rng):
     A few rows are scaled by 400, so that the binomial and multinomial losses reach their far tails (where they
     stay finite); for the log-link GLMs, whose losses are infinite there (``exp`` of hundreds), by 20."""
     A, y, s = data(case, rng, True, n=n)
-    tail = 20.0 if case.loss in ("poisson", "gamma") else 400.0
+    tail = 20.0 if case.loss in ("poisson", "gamma", "tweedie") else 400.0
     A = sp.diags(np.where(np.arange(n) < 3, tail, 1.0)) @ A
     A = A.tocsr()
     w = draw_point(case, A, True, rng, scale=1.0)
@@ -380,10 +385,12 @@ def test_sparse_backend_choice(rng):
     assert lin._use_fused(X, LinearSpec("binomial", D))  # numba CSR kernels where they exist
     assert lin._use_fused(X, LinearSpec("multinomial", D, 3))
     assert lin._use_fused(X, LinearSpec("poisson", D))
-    assert not lin._use_fused(X, LinearSpec("tweedie", D, loss_params=(("power", 1.5),)))  # no numba code: torch
+    assert lin._use_fused(X, LinearSpec("tweedie", D, loss_params=(("power", 1.5),)))  # every log-link power
+    identity = (("link", "identity"), ("power", 1.5))
+    assert not lin._use_fused(X, LinearSpec("tweedie", D, loss_params=identity))  # no numba kernel: torch
     assert not lin._use_fused(X, LinearSpec("binomial", D, backend="torch"))
     with pytest.raises(ValueError, match="fused kernel"):
-        lin._use_fused(X, LinearSpec("tweedie", D, loss_params=(("power", 1.5),), backend="fused"))
+        lin._use_fused(X, LinearSpec("tweedie", D, loss_params=identity, backend="fused"))
 
 
 # ------------------------------------------------------------------ the SVM dual passes
@@ -523,7 +530,7 @@ def test_cv_kernels_on_csr_equal_dense(case, rng):
 # ------------------------------------------------------------------ in a worker process
 def _kernels_in_worker(A, y, s, case, w, p, backend):
     """Task body: a CSR shard on the worker, its kernels run with every densifying call made to raise."""
-    from dask_estimators.engine._worker import run_kernel
+    from dask_estimators.engine.data._worker import run_kernel
 
     shard = make_shard(case, torch_csr(A), y, s)
     spec = make_spec(case, True, backend)
