@@ -372,7 +372,8 @@ def test_a_small_searchs_tasks_need_no_scikit_learn_on_the_worker(cancer, monkey
     shard = Shard({"X": X, "y": y}, device="cpu")
     code = (
         "import pickle, sys\n"
-        "from dask_estimators.engine import _warm, solve_on_shard\n"
+        "from dask_estimators.engine import solve_on_shard\n"
+        "from dask_estimators.engine.cluster import _warm\n"
         "from dask_estimators.objectives import cv as CV\n"
         "_warm._import_all()\n"
         "shard, paths_task, refit_task = pickle.loads(sys.stdin.buffer.read())\n"
