@@ -42,6 +42,7 @@ NOT_RUN = {
     ("docs/clusters.md", "needs a SLURM cluster and dask-jobqueue"),
     ("docs/clusters.md", "needs a Kubernetes cluster and dask-kubernetes"),
     ("docs/clusters.md", "needs NVIDIA GPUs and dask-cuda"),
+    ("docs/contributing.md", "an excerpt of an estimator's fit method, not a script"),
 }
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)\s*$")
