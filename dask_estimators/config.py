@@ -68,7 +68,7 @@ def register() -> None:
     for key in _env.LEGACY:  # the variable of an earlier version, where no new one sets the key
         value = _env.from_environment(key)
         if value is not None:
-            ours.setdefault("DASK_DASK_ESTIMATORS__" + key.upper().replace("-", "_"), value)
+            ours.setdefault(_env.variables(key)[1], value)  # Dask's own spelling of the key's variable
     if ours:
         dask.config.update(dask.config.config, dask.config.collect_env(ours), priority="new")
 

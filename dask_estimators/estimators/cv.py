@@ -64,7 +64,7 @@ class _Search(FoldProblem):
 
 
 class _PlacedSearchMixin:
-    """Validation, one placement, the splits on the shards, the fold paths, and the release."""
+    """Validation, one placement (in a DataSession, which releases it), the splits on the shards, the fold paths."""
 
     def _splits_on_client(self, X, y, dask_input, split_params):
         """Splits computed on the client (a splitter, an iterable of splits, metadata routed to the splitter,
@@ -129,7 +129,7 @@ class _PlacedSearchMixin:
         return self.cv is None or isinstance(self.cv, Integral)
 
     def _place_and_search(self, X, y, sample_weight, params, loss_of, n_outputs_of):
-        """The search: validation, one placement, the splits, ``_search``, the release.  ``params``: fit's
+        """The search: validation, one placement in a DataSession, the splits, ``_search``.  ``params``: fit's
         extra arguments (metadata, routed by :meth:`_routed`)."""
         prestart(self.client)
         routed = self._routed("fit", sample_weight, params)
