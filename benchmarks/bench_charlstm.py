@@ -113,7 +113,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="8000 names, 2 epochs")
     ap.add_argument("--epochs", type=int, default=None)
-    ap.add_argument("--strategies", nargs="+", default=["tree", "ddp"])
+    ap.add_argument("--strategies", nargs="+", default=["rounds", "ddp"])
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--lr", type=float, default=0.005)

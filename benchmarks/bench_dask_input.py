@@ -236,7 +236,7 @@ def summary_rows(out):
         rows.append({"benchmark": label, "ours": r["seconds"],
                      "anchor": f"ours on NumPy {r['seconds'] / r['ratio_to_ours_numpy']:.3g}",
                      "ours / anchor": r["ratio_to_ours_numpy"]})
-        rows.append({"benchmark": f"same, set-up before the first round, s", "ours": r["setup_seconds"],
+        rows.append({"benchmark": "same, set-up before the first round, s", "ours": r["setup_seconds"],
                      "anchor": f"whole fit {r['seconds']:.3g}", "ours / anchor": r["setup_share"]})
     p = {r["what"]: r for r in out["parquet"]}
     rows.append({"benchmark": f"{p['ours+dask']['n']:,}x{p['ours+dask']['d']} in 8 parquet files, read + fit, s",

@@ -1,4 +1,4 @@
-"""MLP training throughput: ours (tree and ddp) against scikit-learn, plain torch and skorch.
+"""MLP training throughput: ours (rounds and ddp) against scikit-learn, plain torch and skorch.
 
     python benchmarks/bench_mlp.py                  # make_classification(200_000, 100), 10 epochs
     python benchmarks/bench_mlp.py --quick          # 20_000 rows, 2 epochs
@@ -22,7 +22,7 @@ the other, on the same data:
    other rank to wait for), ``batch // cores`` rows a step; ``batch`` / its
    time is the most samples/s the ddp strategy can reach here, however fast
    its allreduce (:func:`step_floor`);
-6. ours, ``dask_estimators.MLPClassifier(strategy="tree")`` and ``"ddp"`` on a
+6. ours, ``dask_estimators.MLPClassifier(strategy="rounds")`` and ``"ddp"`` on a
    ``LocalCluster(n_workers=--cores, threads_per_worker=1)`` started after the
    anchors and before ours is timed, closed at the end.
 
@@ -277,7 +277,8 @@ def _floor_proc(rank, port, X, y, local, epochs, queue):
     cfg = T.TrainConfig(learning_rate_init=LR, max_iter=epochs, tol=0.0, n_iter_no_change=10**9,
                         n_steps=steps, n_train=len(X))
     w0 = M.glorot_init(spec, np.random.RandomState(0))
-    out = ddp_rank(shard, Comm(0, 1, "127.0.0.1", port), spec, w0, cfg, T.Monitor(0.0, 10**9, False))
+    out = ddp_rank(shard, Comm(0, 1, "127.0.0.1", port), spec, w0, cfg, T.Monitor(0.0, 10**9, False),
+                   training=T.TRAINING)
     queue.put((min(h["seconds"] for h in out.history) / steps, out.info["gradient"]))
 
 
@@ -363,7 +364,7 @@ def fit_ours(client, X, y, epochs, batch, strategy):
     # our own per-epoch figures, straight from history_ (excludes placement and set-up)
     rec["steady_samples_per_s"] = _steady(h["samples_per_s"] for h in hist)
     steps = st.get("steps_per_epoch", rec["steps_per_epoch"])
-    if "seconds_per_round" in st:  # tree: one engine round per global batch
+    if "seconds_per_round" in st:  # rounds: one engine round per global batch
         rec["seconds_per_step"] = st["seconds_per_round"]
         rec["seconds_per_step_source"] = "fit_stats_['seconds_per_round']"
     else:
@@ -443,7 +444,7 @@ def main(argv=None, raise_on_failure=True):
     ap.add_argument("--cores", type=int, default=2,
                     help="threads of the in-process contestants = 1-thread workers of ours (default 2)")
     ap.add_argument("--repeat", type=int, default=1, help="fits per contestant; the median is reported")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["sklearn", "torch", "skorch", "floor", "tree", "ddp"],
+    ap.add_argument("--skip", nargs="*", default=[], choices=["sklearn", "torch", "skorch", "floor", "rounds", "ddp"],
                     help="contestants to leave out")
     ap.add_argument("--out", type=Path, default=RESULTS, help="folder for mlp.json and mlp.md")
     args = ap.parse_args(argv)
@@ -497,10 +498,10 @@ def main(argv=None, raise_on_failure=True):
         if "floor" not in args.skip:
             run("ddp-floor", lambda: step_floor(X, y, batch, cores, epochs=2 if args.quick else 3), lambda: None)
         worker_env = None
-        if {"tree", "ddp"} - set(args.skip):
+        if {"rounds", "ddp"} - set(args.skip):
             with LocalCluster(n_workers=cores, threads_per_worker=1, processes=True, dashboard_address=None) \
                     as cluster, Client(cluster) as client:
-                for strategy in ("tree", "ddp"):
+                for strategy in ("rounds", "ddp"):
                     if strategy not in args.skip:
                         run(f"ours-{strategy}", lambda s=strategy: fit_ours(client, X, y, epochs, batch, s),
                             lambda s=strategy: fit_ours(client, X[small], y[small], 1, batch, s))

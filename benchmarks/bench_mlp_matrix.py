@@ -243,7 +243,7 @@ def _git(out):
 
 
 def markdown(out):
-    lines = [f"# MLP throughput matrix: ours (strategy='auto') / scikit-learn\n\n",
+    lines = ["# MLP throughput matrix: ours (strategy='auto') / scikit-learn\n\n",
              f"{out['epochs']} epochs of Adam from the start of `fit` (set-up included), {out['cores']} worker "
              f"processes of 1 thread against scikit-learn on {out['cores']} BLAS threads; medians of "
              f"{out['repeat']} alternating fits per cell, plus ours' first fit on a fresh cluster. "

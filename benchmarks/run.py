@@ -24,7 +24,7 @@ Parts, each next to its anchor in this one run:
    example; tree-sum against gather, ``as_completed`` and one summing task
    (8 workers, 16 partial results, up to 1e7 parameters);
 3. time per iteration against workers, with the cost model's prediction;
-4. MLP training throughput: scikit-learn, plain torch, skorch, ours (tree, ddp);
+4. MLP training throughput: scikit-learn, plain torch, skorch, ours (rounds, ddp);
    and the matrix of 16 network shapes against scikit-learn (``bench_mlp_matrix``:
    d, depth, width, activation, batch, classes or regression, dtype), with its plot
    ``mlp_matrix.png`` (copied to ``docs/img/`` by a full run).
@@ -107,7 +107,7 @@ def summary_rows(out):
                      "anchor": f"{anchor} {red[anchor]['seconds']:.3g}",
                      "ours / anchor": red["tree"]["seconds"] / red[anchor]["seconds"]})
     for r in out["mlp"]["results"]:
-        if r["key"] in ("ours-tree", "ours-ddp", "ddp-floor") and "error" not in r:
+        if r["key"] in ("ours-rounds", "ours-ddp", "ddp-floor") and "error" not in r:
             label = ("MLP ddp's bound (one rank's step, no other rank), samples/s" if r["key"] == "ddp-floor"
                      else f"MLP {r['key'][5:]}, samples/s")
             for key in ("sklearn", "skorch-float64"):

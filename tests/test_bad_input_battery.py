@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dask_estimators as de
-from bad_inputs import DIVERGENCES, ESTIMATORS, FORMS, KINDS, expected_outcome, ours_outcome, sklearn_outcome
+from bad_inputs import ESTIMATORS, FORMS, KINDS, expected_outcome, ours_outcome, sklearn_outcome
 from leftovers import _nothing_held
 
 pytestmark = [pytest.mark.timeout(900)]

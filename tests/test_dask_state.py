@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 import dask
 import dask.array as da
 import distributed
-import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
 

@@ -118,21 +118,21 @@ def test_a_cuda_fit_pickles_and_predicts_without_the_gpu():
     np.testing.assert_array_equal(back.predict(X), est.predict(X))
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "tree"])
+@pytest.mark.parametrize("strategy", ["ddp", "rounds"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_mlp_on_cuda_follows_its_cpu_fit(strategy, dtype):
     """Adam's steps on the GPU and on CPU from the same start and batches: the same network up to rounding."""
     X, y = _classification(n=4000, d=30, k=4)
     X = X.astype(dtype)
     params = dict(hidden_layer_sizes=(64, 32), max_iter=5, batch_size=256, random_state=0, strategy=strategy)
-    if strategy == "tree":
+    if strategy == "rounds":
         params.update(solver="lbfgs", max_iter=30)
     gpu = de.MLPClassifier(device="cuda", **params).fit(X, y)
     cpu = _cpu_fit(de.MLPClassifier(**params), gpu, X, y)
     assert not _cuda_tensors(gpu)
     for a, b in zip(gpu.coefs_, cpu.coefs_):
         assert a.dtype == b.dtype == (dtype if strategy == "ddp" else np.float64)  # L-BFGS: float64, as scikit-learn
-    if strategy == "tree" and dtype == np.float32:
+    if strategy == "rounds" and dtype == np.float32:
         # float32 sums in another order part L-BFGS's two paths within a few steps (its line search and
         # curvature pairs amplify them; on an H200, 0.154 against 0.160 after 30 steps): the same quality of fit
         np.testing.assert_allclose(gpu.loss_, cpu.loss_, rtol=0.1)
@@ -169,7 +169,7 @@ def test_mlp_on_cuda_with_sparse_input():
 NAMES = ["bella", "max", "luna", "charlie", "lucy", "cooper", "daisy", "milo", "lola", "rocky", "sadie", "toby"] * 40
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "tree"])
+@pytest.mark.parametrize("strategy", ["ddp", "rounds"])
 def test_charlstm_on_cuda(strategy):
     est = de.CharLSTM(hidden_size=32, max_epochs=3, batch_size=64, random_state=0, device="cuda",
                       strategy=strategy).fit(NAMES)

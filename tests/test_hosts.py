@@ -289,7 +289,7 @@ def _mlp(c, strategy):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.parametrize("strategy", ["ddp", "tree"])
+@pytest.mark.parametrize("strategy", ["ddp", "rounds"])
 def test_mlp_across_hosts_equals_the_local_fit(hosts, client, strategy):
     X, y = _binary()
     local = _mlp(None, strategy).fit(X, y)

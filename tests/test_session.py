@@ -12,11 +12,11 @@ from dask_estimators.objectives import targets as T
 from dask_estimators.session import DataSession, PlacedData
 
 
-def _least_squares(data, d, on_worker):
+def _least_squares(data, d, **kwargs):
     sums = [sum(v) for v in zip(*data.map(T.prepare_and_weigh, "squared", 1, None, False))]
     objective = LinearObjective(data.evaluator(), LinearSpec("squared", d, 1, True), weight_sums=sums[:2])
     objective.l2, objective.l1 = 0.0, 0.0
-    return data.minimize(objective, np.zeros(d + 1), solver="lbfgs", tol=1e-10, max_iter=500, on_worker=on_worker)
+    return data.minimize(objective, np.zeros(d + 1), solver="lbfgs", tol=1e-10, max_iter=500, **kwargs)
 
 
 def _data(rng, n=300, d=4):
@@ -60,18 +60,32 @@ def test_a_closed_session_places_nothing(client, rng):
 
 
 def test_a_problem_solved_on_the_one_worker_equals_the_rounds(client, rng):
-    """``minimize(on_worker=True)`` runs the solver in one task on the shard's worker; the rounds from the client
-    reach the same point, and both are the least-squares solution."""
+    """The session chooses how a problem runs: given its outputs, a small one is placed on one worker and its
+    solver runs there in one task; without them, or above the size, or with a ``timeout`` (which bounds each
+    round), in rounds from the client.  Both reach the least-squares solution."""
+    import dask
+
     X, y = _data(rng)
     with DataSession(client) as session:
-        spread = session.data(X=X, y=y)
-        res_rounds, on_worker_stats = _least_squares(spread, X.shape[1], on_worker=False)
+        spread = session.data(X=X, y=y)  # no outputs: the caller needs the rounds
+        assert not spread.on_worker and spread.n_shards == len(client.ncores())
+        res_rounds, on_worker_stats = _least_squares(spread, X.shape[1])
         assert on_worker_stats is None
-        with pytest.raises(ValueError, match="one shard"):
-            _least_squares(spread, X.shape[1], on_worker=True)
-        one = session.data(X=X, y=y, workers=session.one_worker())
-        res_one, stats = _least_squares(one, X.shape[1], on_worker=True)
+        with dask.config.set({"dask-estimators.worker-solve-below": X.size}):  # not under the size
+            assert not session.data(X=X, y=y, outputs=1).on_worker
+        one = session.data(X=X, y=y, outputs=1)
+        assert one.on_worker and one.n_shards == 1
+        res_one, stats = _least_squares(one, X.shape[1])
         assert stats["rounds"] >= res_one.nit
+        # a per-iteration callback needs the client: the same data then runs in rounds
+        seen = []
+        res_cb, stats_cb = _least_squares(one, X.shape[1], callback=seen.append)
+        assert stats_cb is None and seen
+        np.testing.assert_allclose(res_cb.x, res_one.x, rtol=1e-8, atol=1e-10)
+        with pytest.raises(ValueError, match="one shard"):
+            spread.run_on_worker(None, None)
+    with DataSession(client, timeout=60) as session:
+        assert not session.data(X=X, y=y, outputs=1).on_worker
     want = np.linalg.lstsq(np.c_[X, np.ones(len(X))], y, rcond=None)[0]
     np.testing.assert_allclose(res_rounds.x, want, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(res_one.x, want, rtol=1e-6, atol=1e-8)

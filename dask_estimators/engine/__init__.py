@@ -8,7 +8,7 @@ One folder per concern, each lower than the one before it:
 - :mod:`.cluster`: which cluster, its processes, and the watch on its workers.
 
 It knows no loss: objectives hand it per-shard kernels.  Names are imported on
-first use, so that a worker's nanny process (:mod:`.cluster._nanny`) loads only
+first use, so that a worker's nanny process (:mod:`.cluster._nanny_process`) loads only
 what it runs.  The estimators reach it through :mod:`dask_estimators.session`.
 """
 

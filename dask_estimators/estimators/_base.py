@@ -35,7 +35,7 @@ from .._validation import assert_all_finite, classes_and_codes
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
 from ..optim import SOLVERS
-from ..optim.progress import IterationLog, check_progress
+from .._progress import IterationLog, check_progress
 from ..session import (
     REDUCTIONS,
     DataSession,
@@ -45,7 +45,6 @@ from ..session import (
     is_dask_collection,
     prestart,
     sender_address,
-    small_problem,
 )
 
 try:  # scikit-learn >= 1.9: its callback protocol (sklearn.callback, set_callbacks)
@@ -461,16 +460,12 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             classes, codes = labels
             classes = self._check_classes(classes)
             y_placed = np.searchsorted(classes, y) if codes is None else codes
-        on_worker = self._solves_on_worker(X, y, classes)
         with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
             data = session.data(
-                X=X, y=y_placed, sample_weight=sample_weight, check=check, hosted=on_worker,
-                workers=session.one_worker() if on_worker else self._placement_workers(session, X),
+                X=X, y=y_placed, sample_weight=sample_weight, check=check,
+                workers=self._placement_workers(session, X), outputs=self._worker_outputs(X, y, classes),
             )
-            stats = self._fit_placed(
-                data, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight), t0=t0,
-                on_worker=on_worker and data.n_shards == 1,
-            )
+            stats = self._fit_placed(data, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight), t0=t0)
         self.fit_stats_ = stats
         return self
 
@@ -478,30 +473,23 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         """The workers to place ``X`` on (None: all of them); a method that gains nothing from more shards picks one."""
         return None
 
-    def _solves_on_worker(self, X, y, classes) -> bool:
-        """Whether this fit places its data on one worker and runs its solver there, in one task.
-
-        A small problem: under :func:`~dask_estimators.session.worker_solve_below` stored values (rows x
-        features, or non-zeros) times outputs (the classes of a multi-class
-        model, the targets of a multi-output one).  Its evaluations take less
-        than a round trip, so each distributed round would cost more than the
-        work it spreads.  Not when the client has something to show or call
-        per iteration (``verbose``, ``progress``, callbacks), nor with a
-        ``timeout``, which bounds each round: the solver then runs on the
-        client as usual, one round per evaluation.
+    def _worker_outputs(self, X, y, classes) -> int | None:
+        """The model's outputs (the classes of a multi-class model, the targets of a multi-output one), for the
+        session to choose whether the solver runs in one task on one worker (a small problem: its evaluations
+        take less than a round trip; :meth:`~dask_estimators.session.DataSession.data`).  None when the client
+        has something to show or call per iteration (``verbose``, ``progress``, callbacks): the solver then
+        runs on the client, one round per evaluation.
         """
-        if self.verbose or self.progress or getattr(self, "_skl_callbacks", None) or self.timeout is not None:
-            return False
+        if self.verbose or self.progress or getattr(self, "_skl_callbacks", None):
+            return None
         if classes is not None:
-            outputs = len(classes) if len(classes) > 2 else 1
-        else:
-            outputs = int(np.prod(np.shape(y)[1:], dtype=np.int64)) if np.ndim(y) > 1 else 1
-        return small_problem(X, outputs)
+            return len(classes) if len(classes) > 2 else 1
+        return int(np.prod(np.shape(y)[1:], dtype=np.int64)) if np.ndim(y) > 1 else 1
 
-    def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None, on_worker=False):
+    def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None):
         """The fit on the placed ``data``: the targets' encoding, the objective, the solver, the fitted attributes.
 
-        With ``on_worker`` (one shard, a small problem: :meth:`_solves_on_worker`) the solver runs in one task
+        Where the session chose so (``data.on_worker``: one shard, a small problem) the solver runs in one task
         on the shard's worker (:meth:`~dask_estimators.session.PlacedData.minimize`), not one round per
         evaluation.
         """
@@ -542,7 +530,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         try:
             res, on_worker_stats = data.minimize(
                 objective, w0, solver=solver, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose,
-                callback=(lambda it: [c(it) for c in each]) if each else None, on_worker=on_worker,
+                callback=(lambda it: [c(it) for c in each]) if each else None,
             )
         finally:
             log.close()
@@ -564,7 +552,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         self.n_iter_ = self._format_n_iter(int(res.nit))
         self.solver_ = solver
         stats = data.stats(evaluator)
-        stats.update(objective=float(res.fun), weight_sum=float(objective.sw_sum), solved_on_worker=on_worker)
+        stats.update(objective=float(res.fun), weight_sum=float(objective.sw_sum),
+                     solved_on_worker=on_worker_stats is not None)
         if on_worker_stats is not None:  # the solver's evaluations, made on the worker
             stats["evaluations_on_worker"] = on_worker_stats["rounds"]
             stats["seconds_on_worker"] = on_worker_stats["seconds"]

@@ -2,18 +2,79 @@
 
 from __future__ import annotations
 
-__all__ = ["STRATEGIES", "Progress", "resolve_strategy", "split_callbacks"]
+import sys
+import warnings
 
-STRATEGIES = ("auto", "tree", "ddp")
+__all__ = [
+    "RENAMED_STRATEGIES",
+    "STRATEGIES",
+    "Progress",
+    "renamed_strategy",
+    "resolve_strategy",
+    "split_callbacks",
+    "strategy_constraint",
+]
+
+STRATEGIES = ("auto", "rounds", "ddp")
+
+#: Old names of strategies, still accepted with a FutureWarning: {old name: (new name, renamed in, removed in)}.
+RENAMED_STRATEGIES = {"tree": ("rounds", "0.1.0", "0.3.0")}
+
+
+def strategy_constraint():
+    """The ``strategy`` parameter's constraint for ``_parameter_constraints``: the strategies, and the old names
+    (shown as deprecated in scikit-learn's error message)."""
+    from sklearn.utils._param_validation import StrOptions
+
+    return StrOptions({*STRATEGIES, *RENAMED_STRATEGIES}, deprecated=set(RENAMED_STRATEGIES))
+
+
+def _user_stacklevel() -> int:
+    """:func:`warnings.warn`'s ``stacklevel`` for the first caller (of the function calling this one) outside
+    dask_estimators and scikit-learn's wrappers: a warning points at the user's ``fit``."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in ("dask_estimators", "sklearn"):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def renamed_strategy(strategy: str) -> str:
+    """``strategy`` under its current name; an old name (:data:`RENAMED_STRATEGIES`) gives a FutureWarning.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from dask_estimators.estimators._torch import renamed_strategy
+    >>> renamed_strategy("ddp")
+    'ddp'
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     renamed_strategy("tree")
+    'rounds'
+    >>> print(caught[0].message)
+    strategy='tree' was renamed strategy='rounds' in 0.1.0 and will be removed in 0.3.0; use strategy='rounds'.
+    """
+    if strategy not in RENAMED_STRATEGIES:
+        return strategy
+    new, since, until = RENAMED_STRATEGIES[strategy]
+    warnings.warn(
+        f"strategy={strategy!r} was renamed strategy={new!r} in {since} and will be removed in {until}; "
+        f"use strategy={new!r}.",
+        FutureWarning,
+        stacklevel=_user_stacklevel(),
+    )
+    return new
 
 
 def resolve_strategy(strategy: str) -> str:
-    """``"auto"``: "ddp" for minibatch training, on any cluster (one rank per worker process).
+    """The strategy a fit runs: ``"auto"`` is "ddp" for minibatch training, on any cluster (one rank per worker
+    process); an old name (``"tree"``) gives a FutureWarning and its new one (:func:`renamed_strategy`).
 
-    ``"tree"`` takes one engine round per batch, far slower for minibatches
+    ``"rounds"`` takes one engine round per batch, far slower for minibatches
     (docs/solvers.md); it serves full-batch L-BFGS, which the MLPs choose
     themselves.
     """
+    strategy = renamed_strategy(strategy)
     return "ddp" if strategy == "auto" else strategy
 
 

@@ -36,7 +36,7 @@ from ..objectives import LinearSpec
 from ..objectives import cv as CV
 from ..optim import SOLVERS
 from ..optim.cv_paths import FoldProblem, Penalties, paths_and_heldout
-from ..session import DataSession, prestart, small_problem, stored_values
+from ..session import DataSession, prestart, stored_values
 from ._base import input_float_dtype
 from .linear import LinearRegression, LogisticRegression
 
@@ -152,10 +152,9 @@ class _PlacedSearchMixin:
             classes, codes = labels
             classes = self._check_classes(classes)
             y_placed = np.searchsorted(classes, y) if codes is None else codes
-        on_worker = self._searches_on_worker(X, classes, on_workers)
         with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
-            data = session.data(X=X, y=y_placed, sample_weight=sample_weight, check=check, hosted=on_worker,
-                                workers=session.one_worker() if on_worker else None)
+            data = session.data(X=X, y=y_placed, sample_weight=sample_weight, check=check,
+                                outputs=self._worker_outputs(classes, on_workers))
             n_classes, class_weight = None, None
             if self._is_classifier:
                 self.classes_ = self._dask_classes(data) if dask_input else classes
@@ -177,7 +176,7 @@ class _PlacedSearchMixin:
                 score_params["sample_weight"] = sample_weight
             search.score_params = score_params
             search.sparse = sp.issparse(getattr(X, "_meta", X))
-            search.on_worker = on_worker and data.n_shards == 1
+            search.on_worker = data.on_worker
             search.values = stored_values(X)
             self._search(search)
             stats = data.stats(evaluator)
@@ -193,17 +192,18 @@ class _PlacedSearchMixin:
         self.fit_stats_ = stats
         return self
 
-    def _searches_on_worker(self, X, classes, scores_on_workers) -> bool:
-        """Whether the whole search runs in one task on one worker: a small problem, as a small fit's
-        (``DistributedLinearModel._solves_on_worker``), scored on the workers, without a ``timeout``.
+    def _worker_outputs(self, classes, scores_on_workers) -> int | None:
+        """The model's outputs, for the session to choose whether the whole search runs in one task on one
+        worker (a small problem, as a small fit's: :meth:`~dask_estimators.session.DataSession.data`); None
+        when the held-out rows are scored on the client.
 
-        Its evaluations take less than a round trip: one per evaluation of
-        every split's path would cost more than the work it spreads (a
-        search makes hundreds).
+        A small search's evaluations take less than a round trip: one per
+        evaluation of every split's path would cost more than the work it
+        spreads (a search makes hundreds).
         """
-        if self.timeout is not None or not scores_on_workers:
-            return False
-        return small_problem(X, len(classes) if classes is not None and len(classes) > 2 else 1)
+        if not scores_on_workers:
+            return None
+        return len(classes) if classes is not None and len(classes) > 2 else 1
 
     #: Whether held-out rows are scored by ``scoring`` (else: the mean squared error, on the workers).
     _has_scorer = False
@@ -279,8 +279,7 @@ class _PlacedSearchMixin:
         obj = search.objective(None)
         obj.l2, obj.l1 = penalties(point, obj.sw_sum)
         solver = self._resolved_solver(search.spec.n_params, obj.l1)
-        res, stats = search.data.minimize(obj, w0, solver=solver, tol=self.tol, max_iter=self.max_iter,
-                                          on_worker=search.on_worker)
+        res, stats = search.data.minimize(obj, w0, solver=solver, tol=self.tol, max_iter=self.max_iter)
         if stats is not None:
             search.worker_stats.append(stats)
         self.solver_ = solver

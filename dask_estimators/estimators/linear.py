@@ -449,17 +449,16 @@ class _LinearSVMMixin:
             return None
         return session.workers()[:1] if size < one_shard_below() else None
 
-    def _solves_on_worker(self, X, y, classes):
+    def _worker_outputs(self, X, y, classes):
         """The primal's rule; never the dual method's, whose own (:meth:`_placement_workers`) puts small data on
         one worker, where a round runs many of LIBLINEAR's iterations."""
         if stored_values(X) is not None and self._resolved_dual(*map(int, X.shape)):
-            return False
-        return super()._solves_on_worker(X, y, classes)
+            return None
+        return super()._worker_outputs(X, y, classes)
 
-    def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None, on_worker=False):
+    def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None):
         if not self._resolved_dual(data.n_samples, self.n_features_in_):
-            return super()._fit_placed(data, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0,
-                                       on_worker=on_worker)
+            return super()._fit_placed(data, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0)
         return dict(self._fit_dual(data, classes, dask_input), solved_on_worker=False)
 
     def _drive_dual(self, driver, data, spec):
@@ -471,7 +470,7 @@ class _LinearSVMMixin:
         from sklearn.utils import check_random_state
 
         from ..optim.dual_driver import LIBLINEAR_WARNING, ONE_SHARD_PASSES
-        from ..optim.progress import IterationLog
+        from .._progress import IterationLog
 
         seed = check_random_state(self.random_state).randint(np.iinfo("i").max)
         evaluator = data.evaluator(self.reduction)

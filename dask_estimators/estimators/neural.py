@@ -4,8 +4,9 @@ scikit-learn's parameters and meaning, plus ``device``, ``strategy`` and
 ``client``.  Two strategies share the data placement, the seeded batches and
 the stopping rules (see :mod:`dask_estimators.optim.torch_driver`):
 
-- ``"tree"``: the optimizer on the client, one engine round (gradient
-  tree-summed over the workers) per global batch;
+- ``"rounds"``: the optimizer on the client, one engine round (gradient
+  tree-summed over the workers) per global batch (``"tree"``, its old name, is
+  a deprecated alias);
 - ``"ddp"``: one long-running call per worker joins a ``torch.distributed``
   group and trains with ``DistributedDataParallel``; per-epoch records are
   streamed to the client as Dask events.
@@ -35,11 +36,11 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..objectives import module as M
 from ..objectives import targets as T
-from ..optim.progress import check_progress
+from .._progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs
 from ..session import DataSession
 from ._base import DistributedEstimator, check_class_share, dask_label_set
-from ._torch import STRATEGIES, Progress, resolve_strategy, split_callbacks
+from ._torch import Progress, renamed_strategy, resolve_strategy, split_callbacks, strategy_constraint
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
 
@@ -78,7 +79,7 @@ class _BaseMLP(DistributedEstimator):
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left"), Options(Real, {np.inf})],
         "max_fun": [Interval(Integral, 1, None, closed="left")],
         "device": [StrOptions({"auto", "cpu", "cuda"})],
-        "strategy": [StrOptions(set(STRATEGIES))],
+        "strategy": [strategy_constraint()],
         "client": [None, str, distributed.Client],
         "timeout": [Interval(Real, 0, None, closed="neither"), None],
     }
@@ -155,11 +156,12 @@ class _BaseMLP(DistributedEstimator):
         return tuple(int(s) for s in sizes)
 
     def _resolve_strategy(self) -> str:
+        strategy = renamed_strategy(self.strategy)  # "tree": a FutureWarning, then "rounds"
         if self.solver == "lbfgs":
-            if self.strategy == "ddp":
-                raise ValueError("strategy='ddp' trains with minibatch steps; solver='lbfgs' needs strategy='tree'.")
-            return "tree"
-        return resolve_strategy(self.strategy)
+            if strategy == "ddp":
+                raise ValueError("strategy='ddp' trains with minibatch steps; solver='lbfgs' needs strategy='rounds'.")
+            return "rounds"
+        return resolve_strategy(strategy)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -563,19 +565,20 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         Evaluations allowed to lbfgs.
     device : {"auto", "cpu", "cuda"}, default="auto"
         Where each worker computes; "auto" uses its GPU when it has one.
-    strategy : {"auto", "tree", "ddp"}, default="auto"
-        ``"tree"``: one engine round per batch, the optimizer on the client.
+    strategy : {"auto", "rounds", "ddp"}, default="auto"
+        ``"rounds"``: one engine round per batch, the optimizer on the client.
         ``"ddp"``: ``DistributedDataParallel`` inside one long-running call
         per worker process, progress streamed back.  ``"auto"``: "ddp" for
         the stochastic solvers (on a threads-based cluster one rank trains
-        on every shard), "tree" for ``solver="lbfgs"``.
+        on every shard), "rounds" for ``solver="lbfgs"``.  ``"tree"`` is a
+        deprecated alias of ``"rounds"`` (a FutureWarning; removed in 0.3.0).
     client : distributed.Client, str or None, default=None
         The cluster to fit on; never stored in the fitted model.
     timeout : float or None, default=None
         Seconds one distributed round may take (with ``strategy="ddp"``: one
         collective operation) before a ``TimeoutError``.  None sets no limit.
         The loss of a worker does not end the fit: the lost shards are
-        re-placed from their sources, and ``"tree"`` runs the round again,
+        re-placed from their sources, and ``"rounds"`` runs the round again,
         ``"ddp"`` resumes from the last finished epoch; the loss of the
         scheduler or of the client ends it with an error.
 

@@ -18,12 +18,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ..objectives import sequence as S
-from ..optim.progress import check_progress
+from .._progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig
 from ..session import DataSession, is_dask_collection
 from ._base import DistributedEstimator
 from ..callbacks import Callback
-from ._torch import STRATEGIES, Progress, resolve_strategy, split_callbacks
+from ._torch import Progress, resolve_strategy, split_callbacks, strategy_constraint
 
 __all__ = ["CharLSTM"]
 
@@ -73,7 +73,7 @@ class CharLSTM(DistributedEstimator):
     ``context_length`` symbols, the next symbol), the last one predicting the
     stop symbol.  The pairs are built on the workers from their own shard of
     strings.  Training is Adam on the mean next-symbol cross-entropy, by the
-    same distributed optimizer as the other networks (``strategy="tree"`` or
+    same distributed optimizer as the other networks (``strategy="rounds"`` or
     ``"ddp"``).
 
     Parameters
@@ -94,7 +94,11 @@ class CharLSTM(DistributedEstimator):
     lowercase : bool, default=False
     max_length : int or None, default=32
         Longest string learned (longer ones are cut) and generated.
-    strategy : {"auto", "tree", "ddp"}, default="auto"
+    strategy : {"auto", "rounds", "ddp"}, default="auto"
+        ``"rounds"``: one engine round per batch, the optimizer on the client;
+        ``"ddp"``: ``DistributedDataParallel`` on the workers; ``"auto"``:
+        "ddp".  ``"tree"`` is a deprecated alias of ``"rounds"`` (a
+        FutureWarning; removed in 0.3.0).
     device : {"auto", "cpu", "cuda"}, default="auto"
     checkpoint_path : str or None, default=None
         Written after every epoch (parameters, vocabulary, epochs done); a
@@ -154,7 +158,7 @@ class CharLSTM(DistributedEstimator):
         "random_state": ["random_state"],
         "lowercase": ["boolean"],
         "max_length": [None, Interval(Integral, 1, None, closed="left")],
-        "strategy": [StrOptions(set(STRATEGIES))],
+        "strategy": [strategy_constraint()],
         "device": [StrOptions({"auto", "cpu", "cuda"})],
         "checkpoint_path": [None, str, os.PathLike],
         "warm_start": ["boolean"],

@@ -61,6 +61,7 @@ __all__ = [
     "value_grad",
     "loss_grad_",
     "loss_grad_kernel",
+    "first_uses",
     "take",
     "take_rows",
     "param_views",
@@ -559,6 +560,28 @@ def loss_grad_kernel(X) -> str:
         return "csr-" + _csr_kernel(X)
     numba = _fused_mlp.AVAILABLE and X.dtype in (torch.float64, torch.float32) and X.device.type == "cpu"
     return "numba" if numba else "torch"
+
+
+def first_uses() -> None:
+    """Make a process's first uses of the networks' code: :func:`loss_grad_` in both dtypes, and one step of a
+    ``torch.optim`` Adam.
+
+    A worker's warm-up calls it (:mod:`dask_estimators.engine.cluster._warm`), so that a fit does not pay them.
+    A process's first ``torch.optim`` optimizer imports ``torch._dynamo``, most of a ddp fit's first-use cost on a
+    fresh cluster (docs/performance.md has both costs).  The Adam is fused where torch has it, as the
+    optimizer layer's.
+    """
+    for dtype in ("float32", "float64"):
+        spec = MLPSpec(2, (2,), 1, activation="relu", out="logistic", dtype=dtype)
+        w = torch.zeros(spec.n_params, dtype=spec.torch_dtype)
+        g = torch.empty_like(w)
+        loss_grad_(spec, w, torch.ones((2, 2), dtype=w.dtype), torch.ones((2, 1), dtype=w.dtype), None, g, 1.0, {})
+    w.grad = g
+    try:
+        opt = torch.optim.Adam([w], fused=True)
+    except (RuntimeError, TypeError, ValueError):  # a torch without the fused kernel
+        opt = torch.optim.Adam([w])
+    opt.step()
 
 
 def _loss_grad_torch(spec: MLPSpec, params, X, y, sw, grads, scale, work):

@@ -111,7 +111,7 @@ def dual_coordinate_ascent(evaluate, spec, *, max_iter=1000, seed=0, passes_per_
         Called after each round with an :class:`~scipy.optimize.OptimizeResult` of ``nit`` (the
         passes so far, as the returned ``nit``), ``fun`` (the primal objective at the round's start), ``grad_max`` (the largest
         stopping value of the classes still running) and ``time``, as
-        :class:`~dask_estimators.optim.progress.IterationLog` takes it.
+        :class:`~dask_estimators._progress.IterationLog` takes it.
 
     Returns
     -------

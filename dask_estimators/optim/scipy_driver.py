@@ -547,7 +547,7 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     ``callback``, when given, is called after each iteration (``nit`` times in
     all) with an :class:`~scipy.optimize.OptimizeResult` of ``x``, ``fun``,
     ``nit``, ``grad_max`` and ``time``, for example an
-    :class:`~dask_estimators.optim.progress.IterationLog`.  ``verbose``
+    :class:`~dask_estimators._progress.IterationLog`.  ``verbose``
     prints a line when the solver ends, and with ``verbose >= 2`` each
     evaluation of the objective (one distributed round) as well.  A ``ConvergenceWarning``
     is raised when the solver stops at ``max_iter`` (``max_iter=0`` included), or stops short of ``tol``

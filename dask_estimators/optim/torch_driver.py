@@ -2,11 +2,11 @@
 
 One epoch loop, :func:`run_epochs`, serves both strategies:
 
-- **tree** (:func:`train_tree`): the optimizer lives on the client.  Each step
+- **rounds** (:func:`train_rounds`): the optimizer lives on the client.  Each step
   is one engine round: every worker returns the raw gradient sum of its share
   of the global batch, the workers tree-sum them, the client divides, adds the
   L2 term and steps.
-- **ddp** (:func:`dask_estimators.engine.ddp.train.ddp_rank`, in the engine: it is
+- **ddp** (:func:`dask_estimators.engine.ddp.train.ddp_rank`, in the engine, given :data:`TRAINING`: it is
   a task body inside a ``torch.distributed`` group): the loop runs on every
   worker at once, the gradients are summed over the ranks and every rank
   steps the same optimizer on the same numbers.
@@ -40,7 +40,8 @@ NON_FINITE_WEIGHTS = (
 )
 
 __all__ = ["TrainConfig", "Monitor", "TrainResult", "make_optimizer", "fast_step", "steps_in_parts", "AdamPartStep",
-           "adam_zero_state", "run_epochs", "train_tree", "torch_state", "minimize_lbfgs"]
+           "adam_zero_state", "run_epochs", "train_rounds", "torch_state", "minimize_lbfgs", "TorchTraining",
+           "TRAINING"]
 
 
 @dataclass
@@ -187,7 +188,7 @@ def fast_step(opt, l2=()):
     The gradients must stay the same tensors between steps (updated in place).
     ``l2``: the parameters a ``decay`` argument of the fused step applies to;
     ``opt.step`` takes no such argument, so a caller tells them apart with
-    ``isinstance(step, _FusedAdamStep)`` (see ``engine/ddp/train.py``).
+    ``isinstance(step, _FusedAdamStep)`` (:meth:`TorchTraining.fast_step` does).
     """
     return _FusedAdamStep(opt, l2) if _plain_fused_adam(opt) else opt.step
 
@@ -310,7 +311,7 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
     step : callable ``(epoch, k) -> (batch_loss, batch_rows)``
         Computes the gradient of global batch ``k`` of ``epoch`` and steps the
         optimizer; returns this process's part of ``batch_loss * batch_rows``
-        (the whole value in the tree strategy).
+        (the whole value in the rounds strategy).
     reduce_epoch : callable, optional
         Sums a float over the ranks (DDP); identity by default.
     validate : callable, optional
@@ -384,6 +385,64 @@ def torch_state(state):
     return state
 
 
+class TorchTraining:
+    """This module's part of a ddp rank's loop, handed to the engine as an argument.
+
+    The engine's rank loop (:mod:`dask_estimators.engine.ddp.train`) owns
+    what needs the process group: the summed gradients, the ranks' shares
+    of each batch, the shared memory between ranks of one host.  The
+    optimizer, its steps, its state and the epochs with their stopping
+    rules are this module's; the engine imports no optimizer, and reaches
+    them only through the object it is given, :data:`TRAINING`, an instance
+    of this class (sent to the workers with the task, by reference).
+    """
+
+    @staticmethod
+    def optimizer(params, cfg: TrainConfig, state=None) -> torch.optim.Optimizer:
+        """:func:`make_optimizer`'s optimizer for ``cfg``, with ``state`` (a ``state_dict``, maybe of NumPy
+        arrays: :func:`torch_state`) loaded when given."""
+        opt = make_optimizer(params, cfg)
+        if state is not None:
+            opt.load_state_dict(torch_state(state))
+        return opt
+
+    @staticmethod
+    def fast_step(opt, l2=()):
+        """(:func:`fast_step`'s step, whether it takes the L2 term's ``decay`` as its argument: the fused Adam
+        adds it to the gradients of ``l2`` as it reads them; ``opt.step`` takes no argument)."""
+        step = fast_step(opt, l2)
+        return step, isinstance(step, _FusedAdamStep)
+
+    @staticmethod
+    def in_parts(cfg: TrainConfig) -> bool:
+        """:func:`steps_in_parts`: whether ranks may step parts of the parameters (:meth:`part_step`)."""
+        return steps_in_parts(cfg)
+
+    @staticmethod
+    def part_step(opt, lo, hi, l2=()):
+        """:class:`AdamPartStep`: ``opt``'s step on the range ``[lo, hi)`` of the flat parameters."""
+        return AdamPartStep(opt, lo, hi, l2=l2)
+
+    @staticmethod
+    def zero_state(opt, moments=None) -> None:
+        """:func:`adam_zero_state`."""
+        adam_zero_state(opt, moments)
+
+    @staticmethod
+    def epochs(step, cfg: TrainConfig, opt, monitor: Monitor, **kwargs) -> TrainResult:
+        """:func:`run_epochs`."""
+        return run_epochs(step, cfg, opt, monitor, **kwargs)
+
+    @staticmethod
+    def result(**fields) -> TrainResult:
+        """A :class:`TrainResult` of ``fields`` (a run resumed after its last epoch)."""
+        return TrainResult(**fields)
+
+
+#: What the engine's ddp rank loop is given (:class:`TorchTraining`).
+TRAINING = TorchTraining()
+
+
 def _grads_into(params, g):
     pos = 0
     for p in params:
@@ -392,9 +451,9 @@ def _grads_into(params, g):
         pos += n
 
 
-def train_tree(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor, opt_state=None,
+def train_rounds(evaluator, spec: M.MLPSpec, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor, opt_state=None,
                report=None, callbacks=()) -> TrainResult:
-    """The tree strategy: the optimizer on the client, one engine round per global batch.
+    """The rounds strategy: the optimizer on the client, one engine round per global batch.
 
     ``evaluator(kernel, *args)`` sums a kernel over the shards (see
     :class:`~dask_estimators.engine.DistributedEvaluator`).

@@ -127,7 +127,8 @@ class DataSession:
         return _placement.workers_worth(self.client, flops_per_step, nbytes, workers=workers)
 
     # --------------------------------------------------------------------- data
-    def data(self, *, check=None, workers=None, hosted: bool = False, **arrays) -> PlacedData:
+    def data(self, *, check=None, workers=None, hosted: bool = False, outputs: int | None = None,
+             **arrays) -> PlacedData:
         """Place ``arrays`` (X, y, sample_weight, ...: NumPy, scipy.sparse or dask collections; None ones are
         left out) on the workers, one shard per worker, row-aligned.
 
@@ -135,11 +136,23 @@ class DataSession:
         workers to use (a list, or a callable of the row count; None: all).  ``hosted``: the shards' actors are
         held by each worker's long-lived host, for the many small fits of a search.  The shards are released
         when the session closes.
+
+        ``outputs``: the model's outputs (the classes of a multi-class model, the targets of a multi-output
+        one), given when its problem may run in one task on one worker (its caller needs nothing on the client
+        at each iteration); None: it runs in rounds from the client.  The session then chooses how it runs
+        (:attr:`PlacedData.on_worker`): a small problem (:func:`small_problem`), without a ``timeout`` (which
+        bounds each round), is placed on one worker, its actors hosted, and its solver runs there
+        (:meth:`PlacedData.minimize`, :meth:`PlacedData.run_on_worker`); ``workers`` and ``hosted`` are then
+        the session's.
         """
         self._need_open()
+        X = arrays.get("X")
+        small = (outputs is not None and self.timeout is None and X is not None and small_problem(X, outputs))
+        if small:
+            workers, hosted = self.one_worker(), True
         placement = _placement.place(self.client, arrays, check=check, device=self.device, workers=workers,
                                      timeout=self.timeout, hosted=hosted)
-        data = PlacedData(self, placement)
+        data = PlacedData(self, placement, on_worker=small and len(placement.shards) == 1)
         self._placed.append(data)
         return data
 
@@ -155,11 +168,14 @@ class PlacedData:
     calls made so far replayed on it).  A problem runs either in rounds from
     the client (:meth:`evaluator`, given to an objective or a driver) or in
     one task on the worker of a small problem's one shard (:meth:`run_on_worker`,
-    :meth:`minimize`).
+    :meth:`minimize`), as the session chose (:attr:`on_worker`).
     """
 
-    def __init__(self, session: DataSession, placement):
+    def __init__(self, session: DataSession, placement, on_worker: bool = False):
         self.session, self._placement = session, placement
+        #: Whether the problem on this data runs in one task on its one shard's worker (the session's choice:
+        #: :meth:`DataSession.data`); else in rounds from the client.
+        self.on_worker = bool(on_worker)
 
     @property
     def n_samples(self) -> int:
@@ -222,19 +238,19 @@ class PlacedData:
         warn_again(caught, stacklevel=stacklevel + 1)
         return out, stats
 
-    def minimize(self, objective, w0, *, solver, tol, max_iter, verbose=0, callback=None, on_worker=False,
-                 stacklevel=2):
+    def minimize(self, objective, w0, *, solver, tol, max_iter, verbose=0, callback=None, stacklevel=2):
         """Minimise ``objective`` (built on :meth:`evaluator`) from ``w0`` with the solver named: the result, and
         the counters of the evaluations made on the worker (None when they ran in rounds from the client).
 
-        ``on_worker`` (a small problem on one shard): the solver runs in one task on the shard's worker, not one
-        round per evaluation; ``verbose`` and ``callback`` (per iteration, on the client) need the rounds.
+        Where the session chose so (:attr:`on_worker`: a small problem on one shard), the solver runs in one
+        task on the shard's worker, not one round per evaluation; ``verbose`` and ``callback`` (per iteration,
+        on the client) need the rounds, and get them.
         """
         from scipy.optimize import OptimizeResult
 
         from ..optim import minimize
 
-        if on_worker:
+        if self.on_worker and not verbose and callback is None:
             res, stats = self.run_on_worker(minimize, objective, (w0,),
                                             {"solver": solver, "tol": tol, "max_iter": max_iter},
                                             stacklevel=stacklevel + 1)
@@ -244,7 +260,7 @@ class PlacedData:
 
     def train(self, strategy, spec, w0, cfg, monitor, opt_state=None, progress=None, callbacks=()):
         """Train the network ``spec`` on these shards: ``"ddp"`` (one rank per shard's worker, the optimizer on
-        every rank; a lost worker resumed from the last epoch's state) or ``"tree"`` (the optimizer on the
+        every rank; a lost worker resumed from the last epoch's state) or ``"rounds"`` (the optimizer on the
         client, one round per batch).  Returns (the training result, the round statistics).
 
         ``callbacks`` are the loop's; ``progress`` takes the epochs' records on the client.
@@ -252,18 +268,19 @@ class PlacedData:
         callbacks = list(callbacks)
         if strategy == "ddp":
             from ..engine.ddp.train import train_ddp
+            from ..optim.torch_driver import TRAINING
 
             on_resume = None if progress is None else progress.keep
             # rank 0 sends each epoch's record only where a client callback takes it (an event is as long as a
             # small network's epoch); the fitted history comes with the result
             on_event = progress if progress is not None and progress.listening else None
             out = train_ddp(self._placement, spec, w0, cfg, monitor, opt_state, callbacks, on_event=on_event,
-                            on_resume=on_resume)
+                            on_resume=on_resume, training=TRAINING)
             return out, dict(out.info)
-        from ..optim.torch_driver import train_tree
+        from ..optim.torch_driver import train_rounds
 
         evaluator = self.evaluator()
-        res = train_tree(evaluator, spec, w0, cfg, monitor, opt_state, report=progress, callbacks=callbacks)
+        res = train_rounds(evaluator, spec, w0, cfg, monitor, opt_state, report=progress, callbacks=callbacks)
         return res, evaluator.stats.as_dict()
 
     def warm_others(self, networks: bool = False) -> None:

@@ -20,7 +20,6 @@ import functools
 import gc
 import os
 import signal
-import threading
 import time
 
 import dask
@@ -497,9 +496,9 @@ def test_ddp_resumes_after_a_worker_is_killed_mid_epoch(fc, faulty, callbacks):
     if callbacks:  # the schedule went on where it was: the same rates as the undisturbed fit
         assert est._optimizer_state["param_groups"][0]["lr"] == ref._optimizer_state["param_groups"][0]["lr"]
         assert est.callbacks_[1].best_loss == pytest.approx(ref.callbacks_[1].best_loss, rel=1e-9)
-    # the cluster is usable afterwards: a tree fit on all the workers
+    # the cluster is usable afterwards: a rounds fit on all the workers
     fc = faulty.ready()
-    de.MLPClassifier((4,), strategy="tree", max_iter=2, random_state=0, client=fc).fit(X[:300], y[:300])
+    de.MLPClassifier((4,), strategy="rounds", max_iter=2, random_state=0, client=fc).fit(X[:300], y[:300])
 
 
 def test_ddp_epoch_state_is_each_epochs_own_and_the_next_epoch_never_writes_over_it():

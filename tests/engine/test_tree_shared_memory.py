@@ -138,7 +138,7 @@ def test_a_shared_sum_pickles_as_references_and_maps_back():
     got = pickle.loads(blob)  # in this process: its own segment, in place
     assert got[0] == 3.0
     np.testing.assert_array_equal(got[1], a + b)
-    assert np.shares_memory(got[1], s.tree[1])
+    assert np.shares_memory(got[1], s.nested[1])
 
 
 def test_a_reused_segment_is_an_error_not_another_sum():
@@ -159,7 +159,7 @@ def test_segments_are_pooled_and_add_into_keeps_its_segment():
     fd = s._leaves.ref.fd
     out = _worker.add_into(s, a, share="copy")
     assert out is s and out.copy and out._leaves.ref.fd == fd  # summed in place, in the same segment
-    np.testing.assert_array_equal(out.tree, 6.0)
+    np.testing.assert_array_equal(out.nested, 6.0)
     np.testing.assert_array_equal(a, 2.0)
     del s, out
     gc.collect()
@@ -185,7 +185,7 @@ def test_sums_that_cannot_be_held_in_place_stay_plain():
 
 # ----------------------------------------------------------- the actors' tree (the default transport)
 def _shard_result(shard, seed, size):
-    """Kernel: a result tree with a large array that depends on the shard and the round's seed."""
+    """Kernel: a nested result with a large array that depends on the shard and the round's seed."""
     rows = float(shard.get("X").shape[0])
     return (rows * seed, np.random.default_rng(seed).standard_normal(size) * rows, np.arange(3.0) * rows)
 

@@ -76,22 +76,22 @@ def _iris():
 
 @pytest.mark.parametrize("solver", ["adam", "lbfgs"])
 def test_a_small_network_trains_on_one_worker_and_takes_the_same_steps(client, rule, solver):
-    """iris with the default network: one shard, and ddp's steps are the tree strategy's, to rounding."""
+    """iris with the default network: one shard, and ddp's steps are the rounds strategy's, to rounding."""
     X, y = _iris()
     kw = dict(solver=solver, max_iter=30, random_state=0)
     if solver == "lbfgs":
         fits = [de.MLPClassifier(**kw).fit(X, y)]
     else:
-        fits = [de.MLPClassifier(strategy=s, **kw).fit(X, y) for s in ("ddp", "tree")]
+        fits = [de.MLPClassifier(strategy=s, **kw).fit(X, y) for s in ("ddp", "rounds")]
     for est in fits:
         assert est.fit_stats_["n_shards"] == 1 and est.fit_stats_["rows_per_shard"] == [150]
         assert est.score(X, y) > 0.85
     if solver == "adam":
-        ddp, tree = fits
+        ddp, rounds = fits
         assert ddp.fit_stats_["strategy"] == "ddp"
-        for a, b in zip(ddp.coefs_ + ddp.intercepts_, tree.coefs_ + tree.intercepts_):
+        for a, b in zip(ddp.coefs_ + ddp.intercepts_, rounds.coefs_ + rounds.intercepts_):
             np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
-        np.testing.assert_allclose(ddp.loss_curve_, tree.loss_curve_, rtol=1e-10)
+        np.testing.assert_allclose(ddp.loss_curve_, rounds.loss_curve_, rtol=1e-10)
 
 
 def test_a_network_whose_steps_are_worth_two_workers_takes_both(client, rule, rng):
@@ -107,7 +107,7 @@ def test_a_network_whose_steps_are_worth_two_workers_takes_both(client, rule, rn
 @pytest.mark.parametrize("case", ["sample_weight", "early_stopping", "sparse", "dask"])
 def test_the_paths_users_take_train_on_one_worker_alike_with_both_strategies(client, rule, case):
     """Sample weights, a validation split, sparse X and dask input (blocks on both workers, placed on one): one
-    shard, and ddp's single rank takes the tree strategy's steps, to rounding."""
+    shard, and ddp's single rank takes the rounds strategy's steps, to rounding."""
     import dask.array as da
     import scipy.sparse as sp
 
@@ -121,9 +121,9 @@ def test_the_paths_users_take_train_on_one_worker_alike_with_both_strategies(cli
         X = sp.csr_matrix(X)
     else:
         X, y = da.from_array(X, chunks=50), da.from_array(y, chunks=50)
-    ddp, tree = (de.MLPClassifier(strategy=s, **kw).fit(X, y, **fit_kw) for s in ("ddp", "tree"))
-    for est in (ddp, tree):
+    ddp, rounds = (de.MLPClassifier(strategy=s, **kw).fit(X, y, **fit_kw) for s in ("ddp", "rounds"))
+    for est in (ddp, rounds):
         assert est.fit_stats_["rows_per_shard"] == [150]
-    assert ddp.n_iter_ == tree.n_iter_
-    for a, b in zip(ddp.coefs_ + ddp.intercepts_, tree.coefs_ + tree.intercepts_):
+    assert ddp.n_iter_ == rounds.n_iter_
+    for a, b in zip(ddp.coefs_ + ddp.intercepts_, rounds.coefs_ + rounds.intercepts_):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

@@ -1,6 +1,6 @@
 """Callbacks as objects (dask_estimators.callbacks) on the MLPs, with both strategies on the process cluster.
 
-* a user's EarlyStopping and LRScheduler act the same in the client's loop (tree) and on every rank (ddp);
+* a user's EarlyStopping and LRScheduler act the same in the client's loop (rounds) and on every rank (ddp);
 * Checkpoint writes the best epoch's layers, which are the fitted ones when the last epoch is the best;
 * the estimator's own rule (tol, n_iter_no_change, early_stopping) is such a callback, run first;
 * the objects given are never changed by a fit (its copies are ``callbacks_``); bad callbacks are refused;
@@ -28,7 +28,7 @@ def _mlp(client, strategy, callbacks, **kw):
     return de.MLPClassifier((8,), strategy=strategy, client=client, callbacks=callbacks, **kw)
 
 
-@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+@pytest.mark.parametrize("strategy", ["rounds", "ddp"])
 def test_early_stopping_and_lr_schedule_act_alike_on_both_strategies(client, strategy):
     X, y = _data()
     stop = EarlyStopping(tol=0.05, patience=1)
@@ -55,15 +55,15 @@ def test_early_stopping_and_lr_schedule_act_alike_on_both_strategies(client, str
 def test_the_strategies_give_the_same_run(client):
     X, y = _data(seed=1)
     runs = {s: _mlp(client, s, [EarlyStopping(tol=0.02, patience=2),
-                                LRScheduler("ExponentialLR", gamma=0.8)]).fit(X, y) for s in ("tree", "ddp")}
-    tree, ddp = runs["tree"], runs["ddp"]
-    assert tree.n_iter_ == ddp.n_iter_
-    np.testing.assert_allclose([r["loss"] for r in ddp.history_], [r["loss"] for r in tree.history_], rtol=1e-9)
-    for a, b in zip(ddp.coefs_, tree.coefs_):
+                                LRScheduler("ExponentialLR", gamma=0.8)]).fit(X, y) for s in ("rounds", "ddp")}
+    rounds, ddp = runs["rounds"], runs["ddp"]
+    assert rounds.n_iter_ == ddp.n_iter_
+    np.testing.assert_allclose([r["loss"] for r in ddp.history_], [r["loss"] for r in rounds.history_], rtol=1e-9)
+    for a, b in zip(ddp.coefs_, rounds.coefs_):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
 
 
-@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+@pytest.mark.parametrize("strategy", ["rounds", "ddp"])
 def test_checkpoint_holds_the_best_epochs_layers(client, strategy, tmp_path):
     X, y = _data(seed=2)
     path = tmp_path / "best.npz"
@@ -84,7 +84,7 @@ def test_sklearn_stopping_rule_is_a_callback_run_first(client, capsys):
     assert issubclass(Monitor, EarlyStopping)
     # tol so large that every epoch after the first counts: scikit-learn's rule stops when the count passes
     # n_iter_no_change, on epoch 1 + 3; the user's PrintLog saw every epoch
-    est = _mlp(client, "tree", [PrintLog()], tol=1e9, n_iter_no_change=2).fit(X, y)
+    est = _mlp(client, "rounds", [PrintLog()], tol=1e9, n_iter_no_change=2).fit(X, y)
     assert est.n_iter_ == 4 and est.callbacks_[0].__class__ is PrintLog
     printed = capsys.readouterr().out.splitlines()
     assert [line.split(",")[0] for line in printed] == [f"Iteration {k}" for k in range(1, 5)]
@@ -142,11 +142,11 @@ def test_ranks_send_the_epochs_records_only_to_a_listening_client(client, monkey
 def test_refusals(client):
     X, y = _data(n=300)
     with pytest.raises(ValueError, match="needs a validation set: set early_stopping=True"):
-        _mlp(client, "tree", [EarlyStopping(monitor="validation_score")]).fit(X, y)
+        _mlp(client, "rounds", [EarlyStopping(monitor="validation_score")]).fit(X, y)
     with pytest.raises(ValueError, match="solver='lbfgs' has none"):
-        _mlp(client, "tree", [EarlyStopping()], solver="lbfgs").fit(X, y)
+        _mlp(client, "rounds", [EarlyStopping()], solver="lbfgs").fit(X, y)
     with pytest.raises(TypeError, match="must be dask_estimators.callbacks.Callback instances"):
-        _mlp(client, "tree", [lambda history: None]).fit(X, y)
+        _mlp(client, "rounds", [lambda history: None]).fit(X, y)
     with pytest.raises(ValueError, match="monitor must be 'loss' or 'validation_score'"):
         EarlyStopping(monitor="accuracy")
     assert Callback().on_epoch_end([{"loss": 1.0}]) is None  # the base class's hooks do nothing
@@ -164,7 +164,7 @@ class _Epochs(Callback):
         self.epochs.append(history[-1]["epoch"])
 
 
-@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+@pytest.mark.parametrize("strategy", ["rounds", "ddp"])
 def test_charlstm_takes_the_same_callbacks(client, strategy, tmp_path):
     """CharLSTM: a user's EarlyStopping stops it (in the loop, on every rank with ddp), a client callback sees every
     epoch, and the checkpoint file that warm_start resumes from is still written, by a callback of its own."""

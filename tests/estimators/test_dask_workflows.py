@@ -133,7 +133,7 @@ def test_regressors_on_a_persisted_dask_array_with_other_chunks_for_y(client, rn
 def test_mlp_from_a_dask_array_with_other_chunks_for_y(client, rng):
     X = rng.standard_normal((600, 5))
     y = (X[:, 0] > 0).astype(int)
-    kw = dict(hidden_layer_sizes=(8,), max_iter=20, random_state=0, batch_size=600, strategy="tree")
+    kw = dict(hidden_layer_sizes=(8,), max_iter=20, random_state=0, batch_size=600, strategy="rounds")
     est = de.MLPClassifier(**kw).fit(da.from_array(X, chunks=(150, 5)), da.from_array(y, chunks=250))
     ref = de.MLPClassifier(**kw).fit(X, y)
     for a, b in zip(est.coefs_, ref.coefs_):  # one full batch per epoch: the same steps, summed in another order

@@ -14,7 +14,6 @@ import warnings
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from sklearn import linear_model as sk_lm
 from sklearn import neural_network as sk_nn
 from sklearn import svm as sk_svm
@@ -301,7 +300,7 @@ def test_to_sklearn_keeps_feature_names():
 
 
 # ===================================================================== MLPs
-MLP_STRATEGIES = ["tree", "ddp"]
+MLP_STRATEGIES = ["rounds", "ddp"]
 
 
 def _iris():
@@ -442,7 +441,7 @@ def test_mlp_diverging_loss_with_early_stopping_finishes_as_sklearn(strategy):
     assert np.all(np.isfinite(ours.predict(X)))
 
 
-@pytest.mark.parametrize("solver,strategy", [("adam", "tree"), ("adam", "ddp"), ("lbfgs", "tree")])
+@pytest.mark.parametrize("solver,strategy", [("adam", "rounds"), ("adam", "ddp"), ("lbfgs", "rounds")])
 def test_mlp_nonfinite_params_is_sklearns_value_error(solver, strategy):
     rng = np.random.RandomState(0)
     X = np.finfo(np.float64).max * rng.uniform(size=(10, 2))

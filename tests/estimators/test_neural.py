@@ -40,7 +40,7 @@ from dask_estimators.objectives import _fused_mlp
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
-STRATEGIES = ["tree", "ddp"]
+STRATEGIES = ["rounds", "ddp"]
 
 
 # --------------------------------------------------------------------------- data
@@ -138,7 +138,7 @@ def test_diabetes_r2_matches_sklearn(diabetes, solver):
     assert sk_r2 > 0.3
     assert abs(r2 - sk_r2) <= 0.02, (r2, sk_r2)
     assert est.predict(Xte).shape == (len(yte),)
-    assert est.fit_stats_["strategy"] == ("tree" if solver == "lbfgs" else "ddp")
+    assert est.fit_stats_["strategy"] == ("rounds" if solver == "lbfgs" else "ddp")
 
 
 def test_lbfgs_follows_sklearn_closely():
@@ -232,12 +232,12 @@ def shared_optimizer(client):
 
 
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shm-allreduce", "gloo-allreduce"])
-def test_tree_and_ddp_take_the_same_steps(client, shared_optimizer, shared_memory):
+def test_rounds_and_ddp_take_the_same_steps(client, shared_optimizer, shared_memory):
     """Both strategies share the seeded batches and the objective: the same weights up to rounding, whether
     the ddp ranks sum their gradients through shared memory (the workers share this host) or through gloo."""
     X, y = _blobs(n=200, k=3)
     kw = dict(batch_size=50, max_iter=5)
-    tree = _small("tree", **kw).fit(X, y)
+    rounds = _small("rounds", **kw).fit(X, y)
 
     client.run(_set_shared_memory, shared_memory)
     try:
@@ -249,24 +249,24 @@ def test_tree_and_ddp_take_the_same_steps(client, shared_optimizer, shared_memor
     assert ddp.fit_stats_["kernel"] == ("numba" if _fused_mlp.AVAILABLE else "torch")  # float64 on CPU workers
     # ranks on one host share one copy of the parameters and of Adam's state, and each steps its part
     assert ddp.fit_stats_["optimizer"] == ("in parts, state shared" if shared_memory else "whole on every rank")
-    assert _max_diff(tree, ddp) < 1e-10
-    np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
+    assert _max_diff(rounds, ddp) < 1e-10
+    np.testing.assert_allclose(rounds.loss_curve_, ddp.loss_curve_, rtol=1e-10)
 
 
 def test_ranks_sharing_adams_state_return_it_whole(client, shared_optimizer):
     """A ddp fit whose ranks stepped their parts of one shared Adam state returns the whole state: runs that
-    go on from it (partial_fit, and a resumed fit each rank loads) take the tree strategy's steps, to rounding.
+    go on from it (partial_fit, and a resumed fit each rank loads) take the rounds strategy's steps, to rounding.
     The network (5 -> 40 -> 3) puts the ranks' cut inside the first weight matrix."""
     X, y = _blobs(n=240, d=5, k=3)
     kw = dict(hidden_layer_sizes=(40,), batch_size=40, max_iter=3, alpha=1e-3)
-    tree, ddp = _small("tree", **kw).fit(X, y), _small("ddp", **kw).fit(X, y)
+    rounds, ddp = _small("rounds", **kw).fit(X, y), _small("ddp", **kw).fit(X, y)
     assert ddp.fit_stats_["optimizer"] == "in parts, state shared"
     for _ in range(3):
-        tree.partial_fit(X, y)
+        rounds.partial_fit(X, y)
         ddp.partial_fit(X, y)
         assert ddp.fit_stats_["optimizer"] == "in parts, state shared"
-        assert _max_diff(tree, ddp) < 1e-10
-    np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-10)
+        assert _max_diff(rounds, ddp) < 1e-10
+    np.testing.assert_allclose(rounds.loss_curve_, ddp.loss_curve_, rtol=1e-10)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -432,9 +432,9 @@ def test_ranks_on_one_host_sum_everything_through_shared_memory(client, shared_m
     # per epoch: the loss and the validation sums, besides each step's gradient; the batch sizes once or each epoch
     sizes = 6 if weighted else 1
     assert list(counts.values()) == ([0, 0] if shared_memory else [steps + 2 * 6 + sizes] * 2)
-    tree = _small("tree", **kw).fit(X, y, sample_weight=sw)
-    assert _max_diff(tree, ddp) < 1e-10
-    np.testing.assert_allclose(tree.validation_scores_, ddp.validation_scores_, rtol=1e-12)
+    rounds = _small("rounds", **kw).fit(X, y, sample_weight=sw)
+    assert _max_diff(rounds, ddp) < 1e-10
+    np.testing.assert_allclose(rounds.validation_scores_, ddp.validation_scores_, rtol=1e-12)
 
 
 def test_ddp_reports_where_its_steps_spent_their_time(client):
@@ -445,7 +445,7 @@ def test_ddp_reports_where_its_steps_spent_their_time(client):
     assert all(v > 0 for v in parts.values()), parts
     # the parts lie inside the steps, and the steps inside the epochs' seconds: nothing is counted twice
     assert sum(parts.values()) < sum(h["seconds"] for h in ddp.history_)
-    assert "step_seconds" not in _small("tree", batch_size=50, max_iter=2).fit(X, y).fit_stats_  # no ranks
+    assert "step_seconds" not in _small("rounds", batch_size=50, max_iter=2).fit(X, y).fit_stats_  # no ranks
 
 
 # ----------------------------------------------------------- 5. early stopping
@@ -475,12 +475,12 @@ def test_validation_part_too_small_is_an_error():
     X, _ = _blobs(n=10)
     y = np.arange(10) % 2  # five of each class: stratifiable, but 10% is one row
     with pytest.raises(ValueError, match="[Vv]alidation"):
-        _small("tree", early_stopping=True, validation_fraction=0.1).fit(X, y)
+        _small("rounds", early_stopping=True, validation_fraction=0.1).fit(X, y)
 
 
 def test_no_early_stopping_keeps_best_loss():
     X, y = _blobs()
-    est = _small("tree", max_iter=15).fit(X, y)
+    est = _small("rounds", max_iter=15).fit(X, y)
     assert est.validation_scores_ is None and est.best_validation_score_ is None
     assert est.best_loss_ == min(est.loss_curve_)
     assert est.loss_ == est.loss_curve_[-1]
@@ -491,7 +491,7 @@ def test_no_early_stopping_keeps_best_loss():
 def test_max_iter_reached_warns():
     X, y = _blobs()
     with pytest.warns(ConvergenceWarning, match="Maximum iterations"):
-        _small("tree", max_iter=2).fit(X, y)
+        _small("rounds", max_iter=2).fit(X, y)
 
 
 # ------------------------------------------------------------------- 6. pickle
@@ -547,7 +547,7 @@ def test_pickle_holds_no_cluster_and_predicts_elsewhere(strategy, client, tmp_pa
     assert _coefs_equal(back, est)
 
     if strategy == "ddp":
-        return  # the same attributes; one fresh interpreter (the tree model's state holds torch tensors) is enough
+        return  # the same attributes; one fresh interpreter (the rounds model's state holds torch tensors) is enough
     # a fresh interpreter, with no cluster and no client, loads it and predicts the same
     paths = [tmp_path / n for n in ("m.pkl", "X.npy", "proba.npy", "pred.npy")]
     paths[0].write_bytes(blob)
@@ -562,7 +562,7 @@ def test_pickle_holds_no_cluster_and_predicts_elsewhere(strategy, client, tmp_pa
 
 def test_unfitted_pickle_and_refit_after_unpickle():
     X, y = _blobs()
-    est = pickle.loads(pickle.dumps(_small("tree").fit(X, y)))
+    est = pickle.loads(pickle.dumps(_small("rounds").fit(X, y)))
     est.fit(X, y)  # the unpickled model fits again on the default client
     assert est.n_iter_ == 10
 
@@ -582,7 +582,7 @@ def test_predict_shapes_and_classes_like_sklearn(kind):
         y = (X[:, :3] > 0).astype(int)  # three independent labels
     params = dict(hidden_layer_sizes=(10,), max_iter=30, learning_rate_init=0.01, random_state=0)
     ref = sknn.MLPClassifier(**params).fit(X, y)
-    est = de.MLPClassifier(**params, strategy="tree").fit(X, y)
+    est = de.MLPClassifier(**params, strategy="rounds").fit(X, y)
     np.testing.assert_array_equal(est.classes_, ref.classes_)
     assert est.classes_.dtype == ref.classes_.dtype
     assert est.out_activation_ == ref.out_activation_
@@ -611,10 +611,10 @@ def test_predict_shapes_and_classes_like_sklearn(kind):
 def test_regressor_multi_output_and_column_y():
     X, y = _regression()
     Y = np.column_stack([y, -y])
-    est = de.MLPRegressor(hidden_layer_sizes=(10,), max_iter=20, random_state=0, strategy="tree").fit(X, Y)
+    est = de.MLPRegressor(hidden_layer_sizes=(10,), max_iter=20, random_state=0, strategy="rounds").fit(X, Y)
     assert est.predict(X).shape == (200, 2)
     assert est.n_outputs_ == 2
-    one = de.MLPRegressor(hidden_layer_sizes=(10,), max_iter=20, random_state=0, strategy="tree")
+    one = de.MLPRegressor(hidden_layer_sizes=(10,), max_iter=20, random_state=0, strategy="rounds")
     assert one.fit(X, y).predict(X).shape == (200,)
 
 
@@ -658,7 +658,7 @@ def test_regressor_on_dask_dataframe():
 @pytest.mark.parametrize("container", ["array", "dataframe"])
 def test_classifier_predict_on_dask_input_is_lazy_and_equals_numpy(container):
     X, y = _blobs(k=3)
-    est = _small("tree").fit(X, y)
+    est = _small("rounds").fit(X, y)
     if container == "array":
         Xd = _dask(X)
     else:
@@ -682,7 +682,7 @@ def _boom(block):
 
 def test_predict_on_dask_input_does_not_compute():
     X, y = _blobs()
-    est = _small("tree").fit(X, y)
+    est = _small("rounds").fit(X, y)
     poisoned = _dask(X).map_blocks(_boom, dtype=float)
     lazy = est.predict(poisoned)
     assert isinstance(lazy, da.Array)
@@ -710,8 +710,8 @@ def test_classifier_on_dask_dataframe(y_kind):
     X, y = _blobs(k=3)
     ddf = dd.from_pandas(_frame(X), npartitions=4)
     yy = dd.from_pandas(pd.Series(y), npartitions=4) if y_kind == "dask" else y
-    est = _small("tree").fit(ddf, yy)
-    ref = _small("tree").fit(_frame(X), y)
+    est = _small("rounds").fit(ddf, yy)
+    ref = _small("rounds").fit(_frame(X), y)
     assert _max_diff(est, ref) < 1e-10
     np.testing.assert_array_equal(est.predict(ddf).compute(), ref.predict(_frame(X)))
 
@@ -749,10 +749,10 @@ def test_integer_sample_weight_equals_repeated_rows(kind):
 def test_sample_weight_with_stochastic_solver_both_strategies_agree():
     X, y = _blobs()
     w = np.random.default_rng(1).uniform(0.5, 2.0, size=len(y))
-    tree = _small("tree").fit(X, y, sample_weight=w)
+    rounds = _small("rounds").fit(X, y, sample_weight=w)
     ddp = _small("ddp").fit(X, y, sample_weight=w)
-    assert _max_diff(tree, ddp) < 1e-10
-    assert _max_diff(tree, _small("tree").fit(X, y)) > 1e-6
+    assert _max_diff(rounds, ddp) < 1e-10
+    assert _max_diff(rounds, _small("rounds").fit(X, y)) > 1e-6
 
 
 @pytest.mark.parametrize("solver", ["adam", "lbfgs"])
@@ -807,14 +807,14 @@ def test_warm_start_lbfgs_starts_from_the_solution():
 
 def test_warm_start_with_another_architecture_is_an_error():
     X, y = _blobs()
-    est = _small("tree", warm_start=True).fit(X, y)
+    est = _small("rounds", warm_start=True).fit(X, y)
     with pytest.raises(ValueError, match="hidden_layer_sizes"):
         est.set_params(hidden_layer_sizes=(5,)).fit(X, y)
 
 
 def test_partial_fit_first_call_needs_classes():
     X, y = _blobs()
-    est = _small("tree")
+    est = _small("rounds")
     with pytest.raises(ValueError, match="classes"):
         est.partial_fit(X, y)
     # and sklearn agrees
@@ -822,7 +822,7 @@ def test_partial_fit_first_call_needs_classes():
         sknn.MLPClassifier().partial_fit(X, y)
 
 
-@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+@pytest.mark.parametrize("strategy", ["rounds", "ddp"])
 def test_partial_fit_one_epoch_per_call(strategy):
     X, y = _blobs(k=3)
     est = _small(strategy, learning_rate_init=0.01)
@@ -840,38 +840,38 @@ def test_partial_fit_one_epoch_per_call(strategy):
         est.partial_fit(X, y, classes=[0, 1, 2, 3])
 
 
-def test_partial_fit_tree_then_ddp_continues_the_same_optimizer():
+def test_partial_fit_rounds_then_ddp_continues_the_same_optimizer():
     X, y = _blobs(k=3)
-    tree = _small("tree", learning_rate_init=0.01)
-    mixed = _small("tree", learning_rate_init=0.01)
+    rounds = _small("rounds", learning_rate_init=0.01)
+    mixed = _small("rounds", learning_rate_init=0.01)
     for _ in range(2):
-        tree.partial_fit(X, y, classes=[0, 1, 2])
+        rounds.partial_fit(X, y, classes=[0, 1, 2])
     mixed.partial_fit(X, y, classes=[0, 1, 2])
     mixed.set_params(strategy="ddp").partial_fit(X, y)
     assert len(mixed.loss_curve_) == 2
     assert mixed.fit_stats_["strategy"] == "ddp"
-    assert _max_diff(mixed, tree) < 1e-10  # the Adam moments travelled to the workers
+    assert _max_diff(mixed, rounds) < 1e-10  # the Adam moments travelled to the workers
 
 
 def test_single_ddp_partial_fit():
     X, y = _blobs(k=3)
     est = _small("ddp").partial_fit(X, y, classes=[0, 1, 2])
-    ref = _small("tree").partial_fit(X, y, classes=[0, 1, 2])
+    ref = _small("rounds").partial_fit(X, y, classes=[0, 1, 2])
     assert est.n_iter_ == 1 and est.fit_stats_["strategy"] == "ddp"
     assert _max_diff(est, ref) < 1e-10
 
 
 def test_partial_fit_can_change_strategy_and_matches_either():
     X, y = _blobs(k=3)
-    a = _small("tree", learning_rate_init=0.01)
+    a = _small("rounds", learning_rate_init=0.01)
     b = _small("ddp", learning_rate_init=0.01)
     for k in range(3):
         a.partial_fit(X, y, classes=[0, 1, 2])
         b.partial_fit(X, y, classes=[0, 1, 2])
-    mixed = _small("tree", learning_rate_init=0.01)
+    mixed = _small("rounds", learning_rate_init=0.01)
     mixed.partial_fit(X, y, classes=[0, 1, 2])
     mixed.set_params(strategy="ddp").partial_fit(X, y)
-    mixed.set_params(strategy="tree").partial_fit(X, y)
+    mixed.set_params(strategy="rounds").partial_fit(X, y)
     assert len(mixed.loss_curve_) == 3
     assert _max_diff(a, b) < 1e-10
     assert _max_diff(mixed, a) < 1e-10  # the optimizer state travelled between the strategies
@@ -879,7 +879,7 @@ def test_partial_fit_can_change_strategy_and_matches_either():
 
 def test_partial_fit_unknown_label_is_an_error():
     X, y = _blobs()
-    est = _small("tree")
+    est = _small("rounds")
     est.partial_fit(X, y, classes=[0, 1])
     with pytest.raises(ValueError, match="`y` has classes not in `self.classes_`"):  # scikit-learn's message
         est.partial_fit(X, np.where(y == 1, 2, 0))
@@ -887,7 +887,7 @@ def test_partial_fit_unknown_label_is_an_error():
 
 def test_regressor_partial_fit():
     X, y = _regression()
-    est = de.MLPRegressor(hidden_layer_sizes=(8,), random_state=0, learning_rate_init=0.01, strategy="tree")
+    est = de.MLPRegressor(hidden_layer_sizes=(8,), random_state=0, learning_rate_init=0.01, strategy="rounds")
     for i in range(1, 4):
         est.partial_fit(X, y)
     assert est.n_iter_ == 1 and len(est.loss_curve_) == 3
@@ -916,7 +916,7 @@ def test_verbose_prints_every_epoch_and_history(strategy, capfd):
 
 def test_not_verbose_prints_nothing(capfd):
     X, y = _blobs()
-    _small("tree", max_iter=3).fit(X, y)
+    _small("rounds", max_iter=3).fit(X, y)
     captured = capfd.readouterr()
     assert "Iteration" not in captured.out + captured.err
 
@@ -941,12 +941,12 @@ def test_nan_in_X_is_an_error():
     X, y = _blobs()
     X[3, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        _small("tree").fit(X, y)
+        _small("rounds").fit(X, y)
 
 
 def test_single_class_is_accepted_as_in_sklearn():
     X, _ = _blobs()
-    est = _small("tree").fit(X, np.full(len(X), 4))
+    est = _small("rounds").fit(X, np.full(len(X), 4))
     np.testing.assert_array_equal(est.classes_, [4])
     np.testing.assert_array_equal(est.predict(X), 4)
 
@@ -967,12 +967,12 @@ def test_non_positive_hidden_layer_size_is_an_error(sizes):
 
 def test_predict_with_wrong_number_of_features_is_an_error():
     X, y = _blobs()
-    est = _small("tree").fit(X, y)
+    est = _small("rounds").fit(X, y)
     with pytest.raises(ValueError, match="features"):
         est.predict(X[:, :3])
     with pytest.raises(ValueError, match="features"):
         est.predict_proba(_dask(X[:, :3]))
-    reg = de.MLPRegressor(hidden_layer_sizes=(4,), max_iter=2, strategy="tree").fit(X, y.astype(float))
+    reg = de.MLPRegressor(hidden_layer_sizes=(4,), max_iter=2, strategy="rounds").fit(X, y.astype(float))
     with pytest.raises(ValueError, match="features"):
         reg.predict(np.hstack([X, X]))
 
@@ -1009,8 +1009,8 @@ def test_float32_input_fits_and_predicts(strategy):
 # ---------------------------------------------------------- 14. fit_stats_
 @pytest.mark.parametrize(
     "solver, strategy, expected",
-    [("adam", "auto", "ddp"), ("sgd", "auto", "ddp"), ("lbfgs", "auto", "tree"),
-     ("adam", "tree", "tree"), ("adam", "ddp", "ddp"), ("lbfgs", "tree", "tree")],
+    [("adam", "auto", "ddp"), ("sgd", "auto", "ddp"), ("lbfgs", "auto", "rounds"),
+     ("adam", "rounds", "rounds"), ("adam", "ddp", "ddp"), ("lbfgs", "rounds", "rounds")],
 )
 def test_fit_stats_strategy(solver, strategy, expected):
     X, y = _blobs()
@@ -1022,7 +1022,41 @@ def test_fit_stats_strategy(solver, strategy, expected):
     assert sum(est.fit_stats_["rows_per_shard"]) == 200
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "tree"])
+RENAMED = (r"strategy='tree' was renamed strategy='rounds' in 0\.1\.0 and will be removed in 0\.3\.0; "
+           r"use strategy='rounds'\.")
+
+
+@pytest.mark.parametrize("solver", ["adam", "lbfgs"])
+def test_strategy_tree_is_a_deprecated_alias_of_rounds(client, solver):
+    """strategy="tree" (the old name of "rounds") fits the same model as "rounds", with one FutureWarning that
+    points at the caller's fit; the parameter is left as given, fit_stats_ says "rounds"."""
+    X, y = _blobs()
+    kw = dict(solver=solver, max_iter=5)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="strategy=", category=FutureWarning)  # the new name: no warning
+        rounds = _small("rounds", **kw).fit(X, y)
+    with pytest.warns(FutureWarning, match=RENAMED) as caught:
+        old = _small("tree", **kw).fit(X, y)
+    renamed = [w for w in caught if issubclass(w.category, FutureWarning) and "strategy='tree'" in str(w.message)]
+    assert len(renamed) == 1 and renamed[0].filename == __file__
+    assert old.strategy == "tree" and old.fit_stats_["strategy"] == rounds.fit_stats_["strategy"] == "rounds"
+    assert _coefs_equal(old, rounds)
+    assert old.loss_curve_ == rounds.loss_curve_
+
+
+def test_strategy_errors_name_rounds():
+    """The constraint lists "tree" as deprecated beside "rounds"; the lbfgs error names "rounds"."""
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    X, y = _blobs()
+    with pytest.raises(InvalidParameterError) as bad:
+        _small("bogus").fit(X, y)
+    assert "'rounds'" in str(bad.value) and "'tree' (deprecated)" in str(bad.value)
+    with pytest.raises(ValueError, match="solver='lbfgs' needs strategy='rounds'"):
+        _small("ddp", solver="lbfgs").fit(X, y)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "rounds"])
 def test_without_validation_rows_one_round_prepares_the_shards_and_gives_them_their_batches(strategy, monkeypatch):
     """Every placed row trains when no validation rows are held out, so the client works the batches' cuts out
     beforehand and one round both prepares the shards and hands the cuts over; with early stopping the split

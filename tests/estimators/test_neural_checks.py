@@ -3,7 +3,7 @@
 Every check runs twice per estimator: with the default ``strategy="auto"``,
 which on this session's cluster (two worker processes, see conftest.py) is
 "ddp" for the default adam solver (``test_default_strategy_is_ddp`` makes
-sure), and with ``strategy="tree"``.  Running all of them for both strategies
+sure), and with ``strategy="rounds"``.  Running all of them for both strategies
 takes about 3 minutes here, so there is no subset.
 """
 
@@ -27,8 +27,8 @@ FAST = dict(max_iter=20)
 ESTIMATORS = [
     de.MLPClassifier(**FAST),
     de.MLPRegressor(**FAST),
-    de.MLPClassifier(**FAST, strategy="tree"),
-    de.MLPRegressor(**FAST, strategy="tree"),
+    de.MLPClassifier(**FAST, strategy="rounds"),
+    de.MLPRegressor(**FAST, strategy="rounds"),
 ]
 
 # These checks require a good training score (accuracy > 0.83, R^2 > 0.5).  They get the max_iter

@@ -161,7 +161,7 @@ def test_mlp_progress_bar_counts_epochs(capfd):
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_mlp_verbose_alone_shows_no_bar(capfd):
     X, y = _binary()
-    est = de.MLPRegressor(hidden_layer_sizes=(8,), max_iter=2, random_state=0, verbose=True, strategy="tree")
+    est = de.MLPRegressor(hidden_layer_sizes=(8,), max_iter=2, random_state=0, verbose=True, strategy="rounds")
     est.fit(X, y.astype(float))
     captured = capfd.readouterr()
     assert "Iteration 2, loss = " in captured.out

@@ -4,7 +4,7 @@
   ``X``, ``LocalEvaluator``): rows cut from the CSR arrays, the first layer's
   product and weight gradient against dense and finite differences, shard
   sums against the whole data, both kernels (numba on CPU, torch ops);
-* training on those shards with the drivers of both strategies (tree and a
+* training on those shards with the drivers of both strategies (rounds and a
   ddp rank in a group of one) and lbfgs: the sparse fit equals the dense fit
   of the same data with the same seed;
 * memory: no dense (n, p) array, nor a dense minibatch, is made;
@@ -35,7 +35,7 @@ from dask_estimators.engine.ddp.collective import Comm, free_port
 from dask_estimators.engine.ddp.train import ddp_rank
 from dask_estimators.objectives import _fused_mlp
 from dask_estimators.objectives import module as M
-from dask_estimators.optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs, train_tree
+from dask_estimators.optim.torch_driver import TRAINING, Monitor, TrainConfig, minimize_lbfgs, train_rounds
 from sparse_guard import forbid_densify  # tests/sparse_guard.py
 
 pytestmark = pytest.mark.filterwarnings(
@@ -263,7 +263,7 @@ def test_lbfgs_sparse_fit_equals_dense_fit(kernel):
 
 
 @pytest.mark.parametrize("solver", ["adam", "sgd"])
-def test_tree_minibatch_fit_equals_dense_fit(kernel, solver):
+def test_rounds_minibatch_fit_equals_dense_fit(kernel, solver):
     n, p = 90, 12
     A = _random_csr(n, p, density=0.25)
     spec = M.MLPSpec(p, (7,), 3, "relu", "softmax")
@@ -273,7 +273,7 @@ def test_tree_minibatch_fit_equals_dense_fit(kernel, solver):
                       seed=7, n_steps=-(-n // 16), n_train=n)
 
     def fit(shards, counts):
-        return train_tree(LocalEvaluator(shards), spec, w0, cfg, Monitor(0.0, 100, False))
+        return train_rounds(LocalEvaluator(shards), spec, w0, cfg, Monitor(0.0, 100, False))
 
     sparse, dense = _fit_both(fit, A, y, spec, batch=16)
     assert sparse.n_epochs == 4
@@ -296,7 +296,7 @@ def test_ddp_rank_sparse_fit_equals_dense_fit(kernel):
     for sparse in (True, False):
         (shard,), counts = _shards(A, y, None, spec, 1, sparse, batch=20)
         comm = Comm(0, 1, "127.0.0.1", free_port("127.0.0.1"), timeout=60)
-        outs.append(ddp_rank(shard, comm, spec, w0, cfg, Monitor(0.0, 100, False)))
+        outs.append(ddp_rank(shard, comm, spec, w0, cfg, Monitor(0.0, 100, False), training=TRAINING))
     sparse, dense = outs
     assert sparse.info["kernel"] == "csr-" + kernel and dense.info["kernel"] == kernel
     np.testing.assert_allclose([r["loss"] for r in sparse.history], [r["loss"] for r in dense.history],
@@ -383,7 +383,7 @@ def test_no_dense_n_by_p_array_is_made(kernel, no_densify):
     ev = LocalEvaluator(shards)
 
     def fit():
-        res = train_tree(ev, spec, w0, cfg, Monitor(0.0, 100, True))  # minibatches and validation
+        res = train_rounds(ev, spec, w0, cfg, Monitor(0.0, 100, True))  # minibatches and validation
         for _ in range(3):  # lbfgs' full-batch evaluations
             ev(M.value_grad, w0, spec, None)
         return res
@@ -458,7 +458,7 @@ def test_sparse_fitted_models_predict_on_sparse_X_without_a_cluster(tmp_path):
 
 def test_nan_in_sparse_X_is_sklearns_error():
     A, yc, _ = _sparse_problem()
-    clf = de.MLPClassifier((4,), max_iter=2, random_state=0, strategy="tree").fit(A, yc)
+    clf = de.MLPClassifier((4,), max_iter=2, random_state=0, strategy="rounds").fit(A, yc)
     B = A.copy()
     B.data[0] = np.nan
     with pytest.raises(ValueError, match="Input X contains NaN"):
@@ -476,10 +476,10 @@ def test_the_mlps_take_sparse_input():
 
 
 FITS = [  # (estimator, solver, strategy)
-    ("classifier", "adam", "tree"),
+    ("classifier", "adam", "rounds"),
     ("classifier", "adam", "ddp"),
     ("classifier", "sgd", "ddp"),
-    ("regressor", "sgd", "tree"),
+    ("regressor", "sgd", "rounds"),
     ("regressor", "adam", "ddp"),
 ]
 
@@ -526,7 +526,7 @@ def test_lbfgs_fit_on_sparse_X_equals_the_dense_fit(kind, no_densify_anywhere):
     np.testing.assert_allclose(sparse.predict(A), dense.predict(_dense(A)), rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("kind,solver,strategy", [("classifier", "adam", "ddp"), ("regressor", "lbfgs", "tree")])
+@pytest.mark.parametrize("kind,solver,strategy", [("classifier", "adam", "ddp"), ("regressor", "lbfgs", "rounds")])
 def test_fit_on_dask_sparse_blocks_equals_the_dense_dask_fit(kind, solver, strategy, no_densify_anywhere):
     """Dask arrays of CSR blocks against the same blocks dense.
 
@@ -554,7 +554,7 @@ def test_fit_on_dask_sparse_blocks_equals_the_dense_dask_fit(kind, solver, strat
         loss_rtol, atol = 1e-10, 1e-9  # five full-batch steps: rounding is all that differs
     sparse = _estimator(kind, **params).fit(Xs, yd)
     dense = _estimator(kind, **params).fit(Xd, yd)
-    assert sparse.fit_stats_["strategy"] == ("tree" if solver == "lbfgs" else strategy)
+    assert sparse.fit_stats_["strategy"] == ("rounds" if solver == "lbfgs" else strategy)
     np.testing.assert_allclose(sparse.loss_, dense.loss_, rtol=loss_rtol)
     for a, b in zip(sparse.coefs_ + sparse.intercepts_, dense.coefs_ + dense.intercepts_):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=atol)
@@ -576,7 +576,7 @@ def test_sparse_fit_with_sample_weight_and_early_stopping(no_densify_anywhere):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
 
 
-@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+@pytest.mark.parametrize("strategy", ["rounds", "ddp"])
 def test_sparse_fit_on_a_wide_matrix_places_and_trains_sparse(strategy, no_densify_anywhere, client):
     """300 x 2^20 with 10 non-zeros a row: 2.5 GB dense, 48 kB of CSR; trains with toarray/to_dense refused."""
     n, p = 300, 2**20
@@ -590,7 +590,7 @@ def test_sparse_fit_on_a_wide_matrix_places_and_trains_sparse(strategy, no_densi
     assert clf.predict(A[:5]).shape == (5,)
 
 
-@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+@pytest.mark.parametrize("strategy", ["rounds", "ddp"])
 def test_float32_sparse_fit_equals_the_float32_dense_fit(strategy):
     A, yc, _ = _sparse_problem()
     params = dict(strategy=strategy, max_iter=3, tol=0.0, n_iter_no_change=100, batch_size=32)
@@ -609,7 +609,7 @@ def test_partial_fit_and_warm_start_on_sparse_X_equal_dense():
     D = _dense(A)
     models = []
     for X in (A, D):
-        est = _estimator("classifier", strategy="tree", batch_size=32)
+        est = _estimator("classifier", strategy="rounds", batch_size=32)
         for _ in range(2):
             est.partial_fit(X, yc, classes=[0, 1])
         est.set_params(warm_start=True, max_iter=2, tol=0.0, n_iter_no_change=100).fit(X, yc)

@@ -1,7 +1,7 @@
 """CharLSTM on the real process-based cluster.
 
 * fitting on lists, pandas and dask input; the vocabulary and the curves;
-* both strategies ("tree" and "ddp") reach the same model; determinism;
+* both strategies ("rounds" and "ddp") reach the same model; determinism;
 * generate, score, perplexity, predict_proba;
 * pickling / save / load without a cluster, checkpoints and warm starts;
 * GridSearchCV with the estimator's own score; bad input; the pet names data.
@@ -40,12 +40,12 @@ HELD_OUT = ["lola", "molly", "bailey", "chloe", "rocco", "lily"]
 SPECIALS = ("<pad>", "<s>", "</s>")
 EXPECTED_CLASSES = list(SPECIALS) + sorted(set("".join(NAMES)))
 
-# Most tests train with the "tree" strategy on the session cluster.  "ddp" (what "auto" picks on a
+# Most tests train with the "rounds" strategy on the session cluster.  "ddp" (what "auto" picks on a
 # process cluster) runs on a private cluster (the ``ddp`` fixture) with a deadline: its teardown can
 # deadlock a worker (BUG, see test_ddp_repeated_fits_do_not_deadlock), which would otherwise freeze
 # the session cluster until the scheduler's worker-ttl (5 minutes) restarts the worker.
 SMALL = dict(hidden_size=16, embedding_dim=8, context_length=4, batch_size=64, max_epochs=3,
-             learning_rate=0.01, random_state=0, strategy="tree")
+             learning_rate=0.01, random_state=0, strategy="rounds")
 DDP_DEADLINE = 300  # seconds: a hang guard; a ddp fit of TRAIN takes a few seconds
 DDP_HANG = (
     "a ddp fit did not finish: if ddp_rank lets the DistributedDataParallel wrapper (its Reducer holds the "
@@ -80,7 +80,7 @@ def _check_fitted(model, n_epochs=SMALL["max_epochs"]):
 
 @pytest.fixture(scope="module")
 def fitted():
-    """One model fitted on TRAIN ("tree"), shared by the read-only tests."""
+    """One model fitted on TRAIN ("rounds"), shared by the read-only tests."""
     return _small().fit(TRAIN)
 
 
@@ -220,24 +220,24 @@ def ddp():
 
 @pytest.fixture(scope="module")
 def by_strategy(fitted, ddp):
-    return {"tree": fitted, "ddp": ddp.fit_or_fail(_small(strategy="ddp"))}
+    return {"rounds": fitted, "ddp": ddp.fit_or_fail(_small(strategy="ddp"))}
 
 
 def test_strategies_equivalent(by_strategy):
-    tree, ddp = by_strategy["tree"], by_strategy["ddp"]
-    assert tree.fit_stats_["strategy"] == "tree" and ddp.fit_stats_["strategy"] == "ddp"
+    rounds, ddp = by_strategy["rounds"], by_strategy["ddp"]
+    assert rounds.fit_stats_["strategy"] == "rounds" and ddp.fit_stats_["strategy"] == "ddp"
     assert ddp.fit_stats_["gradient"] == "DistributedDataParallel"  # a spec without a hand-written backward
     # DistributedDataParallel sums inside the backward: no allreduce time apart from the gradient's
     parts = ddp.fit_stats_["step_seconds"]
     assert parts["allreduce"] is None and parts["gradient"] > 0 and parts["optimizer"] > 0
-    assert list(tree.classes_) == list(ddp.classes_)
-    np.testing.assert_allclose(tree.loss_curve_, ddp.loss_curve_, rtol=1e-3)
-    assert tree.score(HELD_OUT) == pytest.approx(ddp.score(HELD_OUT), rel=1e-3)
-    assert tree.score(TRAIN) == pytest.approx(ddp.score(TRAIN), rel=1e-3)
-    np.testing.assert_allclose(tree.params_, ddp.params_, rtol=1e-2, atol=1e-3)
+    assert list(rounds.classes_) == list(ddp.classes_)
+    np.testing.assert_allclose(rounds.loss_curve_, ddp.loss_curve_, rtol=1e-3)
+    assert rounds.score(HELD_OUT) == pytest.approx(ddp.score(HELD_OUT), rel=1e-3)
+    assert rounds.score(TRAIN) == pytest.approx(ddp.score(TRAIN), rel=1e-3)
+    np.testing.assert_allclose(rounds.params_, ddp.params_, rtol=1e-2, atol=1e-3)
 
 
-@pytest.mark.parametrize("strategy", ["tree", "ddp"])
+@pytest.mark.parametrize("strategy", ["rounds", "ddp"])
 def test_determinism(strategy, by_strategy, ddp):
     first = by_strategy[strategy]
     if strategy == "ddp":
@@ -247,6 +247,18 @@ def test_determinism(strategy, by_strategy, ddp):
     np.testing.assert_array_equal(again.params_, first.params_)
     assert again.loss_curve_ == first.loss_curve_
     assert again.generate(10, random_state=0) == first.generate(10, random_state=0)
+
+
+def test_strategy_tree_is_a_deprecated_alias_of_rounds(client, fitted):
+    """CharLSTM's constraint takes strategy="tree", the old name of "rounds": a FutureWarning (the MLPs' one)
+    and the same model as "rounds"."""
+    with pytest.warns(FutureWarning, match=r"strategy='tree' was renamed strategy='rounds' in 0\.1\.0 and will be "
+                                           r"removed in 0\.3\.0; use strategy='rounds'\.") as caught:
+        old = _small(strategy="tree").fit(TRAIN)
+    assert [w.filename for w in caught if "strategy='tree'" in str(w.message)] == [__file__]
+    assert old.strategy == "tree" and old.fit_stats_["strategy"] == "rounds"
+    np.testing.assert_array_equal(old.params_, fitted.params_)
+    assert old.loss_curve_ == fitted.loss_curve_
 
 
 def test_different_random_state_differs(fitted):
@@ -444,8 +456,8 @@ def test_checkpoint_and_resume_ddp(tmp_path, ddp):
     np.testing.assert_array_equal(np.asarray(state["params"]), resumed.params_)
 
 
-def test_checkpoint_and_resume_tree(tmp_path):
-    path = tmp_path / "tree.pt"  # a PathLike
+def test_checkpoint_and_resume_rounds(tmp_path):
+    path = tmp_path / "rounds.pt"  # a PathLike
     first = _small(max_epochs=2, checkpoint_path=path).fit(TRAIN)
     assert path.exists()
     resumed = _small(max_epochs=1, checkpoint_path=path, warm_start=True).fit(TRAIN)

@@ -25,7 +25,7 @@ from sklearn.preprocessing import StandardScaler
 
 import dask_estimators as de
 from dask_estimators.engine import Shard, solve_on_shard
-from dask_estimators.session import warn_again, worker_solve_below
+from dask_estimators.session import small_problem, warn_again, worker_solve_below
 from dask_estimators.optim.scipy_driver import ConvergenceNote
 
 ROUNDS = {"dask-estimators.worker-solve-below": 0}
@@ -115,9 +115,8 @@ def test_the_threshold_counts_values_times_outputs():
         assert de.LogisticRegression().fit(X, yb).fit_stats_["solved_on_worker"]
     assert worker_solve_below() == 2**21
     big = np.zeros((2**21, 1))
-    est = de.LinearRegression()
-    assert not est._solves_on_worker(big, np.zeros(2**21), None)
-    assert est._solves_on_worker(big[:-1], np.zeros(2**21 - 1), None)
+    assert not small_problem(big, 1) and small_problem(big[:-1], 1)
+    assert not small_problem(big[: 2**20], 2) and small_problem(big[: 2**20 - 1], 2)
 
 
 @pytest.mark.parametrize("params", [{"verbose": 1}, {"progress": True}])

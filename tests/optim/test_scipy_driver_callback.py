@@ -11,7 +11,7 @@ import pytest
 from scipy.special import expit
 
 from dask_estimators.optim import minimize
-from dask_estimators.optim.progress import IterationLog
+from dask_estimators._progress import IterationLog
 
 
 class LogisticObjective:

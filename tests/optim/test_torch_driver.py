@@ -1,4 +1,4 @@
-"""The torch training driver (``optim/torch_driver.py``): scikit-learn's stopping rules, the tree strategy
+"""The torch training driver (``optim/torch_driver.py``): scikit-learn's stopping rules, the rounds strategy
 over in-process shards, seeded determinism, and the full-batch L-BFGS against scikit-learn's.
 
 Everything runs in-process (``LocalEvaluator`` over CPU ``Shard`` objects), so no Dask cluster is needed.
@@ -25,7 +25,7 @@ from dask_estimators.optim.torch_driver import (
     make_optimizer,
     minimize_lbfgs,
     steps_in_parts,
-    train_tree,
+    train_rounds,
 )
 
 D = 3
@@ -75,8 +75,8 @@ def fit(sizes=(25, 35), *, data=None, spec=SPEC, validation_fraction=0.0, w0=Non
         monitor = Monitor(cfg.tol, cfg.n_iter_no_change, cfg.early_stopping)
     if w0 is None:
         w0 = M.glorot_init(spec, np.random.RandomState(0))
-    # a copy: train_tree writes into the array it is given (see test_train_tree_does_not_modify_w0)
-    out = train_tree(ev, spec, np.array(w0, copy=True), cfg, monitor, opt_state=opt_state, report=report)
+    # a copy: train_rounds writes into the array it is given (see test_train_rounds_does_not_modify_w0)
+    out = train_rounds(ev, spec, np.array(w0, copy=True), cfg, monitor, opt_state=opt_state, report=report)
     return out, cfg, ev
 
 
@@ -143,8 +143,8 @@ def test_monitor_early_stopping_matches_sklearn_and_keeps_best_params(tol):
     np.testing.assert_array_equal(mon.best_params, [8.0])  # the parameters of the best epoch, not the last
 
 
-# ------------------------------------------------------------------ the tree strategy
-def test_train_tree_runs_max_iter_epochs_and_decreases_the_loss():
+# ------------------------------------------------------------------ the rounds strategy
+def test_train_rounds_runs_max_iter_epochs_and_decreases_the_loss():
     records = []
     out, cfg, _ = fit(max_iter=25, report=records.append)
     mon = out.monitor
@@ -178,7 +178,7 @@ def test_epoch_loss_is_the_row_weighted_mean_of_batch_objectives():
     assert out.history[0]["loss"] == pytest.approx(expected, rel=1e-12)
 
 
-def test_train_tree_stops_early_when_tol_is_large():
+def test_train_rounds_stops_early_when_tol_is_large():
     out, _, _ = fit(max_iter=50, tol=1e9, n_iter_no_change=2)
     # epoch 1 sets the best loss; every later epoch counts as no improvement; stop once count > 2
     assert out.stopped
@@ -186,7 +186,7 @@ def test_train_tree_stops_early_when_tol_is_large():
     assert out.monitor.no_improvement_count == 3
 
 
-def test_train_tree_adaptive_sgd_divides_the_learning_rate_by_5():
+def test_train_rounds_adaptive_sgd_divides_the_learning_rate_by_5():
     out, _, _ = fit(solver="sgd", learning_rate="adaptive", learning_rate_init=0.01, max_iter=6, tol=1e9,
                     n_iter_no_change=1)
     # counts: 0, 1, 2 -> lr/5 and reset, 1, 2 -> lr/5 and reset, 1: never stops, 2 divisions
@@ -195,7 +195,7 @@ def test_train_tree_adaptive_sgd_divides_the_learning_rate_by_5():
     assert out.monitor.no_improvement_count == 1
 
 
-def test_train_tree_adaptive_sgd_stops_below_1e_6():
+def test_train_rounds_adaptive_sgd_stops_below_1e_6():
     out, _, _ = fit(solver="sgd", learning_rate="adaptive", learning_rate_init=4e-6, max_iter=50, tol=1e9,
                     n_iter_no_change=1)
     # epoch 3: lr 4e-6 > 1e-6 -> 8e-7; epoch 5: 8e-7 is not > 1e-6 -> stop
@@ -203,7 +203,7 @@ def test_train_tree_adaptive_sgd_stops_below_1e_6():
     assert out.opt_state["param_groups"][0]["lr"] == pytest.approx(8e-7, rel=1e-12)
 
 
-def test_train_tree_constant_and_adam_keep_their_learning_rate():
+def test_train_rounds_constant_and_adam_keep_their_learning_rate():
     for solver in ("sgd", "adam"):
         out, _, _ = fit(solver=solver, learning_rate="constant", learning_rate_init=0.01, max_iter=8, tol=1e9,
                         n_iter_no_change=1)
@@ -211,21 +211,21 @@ def test_train_tree_constant_and_adam_keep_their_learning_rate():
         assert out.opt_state["param_groups"][0]["lr"] == 0.01
 
 
-def test_train_tree_invscaling_learning_rate():
+def test_train_rounds_invscaling_learning_rate():
     out, cfg, _ = fit(solver="sgd", learning_rate="invscaling", learning_rate_init=0.05, power_t=0.5, max_iter=4,
                       t0=7)
     assert out.t == 7 + 4 * cfg.n_train
     assert out.opt_state["param_groups"][0]["lr"] == pytest.approx(0.05 / (7 + 4 * cfg.n_train + 1) ** 0.5)
 
 
-def test_train_tree_incremental_runs_one_epoch():
+def test_train_rounds_incremental_runs_one_epoch():
     out, cfg, _ = fit(max_iter=50, incremental=True, epoch0=3)
     assert out.n_epochs == 1 and not out.stopped
     assert out.history[0]["epoch"] == 4
     assert out.t == cfg.n_train
 
 
-def test_train_tree_early_stopping_keeps_the_best_parameters():
+def test_train_rounds_early_stopping_keeps_the_best_parameters():
     out, cfg, ev = fit(max_iter=15, early_stopping=True, validation_fraction=0.25, learning_rate_init=0.05,
                        n_iter_no_change=100)
     mon = out.monitor
@@ -241,7 +241,7 @@ def test_train_tree_early_stopping_keeps_the_best_parameters():
     assert cfg.n_train == 60 - (6 + 9)
 
 
-def test_train_tree_seeded_determinism():
+def test_train_rounds_seeded_determinism():
     a, _, _ = fit(seed=3, max_iter=6)
     b, _, _ = fit(seed=3, max_iter=6)
     c, _, _ = fit(seed=4, max_iter=6)
@@ -250,13 +250,13 @@ def test_train_tree_seeded_determinism():
     assert not np.allclose(a.w, c.w, rtol=1e-6, atol=0)
 
 
-def test_train_tree_does_not_modify_w0():
+def test_train_rounds_does_not_modify_w0():
     X, y, s = regression_data()
     ev, infos = make_shards(X, y, s, SPEC, [25, 35])
     cfg = TrainConfig(n_train=60, max_iter=2, n_steps=3, learning_rate_init=1e-2)
     w0 = M.glorot_init(SPEC, np.random.RandomState(0))
     keep = w0.copy()
-    out = train_tree(ev, SPEC, w0, cfg, Monitor(cfg.tol, cfg.n_iter_no_change, False))
+    out = train_rounds(ev, SPEC, w0, cfg, Monitor(cfg.tol, cfg.n_iter_no_change, False))
     assert not np.array_equal(out.w, keep)  # it trained
     np.testing.assert_array_equal(w0, keep)  # the caller's starting point is left alone
 
@@ -285,7 +285,7 @@ def test_minibatches_depend_on_the_sharding_but_stay_valid():
 
 
 @pytest.mark.parametrize("solver", ["adam", "sgd"])
-def test_train_tree_resumes_from_opt_state(solver):
+def test_train_rounds_resumes_from_opt_state(solver):
     """Two runs of 3 epochs (the second from the first's weights, optimizer state and epoch count)
     equal one run of 6 epochs."""
     full, _, _ = fit(solver=solver, max_iter=6, seed=5)
@@ -427,7 +427,7 @@ def test_full_batch_steps_match_sklearn_optimizers(solver):
     assert np.abs(out.w - w0).max() > 1e-2  # it moved
 
 
-def test_train_tree_raises_sklearns_error_on_non_finite_weights():
+def test_train_rounds_raises_sklearns_error_on_non_finite_weights():
     """A diverged fit without early stopping ends in scikit-learn's ValueError once the weights are non-finite."""
     rng = np.random.default_rng(1)
     X = rng.normal(size=(40, D)) * 10

@@ -80,7 +80,7 @@ def public_only_client():
         yield client
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "tree"])
+@pytest.mark.parametrize("strategy", ["ddp", "rounds"])
 @pytest.mark.parametrize("act", ["logistic", "tanh", "relu"])
 def test_fit_without_private_torch_equals_the_fit_with_it(client, public_only_client, strategy, act):
     import dask_estimators as de

@@ -9,7 +9,7 @@ imports it too ended in Python's ``_DeadlockError`` on the two module locks
 (sklearn.base and sklearn.utils.validation), and the fit then hung (seen once
 in CI, in a docs example's fresh cluster).  On Linux the embedded cluster's
 nannies import the same modules before they fork their workers
-(:func:`._nanny.fork_workers`), and the preload finds them imported.
+(:func:`._nanny_process.fork_workers`), and the preload finds them imported.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ MODULES = (
     "torch.distributed",
     "dask_estimators.engine.ddp.collective",
     "dask_estimators.engine.ddp.train",
+    "dask_estimators.optim.torch_driver",  # the ddp ranks' optimizer and epochs (their ``training``)
 )
 
 
@@ -87,18 +88,9 @@ def warm_networks() -> None:
 
 
 def _first_network_uses() -> None:
-    import torch
-
     from ...objectives import module as M
-    from ...optim.torch_driver import TrainConfig, make_optimizer
 
-    for dtype in ("float32", "float64"):
-        spec = M.MLPSpec(2, (2,), 1, activation="relu", out="logistic", dtype=dtype)
-        w = torch.zeros(spec.n_params, dtype=spec.torch_dtype)
-        g = torch.empty_like(w)
-        M.loss_grad_(spec, w, torch.ones((2, 2), dtype=w.dtype), torch.ones((2, 1), dtype=w.dtype), None, g, 1.0, {})
-    w.grad = g
-    make_optimizer([w], TrainConfig(solver="adam")).step()
+    M.first_uses()
 
 
 async def warm_running(networks: bool = True) -> None:

@@ -48,6 +48,7 @@ import sysconfig
 import threading
 
 from ... import _env
+from . import _nanny_process
 
 __all__ = ["Zygote", "prewarm", "get", "discard_unused", "close", "enabled", "env_with_import_path"]
 
@@ -65,9 +66,9 @@ def enabled() -> bool:
     """Whether the embedded cluster forks here: the zygote its nannies, each nanny its worker.
 
     On Linux, unless ``DASK_ESTIMATORS__FORK_WORKERS=0``
-    (:func:`._nanny.fork_workers` says why).
+    (:func:`._nanny_process.fork_workers` says why).
     """
-    return sys.platform.startswith("linux") and _env.switched_on("fork-workers")
+    return _nanny_process.fork_workers()
 
 
 def _has_dask_role() -> bool:
@@ -410,9 +411,7 @@ def _nanny_child(request: dict, reply_fd: int) -> None:
         import dask.config
 
         dask.config.refresh()  # the client's configuration of this moment (DASK_INTERNAL_INHERIT_CONFIG)
-        from . import _nanny
-
-        _nanny.run_nanny(request["scheduler"], request["opts"], fork=True)
+        _nanny_process.run_nanny(request["scheduler"], request["opts"], fork=True)
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1

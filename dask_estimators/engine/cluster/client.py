@@ -15,7 +15,7 @@ Estimators never keep the client: it is resolved for each call and dropped.
 
 The embedded cluster's scheduler runs in this process; each worker runs with
 its nanny in a subprocess of its own (:mod:`._nanny`), started as
-``python -m dask_estimators.engine.cluster._nanny``.  A LocalCluster's own nannies
+``python -m dask_estimators.engine.cluster._nanny_process``.  A LocalCluster's own nannies
 would start their workers with multiprocessing's spawn method, which imports
 the user's ``__main__`` again in every worker, so a script without an
 ``if __name__ == "__main__":`` guard would fail ("Nanny failed to start").
@@ -26,7 +26,7 @@ cluster starts, the estimators validate their data (:func:`prestart`).  On
 Linux one process, the zygote, imports the engine (torch, numba, the
 kernels) once, from the moment the estimators are first imported, and forks
 every nanny, which forks its worker (:mod:`._zygote`,
-:func:`._nanny.fork_workers`); elsewhere every worker imports them as it
+:func:`._nanny_process.fork_workers`); elsewhere every worker imports them as it
 starts, before it registers (:mod:`._warm`).
 """
 

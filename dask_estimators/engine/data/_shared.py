@@ -103,7 +103,7 @@ class _Ref:
 
 
 class _Leaf:
-    """A shared array of a result tree: its view in this process and the reference a receiver maps."""
+    """A shared array of a nested result: its view in this process and the reference a receiver maps."""
 
     __slots__ = ("view", "ref")
 
@@ -115,18 +115,18 @@ def _is_big(a, min_bytes: int = MIN_BYTES) -> bool:
     return isinstance(a, np.ndarray) and a.dtype.kind in "iuf" and a.nbytes >= min_bytes
 
 
-def _map(fn, *trees):
-    """``fn`` over the leaves of ``trees`` (the same shape: tuples, lists and dicts), in step."""
-    first = trees[0]
+def _map(fn, *nested):
+    """``fn`` over the leaves of ``nested`` (the same shape: tuples, lists and dicts), in step."""
+    first = nested[0]
     if isinstance(first, (tuple, list)):
-        return type(first)(_map(fn, *items) for items in zip(*trees))
+        return type(first)(_map(fn, *items) for items in zip(*nested))
     if isinstance(first, dict):
-        return {k: _map(fn, *(t[k] for t in trees)) for k in first}
-    return fn(*trees)
+        return {k: _map(fn, *(t[k] for t in nested)) for k in first}
+    return fn(*nested)
 
 
 class Shared:
-    """A result tree whose large arrays live in this process's segments; pickles as references to them.
+    """A nested result whose large arrays live in this process's segments; pickles as references to them.
 
     ``copy`` says whether the receiver copies the arrays out (the client: the
     total must stay valid after the segments are reused) or maps them in place
@@ -137,13 +137,14 @@ class Shared:
     """
 
     def __init__(self, leaves, copy: bool, private: bool = False):
-        self._leaves = leaves  # the tree, with each shared array as a _Leaf
+        self._leaves = leaves  # the nested result, with each shared array as a _Leaf
         self.copy = copy
         self.private = private
 
     @property
-    def tree(self):
-        """The plain result tree: shared arrays as views of the segments (which keep them leased)."""
+    def nested(self):
+        """The plain nested result (tuples, lists, dicts): shared arrays as views of the segments (which keep them
+        leased)."""
         return _map(lambda x: x.view if isinstance(x, _Leaf) else x, self._leaves)
 
     def __reduce__(self):
@@ -154,10 +155,11 @@ class Shared:
         _map(lambda x: sizes.append(x.view.nbytes if isinstance(x, _Leaf) else 0), self._leaves)
         return 200 + sum(sizes)
 
-    def update(self, tree, copy: bool) -> "Shared":
-        """This object for ``tree``, a sum written into its own arrays; leaves that are new objects are kept as is."""
+    def update(self, nested, copy: bool) -> "Shared":
+        """This object for ``nested``, a sum written into its own arrays; leaves that are new objects are kept as
+        is."""
         self._leaves = _map(lambda old, new: old if isinstance(old, _Leaf) and new is old.view else new,
-                            self._leaves, tree)
+                            self._leaves, nested)
         self.copy = copy
         return self
 
@@ -181,7 +183,7 @@ def _shared_leaf(parts, add, min_bytes=MIN_BYTES):
 
 
 def shared_sum(parts, copy: bool, add, private: bool = False, min_bytes: int = MIN_BYTES) -> Shared:
-    """The sum of the result trees ``parts``, its arrays of ``min_bytes`` or more written into segments; ``add``
+    """The sum of the nested results ``parts``, its arrays of ``min_bytes`` or more written into segments; ``add``
     sums other leaves."""
     return Shared(_map(lambda *leaves: _shared_leaf(leaves, add, min_bytes), *parts), copy, private)
 
@@ -205,15 +207,15 @@ def share_args(args: tuple, add) -> Shared:
 
 
 def unwrap(x):
-    """The plain result tree of a :class:`Shared`; anything else as it is."""
-    return x.tree if isinstance(x, Shared) else x
+    """The plain nested result of a :class:`Shared`; anything else as it is."""
+    return x.nested if isinstance(x, Shared) else x
 
 
 def copied(x):
-    """The plain result tree of a :class:`Shared` not pickled on its way (its reader in this process), its
+    """The plain nested result of a :class:`Shared` not pickled on its way (its reader in this process), its
     arrays copied out of the segments; anything else as it is."""
     if isinstance(x, Shared):
-        return _map(lambda a: a.copy() if isinstance(a, np.ndarray) else a, x.tree)
+        return _map(lambda a: a.copy() if isinstance(a, np.ndarray) else a, x.nested)
     return x
 
 
@@ -254,7 +256,7 @@ def _open_one(ref: _Ref, copy: bool, private: bool = False):
 
 
 def _open(refs, copy: bool, private: bool = False):
-    """Unpickle a :class:`Shared` in the receiving process: the plain tree, its arrays mapped (or copied)."""
+    """Unpickle a :class:`Shared` in the receiving process: the plain nested result, its arrays mapped (or copied)."""
     return _map(lambda r: _open_one(r, copy, private) if isinstance(r, _Ref) else r, refs)
 
 

@@ -475,7 +475,7 @@ def run_kernel(fn, shard: Shard, *args):
 
 
 def add(*parts, share=None):
-    """Elementwise sum of result trees (tuples, lists, dicts of arrays and floats).
+    """Elementwise sum of nested results (tuples, lists, dicts of arrays and floats).
 
     ``share`` (the tree-sum's adds, see :mod:`._shared`): ``"map"`` or
     ``"copy"`` returns the sum with its large arrays in shared memory, for a

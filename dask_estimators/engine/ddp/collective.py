@@ -1,6 +1,6 @@
 """Collective mode: one long-running call per shard that forms a ``torch.distributed`` group.
 
-The tree mode (:mod:`.evaluator`) keeps the optimizer on the client and pays
+The rounds mode (:mod:`.evaluator`) keeps the optimizer on the client and pays
 one round per step.  The collective mode moves the whole loop onto the
 workers: every shard runs ``fn(shard, comm, *args)`` at the same time, the
 calls join one process group (gloo on CPU, NCCL on CUDA) and exchange
@@ -152,7 +152,7 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
     import torch.distributed as dist
 
     if not dist.is_available():
-        raise RuntimeError("This torch build has no torch.distributed; use strategy='tree'.")
+        raise RuntimeError("This torch build has no torch.distributed; use strategy='rounds'.")
     if not _PG_LOCK.acquire(timeout=comm.timeout):
         raise TimeoutError(
             f"Another collective fit held this worker's process group for more than {comm.timeout:g} s."
@@ -162,7 +162,7 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
         if dist.is_initialized():
             raise RuntimeError(
                 "torch.distributed is already initialised in this worker process by other code; "
-                "use strategy='tree'."
+                "use strategy='rounds'."
             )
         backend = "nccl" if str(device).startswith("cuda") else "gloo"
         td = timedelta(seconds=comm.timeout)

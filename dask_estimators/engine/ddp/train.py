@@ -2,13 +2,15 @@
 
 Each worker runs :func:`ddp_rank` on its own shard (through
 :func:`~dask_estimators.engine.ddp.collective.run_collective`).  The epochs and
-stopping rules are the optimizer layer's
-(:func:`~dask_estimators.optim.torch_driver.run_epochs`, the same loop the
-tree strategy runs on the client); what is here is what needs the process
-group: the summed gradients (one flat allreduce, or
-``DistributedDataParallel``), the ranks' shares of each global batch, the
-shared-memory allreduce between ranks of one host, and the group's
-lifetime.  The network is any :class:`~dask_estimators.objectives.module.NetworkProblem`.
+stopping rules are the optimizer layer's (the same loop the rounds strategy
+runs on the client), and they come in as the ``training`` argument
+(:class:`Training`; the optimizer layer's is
+:data:`~dask_estimators.optim.torch_driver.TRAINING`): the engine imports no
+optimizer.  What is here is what needs the process group: the summed
+gradients (one flat allreduce, or ``DistributedDataParallel``), the ranks'
+shares of each global batch, the shared-memory allreduce between ranks of
+one host, and the group's lifetime.  The network is any
+:class:`~dask_estimators.objectives.module.NetworkProblem`.
 
 :func:`train_ddp` is the client's side: it runs the ranks, and when a worker
 is lost it resumes from the last epoch every rank finished (each rank keeps
@@ -25,15 +27,43 @@ import weakref
 import numpy as np
 import torch
 
+from typing import Protocol
+
 from ... import _torch_api
 from ... import config as _config
 from ...objectives import module as M
-from ...optim.torch_driver import (AdamPartStep, Monitor, TrainConfig, TrainResult, _FusedAdamStep, adam_zero_state,
-                                  fast_step, make_optimizer, run_epochs, steps_in_parts, torch_state)
 from ..data import _memfd, _shared
 from . import _shm_allreduce
 
-__all__ = ["ddp_rank", "train_ddp"]
+__all__ = ["Training", "ddp_rank", "train_ddp"]
+
+
+class Training(Protocol):
+    """What a rank's loop needs of the optimizer layer, given to it as an argument (the engine imports no
+    optimizer).  ``cfg`` is the run's configuration and ``monitor`` its stopping rule, both the optimizer
+    layer's (its ``TrainConfig`` and ``Monitor``); the loop reads ``cfg.n_steps``, ``alpha``, ``seed``,
+    ``shuffle``, ``max_iter``, ``epoch0``, ``incremental`` and ``t0``."""
+
+    def optimizer(self, params, cfg, state=None):
+        """A ``torch.optim`` optimizer of ``params`` for ``cfg``, with the ``state_dict`` ``state`` loaded."""
+
+    def fast_step(self, opt, l2=()):
+        """(a callable stepping ``opt``, whether it takes the L2 term's ``decay`` of the parameters ``l2``)."""
+
+    def in_parts(self, cfg) -> bool:
+        """Whether ranks may each step a part of the parameters (:meth:`part_step`)."""
+
+    def part_step(self, opt, lo, hi, l2=()):
+        """A callable ``(decay)`` stepping ``opt`` on the range ``[lo, hi)`` of its flat parameters."""
+
+    def zero_state(self, opt, moments=None) -> None:
+        """Give ``opt`` the state its first step starts from; ``moments(i, p)`` gives parameter ``i``'s."""
+
+    def epochs(self, step, cfg, opt, monitor, **kwargs):
+        """Run the epochs: ``step(epoch, k)`` takes step ``k`` and returns its loss sum; returns the result."""
+
+    def result(self, **fields):
+        """The run's result (its ``TrainResult``) made of ``fields``."""
 
 #: fit key -> the state at the end of the last epoch this rank finished (see _Checkpoints), on each worker
 _CHECKPOINTS: dict = {}
@@ -81,11 +111,12 @@ class _Block:
 _BLOCKS = _memfd.Pool("dask-estimators-checkpoints", max_bytes=1 << 30, idle_seconds=30.0, make=_Block)
 
 
-def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConfig, monitor: Monitor,
-             opt_state=None, callbacks=(), checkpoint_key=None, checkpoint_share=None, finish=None):
+def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg, monitor, opt_state=None, callbacks=(),
+             checkpoint_key=None, checkpoint_share=None, finish=None, *, training: Training):
     """One rank of the ddp strategy: the whole training loop on this worker, inside a process group.
 
-    Returns, on rank 0, the :class:`~dask_estimators.optim.torch_driver.TrainResult` (other ranks return None).
+    ``training`` is the optimizer layer's part (:class:`Training`), ``cfg`` and ``monitor`` its configuration
+    and stopping rule.  Returns, on rank 0, the run's result (``training.result``; other ranks return None).
     ``callbacks`` are the loop callbacks (each rank runs its own copy, and all take the same decisions).
     With ``checkpoint_key`` the rank keeps the run's state at an epoch's end in this worker's memory, within
     ``checkpoint_share`` of the run's time (:class:`_Checkpoints`); :func:`train_ddp` resumes from it after a
@@ -115,7 +146,7 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
     with process_group(comm, shard.device, teardown_behind=spec.hand_gradient) as store:
         try:
             out = _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key,
-                            checkpoint_share, store, finish)
+                            checkpoint_share, store, finish, training)
             _CHECKPOINTS.pop(checkpoint_key, None)
             for block in _KEPT_BLOCKS.pop(checkpoint_key, ()):  # nothing refers to them now: the next run's
                 if block is not None:
@@ -129,7 +160,8 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg: TrainConf
                 gc.collect()
 
 
-def _shipped_rank(shard, comm, share, spec, start, cfg, monitor, callbacks, checkpoint_key, checkpoint_share):
+def _shipped_rank(shard, comm, share, spec, start, cfg, monitor, callbacks, checkpoint_key, checkpoint_share,
+                  training):
     """:func:`ddp_rank` as :func:`train_ddp` runs it: ``start`` is ``(w0, opt_state)``, maybe a
     :class:`~._shared.Shared` the client made (:func:`_shares`); rank 0's result is packed by :func:`_ship`.
 
@@ -155,7 +187,7 @@ def _shipped_rank(shard, comm, share, spec, start, cfg, monitor, callbacks, chec
         return msg
 
     return ddp_rank(shard, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key, checkpoint_share,
-                    finish)
+                    finish, training=training)
 
 
 def _shares(placement) -> tuple:
@@ -230,7 +262,7 @@ _SMALL_SUM_BYTES = 4096
 
 
 def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkpoint_key, checkpoint_share,
-              store, finish=None):
+              store, finish, training):
     """The epoch loop of one ddp rank (see :func:`ddp_rank`).
 
     A problem with a hand-written gradient (``hand_gradient``, the MLPs) trains on
@@ -262,13 +294,13 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
         # a hand-written Adam run on several ranks shares its parameters and Adam's state (_SharedAdam); the slots
         # then hold the epoch's batch sizes (3 x n_steps float64) and the other small sums; else the gradient too
         in_parts = (by_hand and comm.world_size > 1 and p_bytes >= _shared_optimizer_bytes()
-                    and steps_in_parts(cfg))
+                    and training.in_parts(cfg))
         small = max(24 * cfg.n_steps, _SMALL_SUM_BYTES)
         shm = _shm_allreduce.create(comm.rank, comm.world_size, small if in_parts else max(p_bytes, small),
                                     comm.timeout, shared_bytes=_SharedAdam.nbytes(params, comm.world_size)
                                     if in_parts else 0, store=store)
         if shm is not None and in_parts:
-            shared = _SharedAdam(shm, params)
+            shared = _SharedAdam(shm, params, training)
     try:
         if by_hand:
             gradient = _FlatGradient(spec, params, w0, dev, shm, shared)
@@ -277,9 +309,8 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
             if shm is not None:
                 ddp.register_comm_hook(shm, _shm_mean_hook)
             gradient = _DDPGradient(spec, ddp, params, comm)
-        out = _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks, checkpoint_key,
-                          checkpoint_share=checkpoint_share,
-                          small_sums=shm if by_hand else None)
+        out = _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, training, callbacks,
+                          checkpoint_key, checkpoint_share=checkpoint_share, small_sums=shm if by_hand else None)
         if out is not None:  # rank 0
             out.info["allreduce"] = "shared memory" if shm is not None else str(torch.distributed.get_backend())
             out.info["gradient"] = "hand-written" if by_hand else "DistributedDataParallel"
@@ -355,7 +386,7 @@ class _SharedAdam:
     per rank, the flat parameters, Adam's ``exp_avg`` and ``exp_avg_sq``.
     A step is: every rank writes its gradient into its slot; a barrier;
     each rank sums its own part of the slots (in rank order) and steps that
-    part of the parameters and of Adam's state (:class:`AdamPartStep`); a
+    part of the parameters and of Adam's state (``training.part_step``); a
     barrier, after which every rank reads the new parameters where they
     are.  Against every rank copying its gradient into a slot, summing all
     the slots and stepping everything, each rank moves under half the
@@ -370,9 +401,9 @@ class _SharedAdam:
 
     ALIGN = 64  # elements
 
-    def __init__(self, shm, params):
+    def __init__(self, shm, params, training):
         world, n = shm.world, sum(p.numel() for p in params)
-        self.shm = shm
+        self.shm, self.training = shm, training
         dtype = params[0].dtype
         np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
         stride = self._stride(n, np_dtype.itemsize)
@@ -421,7 +452,7 @@ class _SharedAdam:
         params = opt.param_groups[0]["params"]
         fresh = not opt.state
         starts = np.cumsum([0] + [p.numel() for p in params]).tolist()
-        adam_zero_state(opt, lambda i, p: (self.m[starts[i]:starts[i + 1]].view(p.shape),
+        self.training.zero_state(opt, lambda i, p: (self.m[starts[i]:starts[i + 1]].view(p.shape),
                                            self.v[starts[i]:starts[i + 1]].view(p.shape)))
         lo, hi = self.lo, self.hi
         for p, pos in zip(params, starts):
@@ -436,7 +467,7 @@ class _SharedAdam:
                         mine[a - pos:b - pos] = st[key].reshape(-1)[a - pos:b - pos]
                 st[key] = mine.view(p.shape)
         self.shm.barrier()
-        return AdamPartStep(opt, lo, hi, l2=l2)
+        return self.training.part_step(opt, lo, hi, l2=l2)
 
 
 class _FlatGradient:
@@ -496,9 +527,10 @@ class _FlatGradient:
         return self.w
 
 
-def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks=(), checkpoint_key=None,
+def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, training, callbacks=(), checkpoint_key=None,
                 small_sums=None, checkpoint_share=None):
-    """The epochs of one ddp rank; ``gradient`` computes each step's gradient (see :func:`_ddp_loop`).
+    """The epochs of one ddp rank; ``gradient`` computes each step's gradient (see :func:`_ddp_loop`),
+    ``training`` gives the optimizer, its step and the epoch loop (:class:`Training`).
 
     ``small_sums``: the ranks' shared-memory allreduce, which also sums the epoch's batch sizes, its loss and
     the validation sums (a gloo allreduce of a few numbers took longer than an epoch of a small network's
@@ -508,25 +540,24 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
 
     dev = shards[0].device
     params = gradient.params
-    opt = make_optimizer(params, cfg)
-    if opt_state is not None:
-        opt.load_state_dict(torch_state(opt_state))
+    opt = training.optimizer(params, cfg, opt_state)
     weights = [p for p, keep in zip(params, spec.weight_flags()) if keep]
     w_det = [p.detach() for p in weights]  # views of the parameters, outside autograd
     w_flat = [v.view(-1) for v in w_det]
     # the flat path's gradients stay the same tensors between steps; DDP's are made anew by each backward
     kept_grads = isinstance(gradient, _FlatGradient)
     shared = gradient.shared if kept_grads else None
+    # l2_in_step: the step adds the L2 term to the weights' gradients as it reads them (no pass of its own)
     if shared is not None:  # each rank steps its part; the barrier after it makes the new parameters whole
-        step_part = shared.adopt(opt, weights)
+        step_part, l2_in_step = shared.adopt(opt, weights), True
 
         def step_opt(decay):
             step_part(decay)
             shared.shm.barrier()
+    elif kept_grads:
+        step_opt, l2_in_step = training.fast_step(opt, l2=weights)
     else:
-        step_opt = fast_step(opt, l2=weights) if kept_grads else opt.step
-    # the fused Adam step adds the L2 term to the weights' gradients as it reads them (no pass of its own)
-    l2_in_step = shared is not None or isinstance(step_opt, _FusedAdamStep)
+        step_opt, l2_in_step = opt.step, False
     add_ = _torch_api.foreach_add_fn()
     l2_grads = [p.grad for p in weights] if kept_grads else None
     f64 = torch.float64
@@ -616,8 +647,8 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, callbacks
 
     keep = None if checkpoint_key is None else _Checkpoints(checkpoint_key, opt, monitor, callbacks, gradient.flat,
                                                             share=checkpoint_share)
-    out = run_epochs(step, cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate,
-                     params=snapshot, report=report, callbacks=callbacks, checkpoint=keep)
+    out = training.epochs(step, cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate,
+                          params=snapshot, report=report, callbacks=callbacks, checkpoint=keep)
     if comm.rank != 0:
         return None
     # the run is over: its arrays are views of the live tensors (_ddp_loop copies them once, where they go); the
@@ -798,8 +829,8 @@ def _drop_checkpoints(prefix):
         _KEPT_BLOCKS.pop(k, None)
 
 
-def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state=None, callbacks=(),
-              on_event=None, on_resume=None) -> TrainResult:
+def train_ddp(placement, spec, w0, cfg, monitor, opt_state=None, callbacks=(), on_event=None, on_resume=None, *,
+              training: Training):
     """The ddp strategy from the client: :func:`ddp_rank` on every worker; after a worker loss, resume.
 
     When a worker is lost, the run goes on from the last epoch the ranks
@@ -812,9 +843,10 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
     to the rounding of sums taken over other groupings.  A loss before the
     first epoch's end starts again from ``w0``.  At most the dask config
     ``dask-estimators.max-recoveries`` (3) resumptions; ``on_resume(n)`` is
-    called with the epochs kept before each.  Returns rank 0's
-    :class:`~dask_estimators.optim.torch_driver.TrainResult` with the kept
-    epochs' records first and ``info["resumed"]`` (one record per resumption).
+    called with the epochs kept before each.  ``training``, ``cfg`` and
+    ``monitor`` as :func:`ddp_rank`'s.  Returns rank 0's result
+    (``training.result``) with the kept epochs' records first and
+    ``info["resumed"]`` (one record per resumption).
     """
     import dataclasses
     import uuid
@@ -837,7 +869,7 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
             if last is not None and (last["stopped"] or e >= n_epochs):  # the loss came after the last epoch
                 for cb in last["callbacks"]:
                     cb.on_train_end(prefix)
-                return TrainResult(history=prefix, stopped=last["stopped"], t=last["t"], n_epochs=e,
+                return training.result(history=prefix, stopped=last["stopped"], t=last["t"], n_epochs=e,
                                    monitor=last["monitor"], w=last["w"], opt_state=last["opt_state"],
                                    info={"resumed": resumed}, callbacks=last["callbacks"])
             run_cfg = dataclasses.replace(cfg, epoch0=cfg.epoch0 + e, max_iter=cfg.max_iter - e, t0=state["t0"])
@@ -850,7 +882,7 @@ def train_ddp(placement, spec, w0, cfg: TrainConfig, monitor: Monitor, opt_state
             try:
                 out = _unship(run_collective(placement, _shipped_rank, "copy" if to_client else None, spec, start,
                                              run_cfg, state["monitor"], state["callbacks"], key, share,
-                                             on_event=on_event)[0])
+                                             training, on_event=on_event)[0])
             except WorkerLostError as err:
                 if attempt == max_resumes:
                     raise
