@@ -55,6 +55,16 @@ def client(cluster):
             yield client
 
 
+@pytest.fixture(autouse=True)
+def _release_kept_placements():
+    """Dask input a test's fits placed is kept on the workers for the next fit on it (dask-estimators.keep-placed):
+    released after each test, so that no test starts with another's data on the session's workers."""
+    yield
+    from dask_estimators.session import release_kept
+
+    release_kept()
+
+
 @pytest.fixture
 def spread():
     """Small linear fits spread their data over every worker and run one distributed round per evaluation, as

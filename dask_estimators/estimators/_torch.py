@@ -18,7 +18,7 @@ __all__ = [
 STRATEGIES = ("auto", "rounds", "ddp")
 
 #: Old names of strategies, still accepted with a FutureWarning: {old name: (new name, renamed in, removed in)}.
-RENAMED_STRATEGIES = {"tree": ("rounds", "0.1.0", "0.3.0")}
+RENAMED_STRATEGIES = {"tree": ("rounds", "0.2.0", "0.4.0")}
 
 
 def strategy_constraint():
@@ -52,7 +52,7 @@ def renamed_strategy(strategy: str) -> str:
     ...     renamed_strategy("tree")
     'rounds'
     >>> print(caught[0].message)
-    strategy='tree' was renamed strategy='rounds' in 0.1.0 and will be removed in 0.3.0; use strategy='rounds'.
+    strategy='tree' was renamed strategy='rounds' in 0.2.0 and will be removed in 0.4.0; use strategy='rounds'.
     """
     if strategy not in RENAMED_STRATEGIES:
         return strategy

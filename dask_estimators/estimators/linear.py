@@ -517,7 +517,7 @@ class _LinearSVMMixin:
         self._set_params_from(flat, LinearSpec(encoding, d, n_outputs, self.fit_intercept), y_shape)
         self.n_iter_ = int(res.nit)
         self.solver_ = "dual-cd"
-        stats = evaluator.stats.as_dict()
+        stats = data.stats(evaluator)
         stats.update(
             n_shards=n_shards, rows_per_shard=data.n_rows, dual_rounds=res.rounds, objective=res.fun,
             dual_objective=res.dual,
@@ -717,7 +717,7 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
                               (data.n_samples,))
         self.n_iter_ = int(res.nit)
         self.solver_ = "crammer-singer-cd"
-        stats = evaluator.stats.as_dict()
+        stats = data.stats(evaluator)
         stats.update(n_shards=n_shards, rows_per_shard=data.n_rows, dual_rounds=res.rounds,
                      objective=res.fun, dual_objective=res.dual, duality_gap=res.gap, weight_sum=sw_sum)
         return stats

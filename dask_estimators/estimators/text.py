@@ -303,7 +303,7 @@ class CharLSTM(DistributedEstimator):
         self.loss_curve_ = [r["loss"] for r in self.history_]
         self.n_pairs_ = n_pairs
         self.spec_ = spec
-        self.fit_stats_ = dict(stats, strategy=strategy, n_shards=data.n_shards,
+        self.fit_stats_ = dict(stats, strategy=strategy, placement=data.stats()["placement"], n_shards=data.n_shards,
                                rows_per_shard=[c["n_train"] for c in counts], batch_size=batch)
         self._training_strings = training
         self._net = None

@@ -6,7 +6,9 @@ minimise, a training run, a search's paths) and reads the result.  The
 session owns what lies between: which client, where the shards go, how a
 problem runs (rounds from the client, one task on the worker of a small
 problem's one shard, a training run of ranks), the evaluator of the rounds,
-and the release of every shard when it closes.  The estimators hold no
+and the release of every shard when it closes (dask input placed on every
+worker is kept for the next fit on the same collections instead, within a
+budget: :mod:`._kept`, :func:`release_kept`).  The estimators hold no
 lifecycle code and see no future; they never import :mod:`dask_estimators.engine`.
 
 Layers (``.importlinter``): estimators -> session -> optim -> engine -> objectives.
@@ -23,6 +25,7 @@ from ._session import (
     check_lengths,
     is_dask_collection,
     prestart,
+    release_kept,
     sender_address,
     small_problem,
     stored_values,
@@ -39,6 +42,7 @@ __all__ = [
     "check_lengths",
     "is_dask_collection",
     "prestart",
+    "release_kept",
     "sender_address",
     "small_problem",
     "stored_values",

@@ -15,6 +15,7 @@ from ..engine.cluster.client import adopt_sender, prestart, sender_address
 from ..engine.rounds.evaluator import DistributedEvaluator, solve_on_shard
 from ..engine.data.placement import check_lengths, is_dask_collection
 from ..engine.rounds.reduce import REDUCTIONS
+from . import _kept
 
 __all__ = [
     "REDUCTIONS",
@@ -25,6 +26,7 @@ __all__ = [
     "check_lengths",
     "is_dask_collection",
     "prestart",
+    "release_kept",
     "sender_address",
     "small_problem",
     "stored_values",
@@ -83,12 +85,16 @@ class DataSession:
                 context.__exit__(*exc)
 
     def close(self) -> None:
-        """Release every shard this session placed (it stays open for more)."""
+        """Release every shard this session placed (it stays open for more); kept ones (:attr:`PlacedData.kept`)
+        are restored to their state as placed, for the next fit."""
         placed, self._placed = self._placed, []
         errors = []
         for data in placed:
             try:
-                data._placement.release()
+                if data._kept_key is not None:
+                    _kept.give_back(data._kept_key, data._placement)
+                else:
+                    data._placement.release()
             except Exception as e:  # release the others too; the first error is raised
                 errors.append(e)
         if errors:
@@ -144,15 +150,39 @@ class DataSession:
         bounds each round), is placed on one worker, its actors hosted, and its solver runs there
         (:meth:`PlacedData.minimize`, :meth:`PlacedData.run_on_worker`); ``workers`` and ``hosted`` are then
         the session's.
+
+        Dask input placed on all the workers is kept after the session closes, for the next fit on the same
+        collections (the dask config ``dask-estimators.keep-placed``); such a fit reuses the shards and places
+        nothing (:attr:`PlacedData.reused`).
         """
         self._need_open()
         X = arrays.get("X")
         small = (outputs is not None and self.timeout is None and X is not None and small_problem(X, outputs))
         if small:
             workers, hosted = self.one_worker(), True
-        placement = _placement.place(self.client, arrays, check=check, device=self.device, workers=workers,
-                                     timeout=self.timeout, hosted=hosted)
+        present = {k: v for k, v in arrays.items() if v is not None}
+        key = None
+        if workers is not None and not callable(workers) and set(workers) >= set(self.workers()):
+            workers = None  # every worker: as placed without a choice
+        if not hosted and not callable(workers):  # the shards on these workers (None: all) may be kept
+            key = _kept.key_of(self.client, present, check, self.device, _config.get("transport"),
+                               None if workers is None else tuple(sorted(workers)))
+        placement = _kept.take(key)
+        reused = placement is not None
+        if reused:
+            placement.timeout = self.timeout
+        else:
+            placement = _placement.place(self.client, arrays, check=check, device=self.device, workers=workers,
+                                         timeout=self.timeout, hosted=hosted)
+            try:
+                # X's garbage collection releases them (y and the weights may be made anew by each fit)
+                if not _kept.keep(key, placement, owners=[present["X"]] if "X" in present else []):
+                    key = None
+            except BaseException:
+                placement.release()
+                raise
         data = PlacedData(self, placement, on_worker=small and len(placement.shards) == 1)
+        data._kept_key, data.reused = key, reused
         self._placed.append(data)
         return data
 
@@ -176,6 +206,14 @@ class PlacedData:
         #: Whether the problem on this data runs in one task on its one shard's worker (the session's choice:
         #: :meth:`DataSession.data`); else in rounds from the client.
         self.on_worker = bool(on_worker)
+        #: Whether the shards were placed by an earlier fit and kept (:meth:`DataSession.data`)
+        self.reused = False
+        self._kept_key = None
+
+    @property
+    def kept(self) -> bool:
+        """Whether the shards stay on the workers after the session closes, for the next fit on the same input."""
+        return self._kept_key is not None
 
     @property
     def n_samples(self) -> int:
@@ -217,7 +255,8 @@ class PlacedData:
     def stats(self, evaluator=None) -> dict:
         """The fit statistics every estimator reports: the shards, their rows, and ``evaluator``'s round counters."""
         out = evaluator.stats.as_dict() if evaluator is not None else {}
-        out.update(n_shards=self.n_shards, rows_per_shard=self.n_rows)
+        out.update(n_shards=self.n_shards, rows_per_shard=self.n_rows,
+                   placement="reused" if self.reused else "kept" if self.kept else "placed")
         return out
 
     def run_on_worker(self, driver, problem, args=(), kwargs=None, stacklevel=2):
@@ -290,6 +329,13 @@ class PlacedData:
 
     def __repr__(self) -> str:
         return f"PlacedData(n_shards={self.n_shards}, n_rows={self.n_rows})"
+
+
+def release_kept(client=None) -> None:
+    """Release the dask input kept on the workers after fits (of ``client`` only, when given): see
+    :meth:`DataSession.data` and the dask config ``dask-estimators.keep-placed``.  A placement in use by a fit is
+    released when that fit ends."""
+    _kept.release_all(client)
 
 
 # ------------------------------------------------------------------------- how a problem runs

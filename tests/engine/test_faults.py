@@ -31,8 +31,9 @@ import psutil
 import pytest
 
 import dask_estimators as de
-from dask_estimators.engine import DistributedEvaluator, WorkerLostError
+from dask_estimators.engine import DistributedEvaluator, WorkerLostError, WorkerLostWarning
 from dask_estimators.engine.rounds import evaluator as ev_mod
+from dask_estimators.session import _kept
 from leftovers import _held, _nothing_held  # tests/leftovers.py
 from process_cluster import ProcessCluster  # tests/process_cluster.py
 
@@ -731,6 +732,41 @@ def test_worker_killed_mid_fit_on_parquet_with_a_fused_target(fc, monkeypatch, t
     assert kill.killed is not None, "the worker was not killed: the kernel never ran"
     assert est.fit_stats_["recoveries"] == 1
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-10)
+    gc.collect()
+    assert _nothing_held(fc, timeout=10) is True
+
+
+@pytest.mark.parametrize("source", ["dask array", "parquet"])
+def test_worker_killed_between_two_fits_on_kept_data_gives_the_same_model(fc, tmp_path, source):
+    """Dask input kept on the workers after a fit (dask-estimators.keep-placed): the worker of one of its shards
+    is killed before the next fit, which rebuilds that shard from its source and gets the undisturbed model."""
+    X, y = _data("binary")
+    if source == "parquet":
+        df = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(target=y)
+        for i, rows in enumerate(np.array_split(np.arange(len(df)), 6)):
+            df.iloc[rows].to_parquet(tmp_path / f"part{i}.parquet")
+        ddf = dd.read_parquet(str(tmp_path))
+        Xd, yd = ddf.drop(columns="target"), ddf["target"]
+    else:
+        Xd, yd = da.from_array(X, chunks=(1000, X.shape[1])), da.from_array(y, chunks=1000)
+    make, _, _ = CASES["logistic-lbfgs"]
+    first = make(fc).fit(Xd, yd)
+    assert first.fit_stats_["placement"] == "kept"
+    [(_, _, busy)] = _kept.held()
+    assert not busy
+    victim = sorted(set(fc.scheduler_info(n_workers=-1)["workers"]))[0]
+    pid = _pid_of(fc, victim)
+    os.kill(pid, signal.SIGKILL)
+    _wait_dead(pid)
+    with pytest.warns(WorkerLostWarning):
+        second = make(fc).fit(Xd, yd)
+    assert second.fit_stats_["placement"] == "reused"
+    assert sum(second.fit_stats_["rows_per_shard"]) == len(y)
+    np.testing.assert_allclose(second.coef_, first.coef_, rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(second.intercept_, first.intercept_, rtol=1e-6, atol=1e-10)
+    third = make(fc).fit(Xd, yd)  # the rebuilt shard is kept as placed, not as the fit left it
+    assert third.fit_stats_["placement"] == "reused"
+    np.testing.assert_allclose(third.coef_, first.coef_, rtol=1e-6, atol=1e-10)
     gc.collect()
     assert _nothing_held(fc, timeout=10) is True
 

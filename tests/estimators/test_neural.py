@@ -1022,7 +1022,7 @@ def test_fit_stats_strategy(solver, strategy, expected):
     assert sum(est.fit_stats_["rows_per_shard"]) == 200
 
 
-RENAMED = (r"strategy='tree' was renamed strategy='rounds' in 0\.1\.0 and will be removed in 0\.3\.0; "
+RENAMED = (r"strategy='tree' was renamed strategy='rounds' in 0\.2\.0 and will be removed in 0\.4\.0; "
            r"use strategy='rounds'\.")
 
 

@@ -252,8 +252,8 @@ def test_determinism(strategy, by_strategy, ddp):
 def test_strategy_tree_is_a_deprecated_alias_of_rounds(client, fitted):
     """CharLSTM's constraint takes strategy="tree", the old name of "rounds": a FutureWarning (the MLPs' one)
     and the same model as "rounds"."""
-    with pytest.warns(FutureWarning, match=r"strategy='tree' was renamed strategy='rounds' in 0\.1\.0 and will be "
-                                           r"removed in 0\.3\.0; use strategy='rounds'\.") as caught:
+    with pytest.warns(FutureWarning, match=r"strategy='tree' was renamed strategy='rounds' in 0\.2\.0 and will be "
+                                           r"removed in 0\.4\.0; use strategy='rounds'\.") as caught:
         old = _small(strategy="tree").fit(TRAIN)
     assert [w.filename for w in caught if "strategy='tree'" in str(w.message)] == [__file__]
     assert old.strategy == "tree" and old.fit_stats_["strategy"] == "rounds"

@@ -356,14 +356,34 @@ class Shard:
         """The array stored under ``name`` (a tensor on the device, or NumPy for labels), else ``default``."""
         return self.data.get(name, default)
 
+    def pin(self) -> None:
+        """Remember the shard as it is now (its arrays, their dtypes, its info): :meth:`restore` comes back here.
+
+        For data kept between fits: a fit replaces arrays (``put``: the
+        targets encoded, the weights multiplied by the class weights, X cast
+        for a network) and fills ``cache``; it never writes into a stored
+        array, so keeping the references is keeping the data.
+        """
+        self._pinned = (dict(self.data), dict(self.dtypes), dict(self.info), self.n_rows)
+
+    def restore(self) -> None:
+        """The shard as :meth:`pin` left it: what was put since is dropped, and ``cache`` emptied."""
+        data, dtypes, info, n_rows = self._pinned
+        self.data, self.dtypes, self.info, self.n_rows = dict(data), dict(dtypes), dict(info), n_rows
+        self.cache = {}
+
+    def nbytes(self) -> int:
+        """The bytes of the arrays the shard holds now, and of those it keeps for :meth:`restore`."""
+        seen, total = set(), 0
+        for arrays in (self.data, getattr(self, "_pinned", ({},))[0]):
+            for a in arrays.values():
+                if id(a) not in seen:
+                    seen.add(id(a))
+                    total += _array_bytes(a)
+        return total
+
     def __sizeof__(self) -> int:  # dask uses sizeof for memory accounting
-        total = 0
-        for a in self.data.values():
-            if _is_sparse_tensor(a):  # the stored arrays, not n x p
-                total += sum(p.element_size() * p.nelement() for p in (a.values(), a.crow_indices(), a.col_indices()))
-            else:
-                total += a.element_size() * a.nelement() if hasattr(a, "element_size") else a.nbytes
-        return total + 200
+        return self.nbytes() + 200
 
     def __repr__(self) -> str:
         shapes = {
@@ -430,6 +450,13 @@ class ShardBuild:
 
     def __reduce__(self):
         raise TypeError("a shard still being filled stays on its worker: it is not spilled or moved")
+
+
+def _array_bytes(a) -> int:
+    """The bytes a shard's array stores (a sparse tensor's three arrays, not n x p)."""
+    if _is_sparse_tensor(a):
+        return sum(p.element_size() * p.nelement() for p in (a.values(), a.crow_indices(), a.col_indices()))
+    return a.element_size() * a.nelement() if hasattr(a, "element_size") else a.nbytes
 
 
 def _is_sparse_tensor(a) -> bool:

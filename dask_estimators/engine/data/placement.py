@@ -22,6 +22,7 @@ The shards stay on the workers until :meth:`Placement.release`.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import uuid
 import weakref
@@ -67,6 +68,18 @@ def _build_shard(device, *parts):
 
 def _rows(shard) -> int:
     return int(shard.n_rows or 0)
+
+
+def _pin(shard) -> None:
+    shard.pin()
+
+
+def _restore(shard) -> None:
+    shard.restore()
+
+
+def _nbytes(shard) -> int:
+    return shard.nbytes()
 
 
 def _source_rows(source) -> int:
@@ -136,6 +149,7 @@ class Placement:
         self.token = uuid.uuid4().hex[:8]
         self.recoveries: list = []
         self._log: list = []  # (fn, args, per_shard) of every map / map_each, replayed on a rebuilt shard
+        self._pinned_log = 0  # the calls of _log that made the shards as pin() kept them
         self._lost: set = set()
         self._actor_futures: list = []
         self.actors: list = []
@@ -282,6 +296,28 @@ class Placement:
         if len(per_shard_args) != len(self.shards):
             raise ValueError(f"Expected {len(self.shards)} argument tuples, got {len(per_shard_args)}.")
         return self._map_recovering(fn, per_shard_args, True, timeout)
+
+    # ------------------------------------------------------------- kept for more fits
+    def pin(self) -> None:
+        """Keep the shards as they are now for more fits: :meth:`restore` brings them back to this state.
+
+        What a fit does on them after (the :meth:`map` calls that encode its
+        targets, the per-shard state of its rounds) is undone by
+        :meth:`restore`, and no longer replayed on a shard rebuilt after a
+        worker loss.
+        """
+        self.map(_pin)
+        self._pinned_log = len(self._log)
+
+    def restore(self) -> None:
+        """The shards as :meth:`pin` left them, and the calls made since forgotten (a fit on them is over)."""
+        del self._log[self._pinned_log:]  # a shard rebuilt during the restore replays up to the pin only
+        self.map(_restore)
+        del self._log[self._pinned_log:]
+
+    def nbytes(self) -> int:
+        """The bytes the shards hold on their workers (one call to each)."""
+        return int(sum(self.map(_nbytes)))
 
     # ------------------------------------------------------------- recovery
     def lost_workers(self) -> set:
@@ -993,6 +1029,9 @@ def _place_dask(client, arrays, check, device, ws, choose=None):
         holders = [list(who.get(f.key, ())) for f in blocks[names[0]]]
         offsets = {k: _dask_input.offsets_of(lengths[k]) for k in names}
         used, sources, row_ranges = [], [], []
+        # the shards' sources hold the input's graph, never its data, in collections of their own (the same graph
+        # and keys): a placement kept after its fit does not keep the caller's collection objects alive
+        graphs = {k: copy.copy(c) for k, c in colls.items()}
         for w, ranges in _dask_input.plan(lengths[names[0]], holders, ws):
             row_ranges.append([(int(a), int(b)) for a, b in ranges])
             segments, refs = _dask_input.segments_for(ranges, offsets)
@@ -1002,8 +1041,7 @@ def _place_dask(client, arrays, check, device, ws, choose=None):
                 workers=[w], allow_other_workers=False, pure=False,
             ))
             used.append(w)
-            # the input's graph, never its data
-            sources.append((colls, names, check, segments, n, refs, {k: len(v) for k, v in lengths.items()}))
+            sources.append((graphs, names, check, segments, n, refs, {k: len(v) for k, v in lengths.items()}))
         _watch.wait_done(shards, client, used)
         _dask_input.raise_first_error(shards)
     except BaseException:

@@ -1,0 +1,197 @@
+"""Placed dask input kept between fits: the next fit on the same collections reuses the shards.
+
+A fit's :class:`~dask_estimators.session.DataSession` asks :func:`take` for a
+placement of its arrays before it places them.  The key is what the shards
+are made of: the client, the device, the transport, the workers asked for,
+each array's dask token (its graph's name: the same keys give the same
+data), and the check each block passed on its worker.  A placement is kept pinned
+(:meth:`~dask_estimators.engine.data.placement.Placement.pin`); a fit on it
+changes its shards (the targets' encoding, the rounds' state), and
+:func:`give_back` restores them when the fit's session closes.  One fit uses
+a kept placement at a time: a fit that finds it in use places its own.
+
+Kept placements are bounded by the dask config ``dask-estimators.keep-placed``
+(a share of the memory limit of the workers holding them; 0 keeps none), the
+least recently used released first, and a collection's placements are
+released when that collection is garbage-collected on the client, or found
+on a closed client.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from .. import config as _config
+from ..engine.data.placement import _accepts_n_workers, is_dask_collection
+
+__all__ = ["key_of", "take", "keep", "give_back", "drop", "held", "release_all"]
+
+_lock = threading.RLock()
+#: key -> _Kept, least recently used first
+_KEPT: OrderedDict = OrderedDict()
+
+
+@dataclass
+class _Kept:
+    placement: object
+    nbytes: int
+    budget: int
+    busy: bool = True
+    dropped: bool = False
+    finalizers: list = field(default_factory=list)
+
+
+def share() -> float:
+    """The share of the workers' memory kept placements may take (``dask-estimators.keep-placed``)."""
+    return float(_config.get("keep-placed") or 0.0)
+
+
+def key_of(client, arrays: dict, check, device: str, transport: str, workers=None):
+    """The key of ``arrays`` placed with ``check`` on ``workers`` (a tuple; None: all): None where they cannot be
+    kept (not all dask collections, or a check whose token is not deterministic)."""
+    from dask.base import tokenize
+
+    if share() <= 0 or not arrays or not all(is_dask_collection(a) for a in arrays.values()):
+        return None
+    try:
+        check_token = tokenize(check, ensure_deterministic=True)
+    except Exception:  # noqa: BLE001 - a check dask cannot name: its placements are not kept
+        return None
+    return (getattr(client, "id", id(client)), device, transport,
+            tuple((k, tokenize(v)) for k, v in sorted(arrays.items())), check_token, workers)
+
+
+def take(key):
+    """The kept placement of ``key``, marked in use, or None (none kept, in use by another fit, or its client
+    closed: then it is forgotten)."""
+    if key is None:
+        return None
+    with _lock:
+        kept = _KEPT.get(key)
+        if kept is None or kept.busy:
+            return None
+        if getattr(kept.placement.client, "status", None) != "running":
+            _forget(key)
+            return None
+        kept.busy = True
+        _KEPT.move_to_end(key)
+        return kept.placement
+
+
+def keep(key, placement, owners=()) -> bool:
+    """Keep ``placement`` (just placed, in use by its fit) under ``key``; pinned here.  Whether it is kept: not
+    when it alone exceeds the budget, or where ``key`` is already kept (another fit's).  ``owners``: the
+    collections whose garbage collection releases it."""
+    if key is None:
+        return False
+    budget = _budget(placement)
+    with _lock:
+        if key in _KEPT:
+            return False
+    nbytes = placement.nbytes()
+    if nbytes > budget:
+        return False
+    placement.pin()
+    kept = _Kept(placement, nbytes, budget)
+    for o in owners:
+        try:
+            kept.finalizers.append(weakref.finalize(o, drop, key))
+        except TypeError:  # not weakly referenceable: the budget and the client bound it
+            pass
+    with _lock:
+        if key in _KEPT:
+            return False
+        _KEPT[key] = kept
+    _evict(budget)
+    return True
+
+
+def give_back(key, placement) -> None:
+    """The fit on the kept ``placement`` is over: its shards restored, and free for the next fit (released
+    instead when it was dropped meanwhile, or cannot be restored)."""
+    with _lock:
+        kept = _KEPT.get(key)
+    if kept is None or kept.placement is not placement:
+        placement.release()
+        return
+    try:
+        if not kept.dropped:
+            placement.restore()
+    except Exception:  # noqa: BLE001 - a worker lost for good, a closed client: not kept
+        kept.dropped = True
+    with _lock:
+        kept.busy = False
+        if kept.dropped:
+            _forget(key)
+            return
+    _evict(kept.budget)
+
+
+def drop(key) -> None:
+    """Release the placement kept under ``key`` (at once, or when its fit ends)."""
+    with _lock:
+        kept = _KEPT.get(key)
+        if kept is None:
+            return
+        if kept.busy:
+            kept.dropped = True
+            return
+        _forget(key)
+
+
+def release_all(client=None) -> None:
+    """Release every kept placement (of ``client`` only, when given); one in use goes when its fit ends."""
+    cid = None if client is None else getattr(client, "id", id(client))
+    with _lock:
+        keys = [k for k in _KEPT if cid is None or k[0] == cid]
+    for k in keys:
+        drop(k)
+
+
+def held() -> list:
+    """(key, bytes, in use) of each kept placement, least recently used first."""
+    with _lock:
+        return [(k, v.nbytes, v.busy) for k, v in _KEPT.items()]
+
+
+def _forget(key) -> None:
+    kept = _KEPT.pop(key, None)
+    if kept is None:
+        return
+    for f in kept.finalizers:
+        f.detach()
+    try:
+        kept.placement.release()
+    except Exception:  # noqa: BLE001 - a closed client holds nothing to release
+        pass
+
+
+def _evict(budget: int) -> None:
+    """Release the least recently used free placements while all kept ones take more than ``budget``."""
+    with _lock:
+        total = sum(k.nbytes for k in _KEPT.values())
+        for key in list(_KEPT):
+            if total <= budget:
+                break
+            kept = _KEPT[key]
+            if kept.busy:
+                continue
+            total -= kept.nbytes
+            _forget(key)
+
+
+def _budget(placement) -> int:
+    """The bytes kept placements may take: :func:`share` of the memory limits of the workers that hold them
+    (a worker without a limit counts its host's memory)."""
+    import psutil
+
+    client = placement.client
+    info = (client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info())["workers"]
+    total = 0
+    for w in set(placement.workers):
+        limit = int((info.get(w) or {}).get("memory_limit") or 0)
+        total += limit if limit > 0 else psutil.virtual_memory().total
+    return int(share() * total)

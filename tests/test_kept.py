@@ -1,0 +1,165 @@
+"""Placed dask input kept between fits (dask-estimators.keep-placed): the next fit on the same collections places
+nothing, every fit on the kept shards gets the model it gets alone, the kept data stays within its budget, and it
+goes when its collection is garbage-collected.  On the session's process cluster (tests/conftest.py); a worker
+killed between two fits is in tests/engine/test_faults.py."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import dask
+import dask.array as da
+import distributed
+import numpy as np
+import pytest
+from leftovers import _held
+
+import dask_estimators as de
+from dask_estimators.session import _kept
+
+pytestmark = pytest.mark.usefixtures("spread")  # small data spread over the workers, as large data is
+
+
+def _dask(rng, n=3000, d=5, classes=3, chunks=700):
+    X = rng.normal(size=(n, d))
+    scores = X @ rng.normal(size=(d, classes)) + 0.5 * rng.normal(size=(n, classes))
+    y = np.argmax(scores, axis=1)
+    return X, y, da.from_array(X, chunks=(chunks, d)), da.from_array(y, chunks=chunks)
+
+
+def _placement_tasks(client, fit):
+    """The model ``fit()`` returns, and the shard builds it ran (the tasks that place dask input)."""
+    with distributed.get_task_stream(client) as ts:
+        model = fit()
+    return model, [t for t in ts.data if "build_shard" in str(t["key"])]
+
+
+def test_a_second_fit_on_the_same_collections_places_nothing(client, rng):
+    _, _, Xd, yd = _dask(rng)
+    first, built = _placement_tasks(client, lambda: de.LogisticRegression(tol=1e-10).fit(Xd, yd))
+    assert first.fit_stats_["placement"] == "kept" and len(built) == first.fit_stats_["n_shards"] == 2
+    second, built = _placement_tasks(client, lambda: de.LogisticRegression(C=0.3, tol=1e-10).fit(Xd, yd))
+    assert second.fit_stats_["placement"] == "reused" and built == []
+    # the same keys in another collection object (the same graph made anew) find them too, while the first lives
+    def same_rows():
+        return Xd.map_blocks(lambda b: b, dtype=Xd.dtype, name="same-rows-" + Xd.name)
+
+    first_object = same_rows()
+    again, built = _placement_tasks(client, lambda: de.LogisticRegression(C=0.3, tol=1e-10).fit(first_object, yd))
+    assert again.fit_stats_["placement"] == "kept" and built  # another graph: placed, and kept beside
+    again, built = _placement_tasks(client, lambda: de.LogisticRegression(C=0.3, tol=1e-10).fit(same_rows(), yd))
+    assert again.fit_stats_["placement"] == "reused" and built == []
+    assert len(_kept.held()) == 2
+    with dask.config.set({"dask-estimators.keep-placed": 0}):
+        fresh = de.LogisticRegression(C=0.3, tol=1e-10).fit(Xd, yd)
+    assert fresh.fit_stats_["placement"] == "placed"
+    np.testing.assert_allclose(second.coef_, fresh.coef_, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(again.coef_, fresh.coef_, rtol=1e-12, atol=1e-14)
+
+
+CLASSIFIERS = [
+    lambda: de.LogisticRegression(class_weight="balanced", tol=1e-10),  # weights the shards' sample weights
+    lambda: de.LinearSVC(tol=1e-10, max_iter=5000),  # the targets as +-1 columns
+    lambda: de.LogisticRegression(tol=1e-10),  # after both: no class weight, the labels' codes
+    lambda: de.LogisticRegressionCV(Cs=3, cv=3, tol=1e-8),  # the splits' roles in the shards' cache
+]
+REGRESSORS = [
+    lambda: de.LinearRegression(alpha=0.1, tol=1e-10),
+    lambda: de.LinearSVR(loss="squared_epsilon_insensitive", dual=False, tol=1e-10),  # the primal: layout-free
+    lambda: de.LinearRegressionCV(alphas=3, cv=3, tol=1e-10),
+]
+NETWORKS = {  # the batches' cuts, the validation rows, the targets encoded for the network (a network's check
+    # differs from a linear model's: its own kept shards, which a second network changes in between)
+    "classifiers": [lambda: de.MLPClassifier(hidden_layer_sizes=(4,), max_iter=5, random_state=0,
+                                             early_stopping=True, strategy="rounds"),
+                    lambda: de.MLPClassifier(hidden_layer_sizes=(3, 2), max_iter=3, random_state=1, batch_size=50)],
+    "regressors": [lambda: de.MLPRegressor(hidden_layer_sizes=(4,), max_iter=5, random_state=0, strategy="rounds"),
+                   lambda: de.MLPRegressor(hidden_layer_sizes=(3,), max_iter=3, random_state=1, early_stopping=True)],
+}
+
+
+def _weights(m):
+    return m.coefs_ + m.intercepts_ if hasattr(m, "coefs_") else [m.coef_, m.intercept_]
+
+
+@pytest.mark.parametrize("task", ["classifiers", "regressors"])
+def test_each_fit_on_kept_shards_gets_the_model_it_gets_alone(client, rng, task):
+    """What a fit does to the shards (the targets' encoding, class weights, a network's cast, the splits) is
+    undone when it ends.  The linear models on the kept shards, one after another, equal each fitted on a fresh
+    placement (their sums do not depend on which rows a shard holds); a network, whose batches do, gives the same
+    weights before and after the others on the same kept shards."""
+    X, y, Xd, yd = _dask(rng)
+    linear = CLASSIFIERS
+    if task == "regressors":
+        linear, yd = REGRESSORS, da.from_array(X @ np.arange(1.0, 6.0) + 0.1 * rng.normal(size=len(X)), chunks=700)
+    with dask.config.set({"dask-estimators.keep-placed": 0}):
+        alone = [make().fit(Xd, yd) for make in linear]
+    network, other = NETWORKS[task]
+    before = network().fit(Xd, yd)
+    after = [make().fit(Xd, yd) for make in linear] + [other().fit(Xd, yd), network().fit(Xd, yd)]
+    assert before.fit_stats_["placement"] == "kept"
+    assert "placed" not in [m.fit_stats_["placement"] for m in after]
+    assert after[-2].fit_stats_["placement"] == after[-1].fit_stats_["placement"] == "reused"
+    del after[-2]
+    for a, b in zip(alone + [before], after):
+        for wa, wb in zip(_weights(a), _weights(b)):
+            np.testing.assert_allclose(wb, wa, rtol=1e-9, atol=1e-12, err_msg=type(a).__name__)
+        np.testing.assert_allclose(b.predict(X), a.predict(X), rtol=1e-9, atol=1e-12)
+
+
+def _limits(client):
+    import psutil
+
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return sum(int(w.get("memory_limit") or 0) or psutil.virtual_memory().total for w in info.values())
+
+
+def test_kept_data_stays_within_its_share_of_the_workers_memory(client, rng):
+    _, _, Xa, ya = _dask(rng)
+    de.LogisticRegression().fit(Xa, ya)
+    [(key_a, nbytes, busy)] = _kept.held()
+    assert not busy and nbytes >= Xa.nbytes
+    _, _, Xb, yb = _dask(np.random.default_rng(1))
+    # room for one of them: the least recently used goes
+    with dask.config.set({"dask-estimators.keep-placed": 1.5 * nbytes / _limits(client)}):
+        assert de.LogisticRegression().fit(Xb, yb).fit_stats_["placement"] == "kept"
+        assert [k for k, _, _ in _kept.held()] != [key_a] and len(_kept.held()) == 1
+        assert de.LogisticRegression().fit(Xa, ya).fit_stats_["placement"] == "kept"  # placed again
+    # no room for one: placed for its fit, released after
+    with dask.config.set({"dask-estimators.keep-placed": 0.5 * nbytes / _limits(client)}):
+        _, _, Xc, yc = _dask(np.random.default_rng(2))
+        assert de.LogisticRegression().fit(Xc, yc).fit_stats_["placement"] == "placed"
+        assert len(_kept.held()) == 1
+
+
+def _nothing_of_ours(client):
+    return not any(v["actors"] or v["shards"] for v in client.run(_held).values())
+
+
+def test_kept_data_goes_with_its_collection(client, rng):
+    _, _, Xd, yd = _dask(rng)
+    model = de.LogisticRegression().fit(Xd, yd)
+    assert model.fit_stats_["placement"] == "kept" and len(_kept.held()) == 1
+    assert not _nothing_of_ours(client)
+    del Xd
+    gc.collect()
+    assert _kept.held() == []
+    deadline = time.monotonic() + 30
+    while not _nothing_of_ours(client) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _nothing_of_ours(client)
+
+
+def test_a_fit_beside_one_using_the_kept_data_places_its_own(client, rng):
+    """Two fits at once on the same collections (a search's threads): one uses the kept shards, the other places
+    its own for its fit; both get their models."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    X, y, Xd, yd = _dask(rng)
+    de.LogisticRegression().fit(Xd, yd)  # kept
+    with ThreadPoolExecutor(2) as pool:
+        models = list(pool.map(lambda C: de.LogisticRegression(C=C, tol=1e-10).fit(Xd, yd), [0.5, 0.5]))
+    assert sorted(m.fit_stats_["placement"] for m in models) in (["placed", "reused"], ["reused", "reused"])
+    np.testing.assert_allclose(models[0].coef_, models[1].coef_, rtol=1e-12, atol=1e-14)
+    assert len(_kept.held()) == 1 and not _kept.held()[0][2]
