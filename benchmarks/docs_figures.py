@@ -105,6 +105,7 @@ def sources() -> list[tuple[str, str, str, str]]:
         ("small data, small searches", "small_fits.json", "python benchmarks/bench_small_fits.py --repeat 3",
          DEV),
         ("GLMs", "restructure-before-after.md", "python benchmarks/bench_glm_families.py", DEV),
+        ("later fits on kept data", "kept.json", _command(load("kept.json")["command"]).strip(), DEV),
         ("the first fit", "first_contact.json",
          _command("python benchmarks/bench_first_contact.py " + " ".join(first["argv"])), DEV),
         ("cross-validated searches", "cv.json", "python benchmarks/bench_cv.py --repeat 3", DEV),
@@ -198,6 +199,18 @@ def block_first_fit() -> str:
     rows = [[labels[r["benchmark"]], f"{r['ours']:.4g}", f"{r['scikit-learn']:.4g}", g3(r["ours / scikit-learn"])]
             for r in fc["rows"] if r["benchmark"] in labels]
     return table(["what", "ours", "scikit-learn", "ours / scikit-learn"], rows)
+
+
+def block_kept() -> str:
+    k = load("kept.json")
+    sk = k["results"]["scikit-learn, NumPy"]
+    labels = {"placed": "placed and released", "kept": "placed and kept", "reused": "the next fit, on the kept data"}
+    rows = []
+    for form in ("persisted dask array", "parquet, not persisted"):
+        for key, label in labels.items():
+            r = k["results"][form][key]
+            rows.append([form, label, f"{r['wall']:.3f}", f"{r['outside_rounds']:.3f}", f"{r['wall'] / sk:.2f}"])
+    return table([f"input ({k['rows']:,} x {k['cols']})", "fit", "s", "s outside the rounds", "/ scikit-learn"], rows)
 
 
 # ---- searches ----------------------------------------------------------------------------------------
@@ -408,6 +421,7 @@ BLOCKS = {
     "glm": block_glm,
     "sparse": block_sparse,
     "first-fit": block_first_fit,
+    "kept": block_kept,
     "cv": block_cv,
     "small-searches": block_small_searches,
     "mlp-throughput": block_mlp_throughput,

@@ -736,19 +736,12 @@ def test_worker_killed_mid_fit_on_parquet_with_a_fused_target(fc, monkeypatch, t
     assert _nothing_held(fc, timeout=10) is True
 
 
-@pytest.mark.parametrize("source", ["dask array", "parquet"])
-def test_worker_killed_between_two_fits_on_kept_data_gives_the_same_model(fc, tmp_path, source):
+def test_worker_killed_between_two_fits_on_kept_data_gives_the_same_model(fc):
     """Dask input kept on the workers after a fit (dask-estimators.keep-placed): the worker of one of its shards
-    is killed before the next fit, which rebuilds that shard from its source and gets the undisturbed model."""
+    is killed before the next fit, which rebuilds that shard from its source and gets the undisturbed model
+    (a shard rebuilt from parquet files: test_worker_killed_mid_fit_on_parquet_with_a_fused_target)."""
     X, y = _data("binary")
-    if source == "parquet":
-        df = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(target=y)
-        for i, rows in enumerate(np.array_split(np.arange(len(df)), 6)):
-            df.iloc[rows].to_parquet(tmp_path / f"part{i}.parquet")
-        ddf = dd.read_parquet(str(tmp_path))
-        Xd, yd = ddf.drop(columns="target"), ddf["target"]
-    else:
-        Xd, yd = da.from_array(X, chunks=(1000, X.shape[1])), da.from_array(y, chunks=1000)
+    Xd, yd = da.from_array(X, chunks=(1000, X.shape[1])), da.from_array(y, chunks=1000)
     make, _, _ = CASES["logistic-lbfgs"]
     first = make(fc).fit(Xd, yd)
     assert first.fit_stats_["placement"] == "kept"

@@ -1,0 +1,149 @@
+"""Placed dask input kept between fits: the second fit on the same collection against the first, in one run.
+
+    python benchmarks/bench_kept.py                       # 1,000,000 x 100, 3 repeats
+    python benchmarks/bench_kept.py --rows 200000 --repeat 1   # a smoke run
+
+A ``LocalCluster`` of 2 worker processes with 1 thread each, warmed up by a
+small fit first (the imports are not measured here: ``bench_first_contact.py``
+has them).  For each input form (a persisted dask array, and a dask dataframe
+read from parquet files, not persisted), each repeat:
+
+1. ``LogisticRegression(C=0.5).fit`` with ``dask-estimators.keep-placed`` at 0
+   (``"placed"``: placed and released, as every fit did before the data was
+   kept), the first fit on the collection;
+2. ``LogisticRegression().fit`` places the data again and keeps it
+   (``"kept"``): against 1, the cost of keeping it;
+3. ``LogisticRegression(C=0.5).fit`` on the same collection (``"reused"``):
+   against 2, what keeping saves;
+
+then the kept data is released.  "Outside the rounds" is the fit's wall
+time less its rounds' seconds (``fit_stats_["seconds"]``): the set-up before
+the first round (validation, placement, the targets' encoding) and the
+solver's own time on the client.  scikit-learn's ``LogisticRegression`` on
+the same rows as NumPy is the anchor, in the same run (this machine sets
+``OPENBLAS_CORETYPE``; run this script with it and ``OPENBLAS_L2_SIZE``
+unset when comparing with scikit-learn).  Medians of ``--repeat``.  Writes
+``kept.json`` and ``kept.md`` to ``--out`` (default ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fit(make, X, y):
+    t0 = time.perf_counter()
+    model = make().fit(X, y)
+    wall = time.perf_counter() - t0
+    stats = model.fit_stats_
+    return {"wall": wall, "outside_rounds": wall - stats["seconds"], "rounds": stats["rounds"],
+            "placement": stats["placement"], "coef": model.coef_}
+
+
+def run(rows, cols, repeat, out_dir):
+    import dask
+    import dask.array as da
+    import dask.dataframe as dd
+    import distributed
+    import pandas as pd
+    from sklearn.linear_model import LogisticRegression as SkLogistic
+
+    import dask_estimators as de
+    from dask_estimators.session import release_kept
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(rows, cols))
+    y = (X @ rng.normal(size=cols) + rng.normal(size=rows) > 0).astype(np.int64)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp, \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     dashboard_address=None) as cluster, distributed.Client(cluster):
+        df = pd.DataFrame(X, columns=[f"f{i}" for i in range(cols)]).assign(target=y)
+        for i, part in enumerate(np.array_split(np.arange(rows), 8)):
+            df.iloc[part].to_parquet(Path(tmp) / f"part{i}.parquet")
+        del df
+        with dask.config.set({"dask-estimators.worker-solve-below": 0}):  # every worker warms up
+            de.LogisticRegression().fit(da.from_array(X[:2000], chunks=1000), da.from_array(y[:2000], chunks=1000))
+        release_kept()
+
+        def array_input():
+            Xd = da.from_array(X, chunks=(rows // 8, cols)).persist()
+            yd = da.from_array(y, chunks=rows // 8).persist()
+            distributed.wait([Xd, yd])
+            return Xd, yd
+
+        def parquet_input():
+            ddf = dd.read_parquet(tmp)
+            return ddf.drop(columns="target"), ddf["target"]
+
+        for form, make_input in (("persisted dask array", array_input), ("parquet, not persisted", parquet_input)):
+            runs = {"placed": [], "kept": [], "reused": []}
+            for _ in range(repeat):
+                Xd, yd = make_input()
+                with dask.config.set({"dask-estimators.keep-placed": 0}):
+                    runs["placed"].append(_fit(lambda: de.LogisticRegression(C=0.5), Xd, yd))
+                runs["kept"].append(_fit(lambda: de.LogisticRegression(), Xd, yd))
+                runs["reused"].append(_fit(lambda: de.LogisticRegression(C=0.5), Xd, yd))
+                got = [r[-1]["placement"] for r in runs.values()]
+                assert got == ["placed", "kept", "reused"], got
+                np.testing.assert_allclose(runs["reused"][-1]["coef"], runs["placed"][-1]["coef"], rtol=1e-8)
+                del Xd, yd
+                release_kept()
+            results[form] = {k: {m: statistics.median(r[m] for r in v) for m in ("wall", "outside_rounds")}
+                             for k, v in runs.items()}
+        sk = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            SkLogistic(C=0.5).fit(X, y)
+            sk.append(time.perf_counter() - t0)
+        results["scikit-learn, NumPy"] = statistics.median(sk)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    record = {"rows": rows, "cols": cols, "repeat": repeat, "workers": 2, "threads_per_worker": 1,
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "commit": commit,
+              "command": "python benchmarks/bench_kept.py " + " ".join(sys.argv[1:]),
+              "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "results": results}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "kept.json").write_text(json.dumps(record, indent=2))
+    sk_s = results["scikit-learn, NumPy"]
+    lines = [f"# Placed dask input kept between fits: {rows:,} x {cols}, 2 workers x 1 thread",
+             "", f"`{record['command']}` at {commit}, {record['machine']}; medians of {repeat}.", "",
+             "| input | fit | wall s | outside the rounds s | outside the rounds / the kept fit's | wall / scikit-learn |",
+             "|---|---|---|---|---|---|"]
+    for form in ("persisted dask array", "parquet, not persisted"):
+        first = results[form]["kept"]["outside_rounds"]
+        for k, label in (("placed", "placed and released"), ("kept", "placed and kept"),
+                         ("reused", "on the kept data")):
+            r = results[form][k]
+            lines.append(f"| {form} | {label} | {r['wall']:.3f} | {r['outside_rounds']:.3f} | "
+                         f"{r['outside_rounds'] / first:.3f} | {r['wall'] / sk_s:.2f} |")
+    lines += ["", f"scikit-learn `LogisticRegression(C=0.5)` on the NumPy rows: {sk_s:.3f} s."]
+    (out_dir / "kept.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--cols", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args(argv)
+    run(args.rows, args.cols, args.repeat, args.out)
+
+
+if __name__ == "__main__":
+    main()
