@@ -8,13 +8,17 @@ blocks it was built from), and return to its starting memory after the fit.
 
 A thread samples the resident memory (RSS) of the client and of every worker
 process every 20 ms.  Phases: ``placement`` (until the first distributed
-round), ``optimization`` (the rounds), ``after`` (the fit returned and
-released its shards).
+round), ``optimization`` (the rounds), ``kept`` (the fit returned; its shards
+stay placed for the next fit on the same input, ``dask-estimators.keep-placed``),
+``after`` (the kept shards released).  ``--plot`` draws each worker's memory
+over its starting memory through the phases, against the size of its shard.
 
 Usage::
 
     python benchmarks/bench_memory.py                 # 2 GB of X on 2 workers
     python benchmarks/bench_memory.py --gb 0.2 --workers 2 --json out.json
+    python benchmarks/bench_memory.py --gb 0.8 --json benchmarks/results/memory.json \
+        --plot benchmarks/results/memory.png
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import argparse
 import gc
 import json
 import os
+import sys
 import threading
 import time
 
@@ -40,21 +45,55 @@ class Sampler(threading.Thread):
         self.interval = interval
         self.phase = "before"
         self.peaks: dict = {}
+        self.series: list = []  # (seconds, phase, {process: rss})
+        self.t0 = time.perf_counter()
         self.stop = threading.Event()
 
     def sample(self):
+        now = {}
         for name, p in self.procs.items():
             try:
                 rss = p.memory_info().rss
             except Exception:
                 continue
+            now[name] = rss
             key = (self.phase, name)
             self.peaks[key] = max(self.peaks.get(key, 0), rss)
+        self.series.append((time.perf_counter() - self.t0, self.phase, now))
 
     def run(self):
         while not self.stop.is_set():
             self.sample()
             time.sleep(self.interval)
+
+
+def _plot(sampler, pids, out, path):
+    """Each worker's RSS over its starting memory against time, the phases shaded, its shard's size dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    t = [s[0] for s in sampler.series]
+    workers = [n for n in pids if n != "client"]
+    for i, name in enumerate(workers):
+        b = out["workers"][name]["before_MB"] * MB
+        ax.plot(t, [(s[2].get(name, b) - b) / MB for s in sampler.series], label=name, color=f"C{i}")
+        ax.axhline(out["workers"][name]["shard_MB"], color=f"C{i}", ls="--", lw=0.8)
+    shades = {"placement": "#f2d7d5", "optimization": "#d5e8f2", "kept": "#e0f2d5", "after": "#eeeeee"}
+    for phase, colour in shades.items():
+        ts = [s[0] for s in sampler.series if s[1] == phase]
+        if ts:
+            ax.axvspan(min(ts), max(ts), color=colour, lw=0)
+            ax.text((min(ts) + max(ts)) / 2, ax.get_ylim()[1] * 0.97, phase, ha="center", va="top", fontsize=8)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("worker memory over its start, MB")
+    ax.set_title(f"LinearRegression on {out['X_GB']:.1f} GB of dask input, {out['n_workers']} workers "
+                 "(dashed: each worker's shard)", fontsize=9)
+    ax.legend(loc="center right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main(argv=None):
@@ -65,6 +104,7 @@ def main(argv=None):
     ap.add_argument("--chunk-mb", type=float, default=64.0, help="size of a row block of X")
     ap.add_argument("--max-iter", type=int, default=5)
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--plot", help="draw the workers' memory over the fit into this PNG (needs matplotlib)")
     args = ap.parse_args(argv)
 
     import dask.array as da
@@ -108,6 +148,12 @@ def main(argv=None):
         est = de.LinearRegression(solver="lbfgs", max_iter=args.max_iter, tol=0.0, client=client).fit(X, y)
         seconds = time.perf_counter() - t0
         ev_mod.DistributedEvaluator._round = original
+        sampler.phase = "kept"
+        time.sleep(1.0)
+        from dask_estimators.session import release_kept
+
+        kept = est.fit_stats_["placement"] == "kept"
+        release_kept()
         sampler.phase = "after"
         time.sleep(2.0)  # the workers drop the released shards
         client.run(gc.collect)
@@ -136,6 +182,7 @@ def main(argv=None):
             "shard_MB_per_worker": shard / MB,
             "fit_seconds": seconds,
             "rounds": est.fit_stats_["rounds"],
+            "placement": est.fit_stats_["placement"],
             "param_vector_bytes": n_params * 8,
             "client": {
                 "before_MB": peaks[("before", "client")] / MB,
@@ -153,10 +200,14 @@ def main(argv=None):
                 "before_MB": b / MB,
                 "placement_peak_growth_MB": (peaks.get(("placement", name), b) - b) / MB,
                 "optimization_peak_growth_MB": (peaks.get(("optimization", name), b) - b) / MB,
+                "kept_peak_growth_MB": (peaks.get(("kept", name), b) - b) / MB if kept else None,
                 "after_growth_MB": (final[name] - b) / MB,
                 "after_pools_closed_growth_MB": (closed[name] - b) / MB,
             }
+        out["command"] = "python benchmarks/bench_memory.py " + " ".join(argv if argv is not None else sys.argv[1:])
         print(json.dumps(out, indent=2))
+        if args.plot:
+            _plot(sampler, pids, out, args.plot)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=2)

@@ -35,6 +35,7 @@ PLOTS = {
     "docs/img/scaling.png": "benchmarks/results/scaling.png",
     "docs/img/reductions.png": "benchmarks/results/reductions.png",
     "docs/img/mlp_matrix.png": "benchmarks/results/mlp_matrix.png",
+    "docs/img/memory.png": "benchmarks/results/memory.png",
 }
 
 _BLOCK = re.compile(r"(?P<open><!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(?P<close><!-- /figures:(?P=name) -->)",
@@ -473,7 +474,7 @@ def main(argv=None) -> int:
                 path.write_text(new)
     problems += [f"block {name!r} is on no page" for name in BLOCKS if name not in used]
     for img, src in PLOTS.items():
-        if (ROOT / img).read_bytes() != (ROOT / src).read_bytes():
+        if not (ROOT / img).exists() or (ROOT / img).read_bytes() != (ROOT / src).read_bytes():
             stale.append(img)
             if not args.check:
                 shutil.copyfile(ROOT / src, ROOT / img)

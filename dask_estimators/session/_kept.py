@@ -7,7 +7,11 @@ each array's dask token (its graph's name: the same keys give the same
 data), and the check each block passed on its worker.  A placement is kept pinned
 (:meth:`~dask_estimators.engine.data.placement.Placement.pin`); a fit on it
 changes its shards (the targets' encoding, the rounds' state), and
-:func:`give_back` restores them when the fit's session closes.  One fit uses
+:func:`give_back` restores them when the fit's session closes.  Between fits
+the shards have no actors, only their task results, which Dask may move
+when it retires a worker (it does not retire a worker holding an actor);
+:func:`take` makes new actors where the shards are, and rebuilds a shard
+whose worker was lost from its source.  One fit uses
 a kept placement at a time: a fit that finds it in use places its own.
 
 Kept placements are bounded by the dask config ``dask-estimators.keep-placed``
@@ -78,7 +82,14 @@ def take(key):
             return None
         kept.busy = True
         _KEPT.move_to_end(key)
-        return kept.placement
+    try:
+        kept.placement.attach()  # its actors again, where its shards are now (rebuilt where lost)
+    except Exception:  # noqa: BLE001 - unusable: released, and the fit places its data anew
+        with _lock:
+            kept.busy = False
+            _forget(key)
+        return None
+    return kept.placement
 
 
 def keep(key, placement, owners=()) -> bool:
@@ -120,6 +131,7 @@ def give_back(key, placement) -> None:
     try:
         if not kept.dropped:
             placement.restore()
+            placement.detach()  # no actor between fits: Dask can retire the workers (and moves the shards)
     except Exception:  # noqa: BLE001 - a worker lost for good, a closed client: not kept
         kept.dropped = True
     with _lock:

@@ -319,6 +319,54 @@ class Placement:
         """The bytes the shards hold on their workers (one call to each)."""
         return int(sum(self.map(_nbytes)))
 
+    def detach(self) -> None:
+        """Close the shards' actors and keep the shards, as task results Dask may move (between fits on kept
+        data: Dask does not retire a worker that holds an actor).  :meth:`attach` makes new actors."""
+        if self.transport != "actors" or not self.actors:
+            return
+        actors, futs = self.actors, self._actor_futures
+        self.actors, self._actor_futures = [], []
+        self._close_actors(actors)
+        _watch._cancel(self.client, futs, cancel=True)
+
+    def attach(self) -> None:
+        """Actors for the shards again after :meth:`detach`, on the workers that hold the shards now (a retired
+        worker's shard was moved by Dask); a shard whose worker was lost is rebuilt from its source."""
+        if self.transport != "actors" or self.actors:
+            return
+        n = len(self.shards)
+        who = self.client.who_has(self.shards)
+        alive = _watch.alive_workers(self.client)
+        lost = set()
+        for i, s in enumerate(self.shards):
+            holders = sorted(set(who.get(s.key, ())) & alive)
+            if not holders:
+                lost.add(self.workers[i])
+            elif self.workers[i] not in holders:
+                self.workers[i] = holders[0]
+        self.actors, self._actor_futures = [None] * n, [None] * n
+        for _ in range(int(_config.get("max-recoveries")) + 1):
+            if lost:
+                self.recover(lost)  # rebuilds the shards of the lost workers, each with its actor
+            todo = [i for i in range(n) if self.actors[i] is None]
+            if not todo:
+                return
+            for i in todo:
+                self._actor_futures[i] = self.client.submit(
+                    ShardActor, self.shards[i], workers=[self.workers[i]], allow_other_workers=False, actor=True,
+                    pure=False)
+            try:
+                with current(self.client):
+                    got = _watch.wait_results([self._actor_futures[i] for i in todo], self.client,
+                                              [self.workers[i] for i in todo], self.timeout)
+            except WorkerLostError as e:
+                lost = set(e.workers)
+                continue
+            for i, a in zip(todo, got):
+                self.actors[i] = a
+            return
+        raise WorkerLostError(lost, f"Lost the Dask worker(s) {sorted(lost)} while the kept data was taken up again.")
+
     # ------------------------------------------------------------- recovery
     def lost_workers(self) -> set:
         """The workers holding a shard that the scheduler no longer knows (one request)."""
