@@ -4,11 +4,11 @@
     python benchmarks/docs_figures.py --check   # exit 1 when a page or a plot differs from what it would write
 
 A generated block sits between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->`` on lines of their
-own, in ``docs/performance.md`` or the performance section of ``README.md``; :data:`BLOCKS` says what
-writes each NAME.  Every figure comes from one results file of one run, formatted as the benchmark that
-wrote the file formats it in its own Markdown (``.3g`` for seconds and ratios unless said), so two
-pages that show a figure show the same digits.  The plots of ``docs/img/`` that stand for a results
-plot are byte copies of it (:data:`PLOTS`).
+own, in ``docs/performance.md``, the cost model's section of ``docs/design-measurements.md`` or the
+performance section of ``README.md``; :data:`BLOCKS` says what writes each NAME.  Every figure comes
+from one results file of one run, formatted as the benchmark that wrote the file formats it in its own
+Markdown (``.3g`` for seconds and ratios unless said), so two pages that show a figure show the same
+digits.  The plots of ``docs/img/`` that stand for a results plot are byte copies of it (:data:`PLOTS`).
 
 Only the standard library: the check runs in the test suite (``tests/test_docs_content.py``).  After a
 new run writes its results, run this script and commit the pages with the results.
@@ -29,7 +29,7 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 
 #: The pages whose generated blocks this script writes.
-PAGES = ["docs/performance.md", "README.md"]
+PAGES = ["docs/performance.md", "docs/design-measurements.md", "README.md"]
 #: docs/img plot -> the results plot it stands for.
 PLOTS = {
     "docs/img/scaling.png": "benchmarks/results/scaling.png",
@@ -101,7 +101,7 @@ def sources() -> list[tuple[str, str, str, str]]:
     gpu = load("gpu.json")
     first = load("first_contact.json")
     return [
-        ("large data, memory, the engine's costs, networks' throughput, the cost model", "suite.json",
+        ("large data, networks' throughput, the cost model", "suite.json",
          "make bench", _machine(suite["environment"], DEV)),
         ("small data, small searches", "small_fits.json", "python benchmarks/bench_small_fits.py --repeat 3",
          DEV),
@@ -148,13 +148,6 @@ def block_large_data() -> str:
     ours, ml = logistic[(1_000_000, "ours")], logistic[(1_000_000, "dask-ml")]
     rows.append(["1,000,000 x 100", "NumPy, against dask-ml", g3(ours), f"{g3(ml)} (dask-ml)", g3(ours / ml)])
     return table(["rows x features", "input", "ours, s", "scikit-learn lbfgs, s", "ours / scikit-learn"], rows)
-
-
-def block_memory() -> str:
-    rows = [[r["worker"], g3(r["shard_MB"]), g3(r["placement_peak_MB"]), g3(r["optimization_peak_MB"]),
-             g3(r["optimization_peak_over_shard"])] for r in load("suite.json")["dask_input"]["memory"]]
-    return table(["worker", "its shard, MB", "peak while placing, MB", "peak during the rounds, MB",
-                  "rounds' peak / shard"], rows)
 
 
 _SEARCHES = ("GridSearchCV", "LogisticRegressionCV")
@@ -263,12 +256,6 @@ def block_mlp_matrix_summary() -> str:
     return (f"Ours / scikit-learn over the {len(cells)} cells: lowest {min(ok):.2f}, median "
             f"{statistics.median(ok):.2f}, highest {max(ok):.2f}; {sum(r >= 1.5 for r in ok)} of {len(ok)} "
             f"cells at 1.5 or more.")
-
-
-def block_mlp_matrix() -> str:
-    rows = [[c["cell"], f"{c['rows']:,}", f"{c['sklearn_s']:.2f}", f"{c['ours_s']:.2f}", f"{c['ratio']:.2f}",
-             f"{c['first_ratio']:.2f}"] for c in load("mlp_matrix.json")["cells"]]
-    return table(["cell", "rows", "scikit-learn, s", "ours, s", "ours / scikit-learn", "first fit"], rows)
 
 
 def block_small_mlp() -> str:
@@ -417,7 +404,6 @@ def block_readme() -> str:
 BLOCKS = {
     "sources": block_sources,
     "large-data": block_large_data,
-    "memory": block_memory,
     "small-data": block_small_data,
     "glm": block_glm,
     "sparse": block_sparse,
@@ -427,7 +413,6 @@ BLOCKS = {
     "small-searches": block_small_searches,
     "mlp-throughput": block_mlp_throughput,
     "mlp-matrix-summary": block_mlp_matrix_summary,
-    "mlp-matrix": block_mlp_matrix,
     "small-mlp": block_small_mlp,
     "charlstm": block_charlstm,
     "gpu": block_gpu,

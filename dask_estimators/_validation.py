@@ -3,10 +3,10 @@ a sort, and the workers' copy that checks as it copies.
 
 ``validate_data`` checks ``X`` for NaN and infinity with ``np.isfinite``: a
 temporary array of X's size, and a noticeable share of a whole LogisticRegression
-fit on large input (docs/performance.md has the measurement).  :func:`assert_all_finite` sums ``X``
+fit on large input (docs/design-measurements.md has the measurement).  :func:`assert_all_finite` sums ``X``
 instead and gives the same errors as scikit-learn: on a failure it calls
 scikit-learn's own check for the message.  What runs on the client is NumPy
-only: numba's first use in a process is slow (docs/performance.md has the
+only: numba's first use in a process is slow (docs/design-measurements.md has the
 measurement); the workers load it anyway, for :func:`copy_if_finite` and the
 kernels.
 """
@@ -82,7 +82,7 @@ def assert_all_finite(X, *, input_name="X", estimator_name=None):
     and only one that is not (a non-finite element, or finite ones whose sum
     overflows) is followed by the element-wise check.  The sum reads the array
     once without a temporary array, faster than ``np.isfinite(X).all()``
-    (docs/performance.md has the measurement).
+    (docs/design-measurements.md has the measurement).
 
     Examples
     --------
@@ -120,7 +120,7 @@ def classes_and_codes(y, max_classes=64):
     """``(np.unique(y), np.searchsorted(np.unique(y), y))`` for a 1-D numeric ``y`` with few classes, without a sort.
 
     ``np.unique`` sorts every element and ``searchsorted`` bisects for each
-    (docs/performance.md has the cost).  Integer labels in a small range are
+    (docs/design-measurements.md has the cost).  Integer labels in a small range are
     counted in a table (their range, ``bincount``, the codes by one lookup);
     other labels take the distinct values of an evenly spaced sample, then
     one ``searchsorted`` against those few, checked to give back every label.

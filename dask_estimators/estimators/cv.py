@@ -46,7 +46,8 @@ __all__ = ["LogisticRegressionCV", "LinearRegressionCV"]
 _GRAM_MAX_FEATURES = 1024
 
 #: A one-worker search's binary or regression paths go in lockstep ("auto") from this many stored values; below
-#: it they go one after the other, which was faster (docs/performance.md, "A small cross-validated search").
+#: it they go one after the other, which was faster (benchmarks/results/history/small-linear-fits.md, "A small
+#: cross-validated search").
 _LOCKSTEP_ON_WORKER_FROM = 2**18
 
 #: Scorers computed on the workers from sums over the held-out rows: name -> (metric, sign).

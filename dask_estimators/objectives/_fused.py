@@ -6,7 +6,7 @@ bound by memory bandwidth.  These kernels walk ``X`` once, a row at a time:
 the row's predictions, its pointwise loss, derivative and curvature, and its
 contribution to the gradient all happen while the row is in L1 cache.  The
 Hessian-vector product is fused the same way.  Measured on the development
-machine (500k x 100 float64, one thread): see ``docs/performance.md``.
+machine (500k x 100 float64, one thread): see ``benchmarks/results/history/linear-models.md``.
 
 The pointwise formulas are those of :mod:`.losses` (the torch path,
 used on GPUs, for float32 and by workers with several threads); the tests
@@ -147,20 +147,20 @@ def _add_rows2(G, k, c, X, i, c2, i2):
 # itself, its second copy weighted 0.  Two sequential streams keep more of
 # the memory system busy than one, which brings a bare gradient pass near a
 # plain sum's streaming floor, also with both workers reading at once
-# (docs/performance.md has the measurement).  The two rows also share each
+# (benchmarks/results/history/linear-models.md has the measurement).  The two rows also share each
 # load of W and of G.  The row terms are written out in the kernels' loops:
-# behind an inlined helper the same code ran slower (docs/performance.md).
+# behind an inlined helper the same code ran slower (benchmarks/results/history/linear-models.md).
 
 
 # ------------------------------------------------------------------ binomial
 # The binomial loss needs exp and log1p per row.  Called one row at a time
 # they are scalar libm calls, which cost a large share of the time of the
-# memory-bound pass itself (docs/performance.md has the measurement).  The
+# memory-bound pass itself (docs/design-measurements.md has the measurement).  The
 # binomial kernel therefore works in blocks of rows: the block's
 # margins, then exp(-|z|) and log1p of a whole block with the polynomial
 # kernels below (plain arithmetic, which LLVM vectorises), then the block's
 # gradient while its rows are still in L1 cache, which brings it near the
-# squared loss's time (docs/performance.md has the measurement); the block
+# squared loss's time (docs/design-measurements.md has the measurement); the block
 # itself now vectorises (see _jit_exact).
 
 _BLOCK = 128
@@ -180,7 +180,7 @@ def _jit_exact(fn):
     With numpy's error model: under numba's default (Python's), every float
     division checks its divisor for zero to raise ZeroDivisionError, and that
     branch kept the block's second loop (two divisions a row) from being
-    vectorised, which made it slower with the same bits out (docs/performance.md has the measurement).
+    vectorised, which made it slower with the same bits out (docs/design-measurements.md has the measurement).
     No divisor here can be zero (``2 + e`` and ``1 + e``, e >= 0).
     """
     if numba is None:  # pragma: no cover
@@ -434,7 +434,7 @@ def hessp(X, s, curv, P, pb, loss):
 # one cache line.
 #
 # Each choice below was measured against one fused pass per row over int64
-# indices (``python benchmarks/bench_sparse_kernels.py``; docs/performance.md
+# indices (``python benchmarks/bench_sparse_kernels.py``; docs/design-measurements.md
 # has the figures).  Each step, in that order:
 # * Two passes.  A row's scatter waits on its gathers and on
 #   exp, and the next row's gathers wait behind its stores, so little of a
@@ -627,7 +627,7 @@ def _csr_gram(data, indices, indptr, D, intercept, H):
 
 def _unsigned(a):
     """An int32 index array viewed as uint32 (no copy; CSR indices are never negative): numba then drops the
-    negative-index wrap-around of every gather and scatter, which slowed value_grad (docs/performance.md has
+    negative-index wrap-around of every gather and scatter, which slowed value_grad (docs/design-measurements.md has
     the measurement).  int64 stays signed: uint64 with int64 arithmetic would become float64 in numba."""
     a = index_array(a)
     return a.view(np.uint32) if a.dtype == np.int32 else a

@@ -3,7 +3,7 @@
 :func:`.module.loss_grad_` writes a network's backward as torch ops.  For the
 small batches of a ddp step, the dozen small ops around its matrix products
 (bias adds, activation, loss, output derivative, sums) cost about as much as
-the products, most of it the cost of calling each op (docs/performance.md).
+the products, most of it the cost of calling each op (benchmarks/results/history/changelog-development.md).
 Here the same arithmetic is one call: the matrix products go to BLAS
 (numba's ``np.dot`` into kept buffers) and the elementwise work runs as
 plain loops, tanh and the logistic function vectorised (:func:`_tanh_`).
@@ -48,7 +48,7 @@ def _jit(fn):
 
 # ------------------------------------------------------------- tanh and the logistic function, vectorised
 # A scalar libm call per value (math.tanh, math.exp) is not vectorised: on a small batch's hidden layer it
-# was much of the kernel (docs/performance.md).  Here both are plain arithmetic that LLVM vectorises, one
+# was much of the kernel (docs/design-measurements.md).  Here both are plain arithmetic that LLVM vectorises, one
 # value at a time in the loop that adds the layer's bias.  For u = k ln2 + r (|r| <= ln2/2, reduced as the
 # binomial block does, ``_fused``; k as the low bits of ``MAGIC + u log2(e)``: adding MAGIC rounds to an
 # integer), expm1(u) = 2^k (r q(r)) + (2^k - 1) with q(r) = expm1(r) / r a Taylor polynomial, and 2^k made

@@ -377,7 +377,7 @@ def _rows_product(X, idx, Wt):
     place.  Scattered rows (stratified or shuffled folds) are gathered a block
     at a time into one small buffer: a gather of all of them at once allocated
     and wrote a fresh array of a fifth of the shard, many times the cost of
-    the product (docs/performance.md).
+    the product (docs/design-measurements.md).
     """
     if is_sparse(X):
         return take_rows(X, idx) @ Wt

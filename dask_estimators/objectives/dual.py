@@ -120,7 +120,7 @@ class DualSpec:
 
 # ---------------------------------------------------------------- numba kernels
 # The passes are written once per layout of X.  One body per loss with a layout flag and the row helpers
-# below (as the Crammer-Singer pass uses) ran slower, dense and CSR (docs/performance.md has the measurement).
+# below (as the Crammer-Singer pass uses) ran slower, dense and CSR (docs/design-measurements.md has the measurement).
 @lazy_njit(nogil=True, boundscheck=False)
 def _svc_pass(X, y, c, alpha, sqnorm, w, u, bias, sigma, squared, perm):  # pragma: no cover - compiled
     """One pass of dual coordinate ascent over the rows ``perm`` (hinge or squared hinge).

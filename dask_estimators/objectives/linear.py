@@ -116,7 +116,7 @@ def _use_fused_csr(X, spec: LinearSpec) -> bool:
 
     ``"auto"`` takes them whatever the number of threads: they were faster
     than torch's sparse products for every loss measured (see
-    docs/performance.md, "Sparse X").
+    benchmarks/results/history/sparse.md, "Sparse X: the numba CSR kernels against torch's sparse products").
     """
     ok = spec.kernel() is not None and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64
     if spec.backend == "fused" and not ok:
@@ -143,7 +143,7 @@ def _weights(shard):
 #: bytes of X, which bounds its temporaries.  Small, cache-sized blocks were
 #: meant to let ``g_b.T @ X_b`` reread a block from cache after ``X_b @ w``,
 #: but measured they were slower than one block (the per-block torch calls cost
-#: more than the cache saves; docs/performance.md).  So a block is large.  On a
+#: more than the cache saves; docs/design-measurements.md).  So a block is large.  On a
 #: GPU the shard is one block.
 BLOCK_BYTES = 1 << 30
 
@@ -180,7 +180,7 @@ def _add_xt_times(out, G, X):
 
     For a sparse X, a scatter-add of ``G[row, k] * value`` into each stored
     value's column: torch's ``X.t() @ G`` (a CSC-dense product) was far
-    slower on one thread (docs/performance.md; ``benchmarks/bench_sparse_kernels.py``).
+    slower on one thread (benchmarks/results/history/sparse.md; ``benchmarks/bench_sparse_kernels.py``).
     """
     if is_sparse(X):
         rows, cols, vals = _csr_rows(X), X.col_indices(), X.values()
@@ -204,7 +204,8 @@ def _pack_host(spec: LinearSpec, gW, gb):
 
 def _pack_numpy(spec: LinearSpec, gW, gb):
     """``spec.pack`` of a numba kernel's NumPy ``(gW, gb)``, kept in NumPy (what the worker returns: no tensor to
-    make and convert back, a share of a small fit's evaluation: docs/performance.md), and without the copy when
+    make and convert back, a share of a small fit's evaluation: benchmarks/results/history/small-linear-fits.md), and
+    without the copy when
     the kernel wrote them as one buffer in that order (the CSR kernels with one output: 8 MB less to copy a round
     at 2^20 features)."""
     base = gW.base

@@ -45,7 +45,7 @@ from ._sparse import csr_parts, is_sparse
 
 # the compiled kernels, and numba with them, load where a kernel first runs (the workers): the client of a
 # ddp fit builds the network's spec and its starting point only (importing numba would slow its start;
-# docs/performance.md has the measurement)
+# docs/design-measurements.md has the measurement)
 _fused_mlp = lazy_module("dask_estimators.objectives._fused_mlp")
 
 __all__ = [
@@ -385,7 +385,7 @@ def flatten(coefs, intercepts) -> np.ndarray:
     out = np.empty(sum(a * c + m for (a, c), m in sizes))
     pos = 0
     for (W, b), ((fan_in, fan_out), m) in zip(zip(coefs, intercepts), sizes):
-        # each weight written transposed straight into its place: one copy, not two (docs/performance.md)
+        # each weight written transposed straight into its place: one copy, not two (docs/design-measurements.md)
         np.copyto(out[pos : pos + fan_in * fan_out].reshape(fan_out, fan_in), np.asarray(W).T, casting="unsafe")
         pos += fan_in * fan_out
         out[pos : pos + m] = np.asarray(b).ravel()
@@ -491,7 +491,7 @@ def _scratch(work, key, rows, cols, like):
     Worker processes run with ``MALLOC_TRIM_THRESHOLD_=65536`` (Dask's nanny
     sets it), so a freed 100 kB activation is handed back to the system and
     the next step's page-faults it in again (a small step took longer with
-    fresh buffers; docs/performance.md has the measurement).
+    fresh buffers; docs/design-measurements.md has the measurement).
     The buffer grows to the most rows asked for; a call gets its first ``rows``.
     """
     if work is None:
@@ -516,14 +516,15 @@ def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None, rows=None) -
 
     A float64 or float32 batch on CPU goes through one numba call
     (:mod:`._fused_mlp`), faster on small batches than the torch ops below,
-    which serve GPUs, sparse X and installs without numba (docs/performance.md).
+    which serve GPUs, sparse X and installs without numba (benchmarks/results/history/changelog-development.md).
 
     With ``rows`` (an int64 tensor), X, y and sw are a whole shard's and the
     batch is their rows ``rows`` (:func:`take`'s); the numba call gathers
     them itself, one call fewer per array and step.
     """
     if rows is not None:
-        # the same tensors every step: which kernel, and their NumPy views, worked out once (docs/performance.md)
+        # the same tensors every step: which kernel, and their NumPy views, worked out once
+        # (docs/design-measurements.md)
         kept = None if work is None else work.get("nb_views")
         if kept is None or any(a is not b for a, b in zip(kept[0], (X, y, sw, w, g))):
             numba = loss_grad_kernel(X) == "numba" and X.is_contiguous()
@@ -568,8 +569,8 @@ def first_uses() -> None:
 
     A worker's warm-up calls it (:mod:`dask_estimators.engine.cluster._warm`), so that a fit does not pay them.
     A process's first ``torch.optim`` optimizer imports ``torch._dynamo``, most of a ddp fit's first-use cost on a
-    fresh cluster (docs/performance.md has both costs).  The Adam is fused where torch has it, as the
-    optimizer layer's.
+    fresh cluster (benchmarks/results/history/first-fit.md has both costs).  The Adam is fused where torch has it,
+    as the optimizer layer's.
     """
     for dtype in ("float32", "float64"):
         spec = MLPSpec(2, (2,), 1, activation="relu", out="logistic", dtype=dtype)
@@ -803,7 +804,7 @@ def take_rows(X, y, sw, idx, work=None):
     if is_sparse(X):  # the batch's rows cut from the shard's CSR arrays, never densified
         return (csr_rows(X, idx), torch.index_select(y, 0, idx),
                 None if sw is None else torch.index_select(sw, 0, idx))
-    # index_select, not X[idx]: advanced indexing is slower on a batch's rows (docs/performance.md)
+    # index_select, not X[idx]: advanced indexing is slower on a batch's rows (docs/design-measurements.md)
     if work is None:
         Xb = torch.index_select(X, 0, idx)
     else:

@@ -9,7 +9,7 @@ distributed evaluator (one round per evaluation) or, for a small search, a
 in one task on its worker (:func:`~dask_estimators.engine.solve_on_shard`).
 So this module imports neither scikit-learn nor Dask: a worker never imports
 scikit-learn for it (a worker's first search would pay for that import:
-docs/performance.md).
+benchmarks/results/history/small-linear-fits.md).
 """
 
 from __future__ import annotations

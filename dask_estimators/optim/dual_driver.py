@@ -46,7 +46,7 @@ def one_shard_below() -> int:
     places the data on one worker: the dask config value ``dask-estimators.dual-one-shard-below``
     (default 2**21; 0 always spreads the data).
 
-    A dual pass over small data costs less than a round's round trip (docs/performance.md), and
+    A dual pass over small data costs less than a round's round trip (docs/design-measurements.md), and
     CoCoA+ over several shards needs more passes than LIBLINEAR's method on one: below this size one
     worker with many passes per round is faster (``benchmarks/bench_svm_dual.py`` measures the two).
     """
@@ -103,7 +103,7 @@ def dual_coordinate_ascent(evaluate, spec, *, max_iter=1000, seed=0, passes_per_
         Seeds the row order of every pass.
     passes_per_round : int, default=1
         Local passes over each shard per round (CoCoA+'s ``H``).  More passes solve the local
-        subproblems better but save far fewer rounds than they cost passes (docs/performance.md
+        subproblems better but save far fewer rounds than they cost passes (docs/design-measurements.md
         has the measurement).
     verbose : int, default=0
         Print each round's primal and dual objectives and the stopping value.

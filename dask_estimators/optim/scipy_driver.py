@@ -260,7 +260,7 @@ def _newton_cg(objective, x0, *, tol, max_iter, callback=None):
     is at most ``tol``, tested at the start too; trust-ncg's own ``gtol`` bounds the gradient's Euclidean
     norm, which over 2^20 parameters is about a thousand times the largest entry.  The trust region starts
     at radius ``_TRUST0``, not scipy's 1: from 1 it grew by one doubling an iteration, which took most of
-    the iterations on a large sparse problem (docs/performance.md; ``benchmarks/bench_sparse.py``).  A
+    the iterations on a large sparse problem (docs/design-measurements.md; ``benchmarks/bench_sparse.py``).  A
     rejected step shrinks it fourfold."""
     best = {"f": np.inf, "x": np.asarray(x0, dtype=np.float64).copy(), "g": None, "nfev": 0}
     budget = max_iter * (2 * np.size(x0) + 10)
@@ -527,7 +527,7 @@ def _convergence_warning():
     This module also runs on workers (a small fit's solver, a small search's
     paths, and engine.ddp.train through optim), which do not import scikit-learn:
     importing it for a warning would weigh on a worker's first unconverged
-    fit (docs/performance.md).
+    fit (benchmarks/results/history/small-linear-fits.md).
     """
     import sys
 

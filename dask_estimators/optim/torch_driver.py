@@ -77,7 +77,7 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.solver == "adam":
         params = list(params)
         kw = dict(lr=cfg.learning_rate_init, betas=(cfg.beta_1, cfg.beta_2), eps=cfg.epsilon)
-        try:  # one fused kernel per step: faster than the default on a small MLP (CPU; docs/performance.md)
+        try:  # one fused kernel per step: faster than the default on a small MLP (CPU; docs/design-measurements.md)
             return torch.optim.Adam(params, fused=True, **kw)
         except (RuntimeError, TypeError, ValueError):
             return torch.optim.Adam(params, **kw)
@@ -96,7 +96,7 @@ class _FusedAdamStep:
 
     torch.optim wraps its one ``torch._fused_adam_`` call in Python (the
     profiling hook, per-parameter state look-ups, grouping by device): a
-    noticeable share of a small MLP step on a rank (docs/performance.md has the measurement).
+    noticeable share of a small MLP step on a rank (docs/design-measurements.md has the measurement).
     The first call goes through ``opt.step()``, which makes the state; later
     calls add 1 to the same step counters and call the same kernel on the
     same tensors with the group's current settings, so the numbers are torch.optim's
@@ -126,7 +126,7 @@ class _FusedAdamStep:
             self.opt.step()
             st = self.opt.state
             # the step counters as views of one tensor: one add a step, cheaper than _foreach_add_ on four
-            # (docs/performance.md)
+            # (docs/design-measurements.md)
             counters = torch.stack([st[p]["step"] for p in params])
             for i, p in enumerate(params):
                 st[p]["step"] = counters[i]

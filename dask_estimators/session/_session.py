@@ -345,7 +345,8 @@ def worker_solve_below() -> int:
 
     On one worker an evaluation then takes about as long as a distributed round's latency or less, so
     spreading it over W workers (``c / W + latency`` against ``c``) gains nothing for any W; the SVMs' dual
-    method puts data on one worker below the same size (docs/performance.md has the measurements).
+    method puts data on one worker below the same size (benchmarks/results/history/small-linear-fits.md has the
+    measurements).
     """
     return int(_config.get("worker-solve-below"))
 

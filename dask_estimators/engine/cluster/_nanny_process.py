@@ -101,7 +101,7 @@ def fork_workers() -> bool:
 
     A spawned worker imports distributed, torch, numba and the kernels again,
     though its nanny could have them already: one core's time per worker at
-    the start of the first fit (docs/performance.md has the measurement).
+    the start of the first fit (docs/design-measurements.md has the measurement).
     Forking from a nanny that imported them
     once (before it started any thread but its stdin watch, and without
     running any torch or OpenMP code) gives the worker all of them for

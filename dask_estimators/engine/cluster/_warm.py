@@ -51,7 +51,8 @@ def _import_all() -> None:
 
 def warm_kernels(networks: bool = True) -> None:
     """Initialise numba's compiler and load the dense float64 kernels from their cache (once);
-    with ``networks``, also the networks' first uses (:func:`warm_networks`; docs/performance.md has both costs).
+    with ``networks``, also the networks' first uses (:func:`warm_networks`;
+    benchmarks/results/history/first-fit.md has both costs).
 
     The first call of any compiled function in a process sets up numba's
     target (its registries and runtime); the first call of a kernel for a
@@ -79,7 +80,7 @@ def warm_networks() -> None:
     """The networks' first uses: the MLP kernel in both dtypes (:mod:`..objectives._fused_mlp`), and torch.optim.
 
     A process's first ``torch.optim`` optimizer imports ``torch._dynamo``,
-    most of a ddp fit's first-use cost on a fresh cluster (docs/performance.md).
+    most of a ddp fit's first-use cost on a fresh cluster (benchmarks/results/history/first-fit.md).
     """
     try:
         _first_network_uses()
@@ -100,7 +101,7 @@ async def warm_running(networks: bool = True) -> None:
     A coroutine, so that ``client.run(..., wait=False)`` returns at once
     (:func:`~.cluster.warm_ahead`).  It runs on the worker's event loop and
     holds it meanwhile (long on a fresh worker, next to nothing on a warm one;
-    docs/performance.md has the measurement): the imports never run beside the event
+    benchmarks/results/history/first-fit.md has the measurement): the imports never run beside the event
     loop's own, which unpickles the tasks (the module docstring's deadlock),
     only before or after them.
     """

@@ -187,7 +187,7 @@ class _Done:
     workers for the whole fit.  A done callback holds its future only until
     the future is done (a wait that gives up cancels or releases the futures).
     Polled instead (``done()`` every 0.5-10 ms), a small fit's placement took
-    longer: the poll woke late (docs/performance.md has the measurement).
+    longer: the poll woke late (docs/design-measurements.md has the measurement).
     """
 
     def __init__(self, futures):

@@ -2,7 +2,7 @@
 
 A new user's first fit waits for the embedded cluster: each nanny process
 imported distributed, torch, numba and the kernels, and the client imported
-scikit-learn before that started (seconds of one core; docs/performance.md).
+scikit-learn before that started (seconds of one core; docs/design-measurements.md).
 On 2 cores, two nannies and the client competed for the cores, and the
 imports were paid once per worker.
 
@@ -101,7 +101,7 @@ def prewarm(networks: bool = True) -> None:
     package passes False when the first class read is a linear model: then
     the zygote makes them only if no nanny is asked for by the time its other
     imports are done.  The three-line script's first fit waited for that
-    warm-up (docs/performance.md has its cost); a script that takes longer to reach its
+    warm-up (benchmarks/results/history/first-fit.md has its cost); a script that takes longer to reach its
     first fit gets its networks warm as well.
 
     Examples

@@ -116,7 +116,7 @@ def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -
 
 
 #: Seconds the embedded cluster's workers have to start and connect (far longer on a loaded machine than on an
-#: idle one; docs/performance.md has the measurement).
+#: idle one; docs/design-measurements.md has the measurement).
 START_TIMEOUT = 180.0
 
 
@@ -215,7 +215,7 @@ def close_embedded_cluster() -> None:
 def _close_at_exit() -> None:
     """At interpreter exit: the workers hold nothing that outlives this process (no fit keeps data on
     them), so they are killed at once instead of closed gracefully (a graceful close was a large share of a
-    three-line script's time; docs/performance.md has the measurement), then the cluster is closed."""
+    three-line script's time; docs/design-measurements.md has the measurement), then the cluster is closed."""
     import logging
     import signal
 
@@ -335,7 +335,7 @@ def _borrowed(client):
     Kept open, it outlived the parent's cluster in the parent's idle joblib
     workers, and logged its failed reconnection as errors when the parent
     exited.  A new one connects quickly; the close, which takes longer, runs
-    in a thread of its own (docs/performance.md has both).
+    in a thread of its own (docs/design-measurements.md has both).
     """
     address = _INHERITED[0]
     if client is None or address is None or _by_address.get(address) is not client:
@@ -392,7 +392,7 @@ def adopt_sender(address: str, pid: int) -> None:
     this process's fits without a client of their own use that scheduler
     instead of each starting an embedded cluster (:func:`resolve_client`):
     a ``GridSearchCV(n_jobs=2)`` of 9 small fits took far longer than with
-    ``n_jobs=1`` and left processes behind (docs/performance.md, "A search with ``n_jobs``").
+    ``n_jobs=1`` and left processes behind (benchmarks/results/history/search-n-jobs.md, "A search with ``n_jobs``").
     A client active here still comes first.
     """
     if address and pid == os.getppid():
@@ -427,7 +427,7 @@ def _one_blas_thread():
     """``threadpool_limits(limits=1, user_api="blas")`` through a controller kept between fits.
 
     Making a controller scans the process's libraries, a cost each fit paid
-    in a client that has fitted a network (docs/performance.md has the
+    in a client that has fitted a network (docs/design-measurements.md has the
     measurement).  One is made again after modules were
     imported since (a BLAS loaded later is found then).
     """
@@ -447,7 +447,7 @@ def warm_ahead(client, workers=None, using=(), networks=False) -> None:
     A small fit runs on one worker, the workers in turn.  On a cluster
     started without the package's preload (a plain ``Client()``) each
     worker's first fit imported torch and numba first, which made a fresh
-    cluster's first two fits slow (docs/performance.md).  Asked while
+    cluster's first two fits slow (benchmarks/results/history/first-fit.md).  Asked while
     a fit runs on another worker, the next one imports meanwhile.  ``using``:
     workers the caller's own tasks warm up (marked, not asked).  The
     embedded cluster's workers start warm (:mod:`._warm`): nothing is sent.
@@ -529,7 +529,7 @@ def _prompt_sends(client):
     one waits out the rest of them.  A fit's few messages then wait: the
     release at one fit's end delays the next fit's first task, so each of
     the back-to-back small fits of a search paid a longer round trip than
-    with a short interval (docs/performance.md).  The interval goes back to
+    with a short interval (benchmarks/results/history/small-linear-fits.md).  The interval goes back to
     the client's own when the last fit running on it ends.
     """
     comm = getattr(client, "scheduler_comm", None)
@@ -588,7 +588,7 @@ def client_context(client=None):
     if not _in_task():
         # The client's own work in a fit is vector arithmetic on the parameters; a multi-threaded BLAS
         # there leaves its threads spinning after each call, on the cores the workers compute on, which
-        # slows the later rounds of a large fit (docs/performance.md has the measurement).  One BLAS
+        # slows the later rounds of a large fit (docs/design-measurements.md has the measurement).  One BLAS
         # thread on the client while it fits.
         with _one_blas_thread(), _prompt_sends(c), _borrowed(c if client is None else None), current(c):
             yield c

@@ -3,7 +3,7 @@
 gloo sums a tensor over TCP even between two processes of one machine.  For
 the small gradients of an MLP step (10k numbers) that round trip, with the
 threads it wakes, costs more than the step's arithmetic (see
-docs/performance.md).  Here every rank writes its tensor into its own slot of
+benchmarks/results/history/small-networks-and-partial-fit.md).  Here every rank writes its tensor into its own slot of
 one shared mapping, publishes a sequence number, waits until every rank
 has published the same one, and adds the slots in rank order: every rank
 gets the same bits, without a socket.
@@ -23,7 +23,7 @@ gets the same bits, without a socket.
   dies.  Rank 0 gives it back to a pool of its process when the run ends
   cleanly (:meth:`SharedMemoryAllreduce.close`), and the next group's rank 0
   takes it with its pages in memory: a fresh mapping costs page
-  allocation, a pooled one mostly the ranks' exchange (docs/performance.md
+  allocation, a pooled one mostly the ranks' exchange (benchmarks/results/history/mlp-matrix.md
   has the measurement).
 - x86-64 only: its stores are seen by other cores in program order, so a
   published sequence number implies the data written before it.  Elsewhere,
@@ -203,7 +203,7 @@ def create(rank: int, world: int, capacity: int, timeout: float, shared_bytes: i
     (:func:`~dask_estimators.engine.ddp.collective.process_group` yields it).
     Collective: the ranks exchange whether they share a host (:func:`._shared.host_token`), the path of rank
     0's memfd and whether each could map it, through the store (a few of its round trips, cheaper than gloo's
-    object collectives; docs/performance.md has the measurement).
+    object collectives; benchmarks/results/history/small-networks-and-partial-fit.md has the measurement).
     """
 
     from ..data import _shared

@@ -139,8 +139,8 @@ def process_group(comm: Comm, device: str = "cpu", teardown_behind: bool = False
     With ``teardown_behind``, a block that ends without an error leaves the
     group's teardown to a thread of this process, and the call returns at
     once: destroying a gloo group takes a while (it joins its threads, with the
-    GIL released; docs/performance.md has the measurement), which would otherwise delay the result of every
-    collective fit.  The worker's group lock stays held until the group is
+    GIL released; benchmarks/results/history/small-networks-and-partial-fit.md has the measurement), which
+    would otherwise delay the result of every collective fit.  The worker's group lock stays held until the group is
     gone, so the next group on this worker waits for it.  Only for a group
     that nothing else holds once the block ends (the DDP wrapper's reducer
     does, see :func:`~dask_estimators.engine.ddp.train.ddp_rank`); a block that
@@ -229,7 +229,7 @@ def _wait_listening(host: str, port: int, timeout: float, local: bool = False) -
     """Return once ``host:port`` accepts a connection (rank 0's store), or after ``timeout`` seconds.
 
     A ``TCPStore`` client refused by a server not yet listening backs off
-    before it tries again, and the other ranks wait with it (docs/performance.md
+    before it tries again, and the other ranks wait with it (benchmarks/results/history/mlp-matrix.md
     has the cost): on a fresh cluster rank 0's task often starts a little after
     the others'.  Plain connections tried every 2 ms find the server at once;
     the store is made after (the probe's connection closes unused).
@@ -238,7 +238,7 @@ def _wait_listening(host: str, port: int, timeout: float, local: bool = False) -
     listening sockets is read instead of connecting: each connection the
     store's server accepts costs it a reverse DNS lookup of the peer
     (torch logs the peer's name), and where the resolver drops a query that
-    lookup waits out its 5 s timeout, holding the server (docs/performance.md
+    lookup waits out its 5 s timeout, holding the server (benchmarks/results/history/small-networks-and-partial-fit.md
     has how often a fit met it).
     """
     import time
@@ -429,7 +429,7 @@ def _identity_and_port(rank0: str, host: str, timeout: float = 120.0, dask_worke
 
     Rank 0's :func:`process_group` takes the server; the other ranks connect
     at once.  Looking for a server made by rank 0 itself cost each of them
-    reads of ``/proc/net/tcp`` (docs/performance.md has the measurement), and rank 0
+    reads of ``/proc/net/tcp`` (docs/design-measurements.md has the measurement), and rank 0
     waited for them.  A server no rank takes (its fit failed first) is dropped
     at the first call here after ``timeout`` seconds.  Where no server can be
     made here, a free port, and rank 0 serves it (as before).

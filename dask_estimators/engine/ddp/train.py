@@ -72,7 +72,7 @@ _HANDED = weakref.WeakKeyDictionary()
 #: Rank 0's result arrays of this many bytes or more go to a client of the same host through shared memory (the
 #: message carries the rest).  Lower than the tree-sum's: a 784-100-10 network's fit spent less time outside
 #: its epochs with its three largest arrays through shared memory than in the message, and arrays of a few
-#: hundred KB gained nothing (docs/performance.md has the measurement).
+#: hundred KB gained nothing (benchmarks/results/history/mlp-matrix.md has the measurement).
 RESULT_MIN_BYTES = 1 << 18
 #: fit key -> the blocks its _Checkpoints keeps its two sets in, given back to _BLOCKS when the rank returns
 _KEPT_BLOCKS: dict = {}
@@ -107,7 +107,7 @@ class _Block:
 
 
 #: The blocks of finished runs' checkpoints in this process, for the next run's (fresh pages cost their page
-#: faults; docs/performance.md has the measurement): at most 1 GiB, each freed after 30 s unused.
+#: faults; docs/design-measurements.md has the measurement): at most 1 GiB, each freed after 30 s unused.
 _BLOCKS = _memfd.Pool("dask-estimators-checkpoints", max_bytes=1 << 30, idle_seconds=30.0, make=_Block)
 
 
@@ -132,7 +132,7 @@ def ddp_rank(shard, comm, spec: M.NetworkProblem, w0: np.ndarray, cfg, monitor, 
     the GIL, and the group's destructor waits for a gloo thread that needs
     the GIL (a deadlock seen here about once in ten fits; cf. pytorch#56297).
     Only that wrapper needs the full collection, which is slow in a worker
-    process (docs/performance.md has the measurement): the hand-written path holds nothing of the group.
+    process (docs/design-measurements.md has the measurement): the hand-written path holds nothing of the group.
     """
     import gc
     import traceback
@@ -167,7 +167,7 @@ def _shipped_rank(shard, comm, share, spec, start, cfg, monitor, callbacks, chec
 
     With ``share`` ("copy": the client shares this host) the result's large arrays go to the client through
     shared memory (:mod:`._shared`), which copies them out: for a million float64 parameters and Adam's
-    state that is far faster than through the actor's message (docs/performance.md has the measurement).
+    state that is far faster than through the actor's message (docs/design-measurements.md has the measurement).
     Their segments stay leased while the shard lives: the client has read them before
     it releases the fit's placement.
     """
@@ -204,7 +204,8 @@ def _ship(out):
     in a flat dict with string keys, which Dask serializes array by array, and the rest of the result.
 
     Inside the result object (pickled, its arrays as pickle's out-of-band buffers) the arrays went from a
-    worker's actor to the client far slower than as a flat dict of arrays (docs/performance.md has the measurement).
+    worker's actor to the client far slower than as a flat dict of arrays (benchmarks/results/history/mlp-matrix.md
+    has the measurement).
     :func:`_unship` puts them back.
     """
     arrays, paths = {"w": out.w}, []
@@ -230,7 +231,7 @@ def _shared_optimizer_bytes() -> int:
     """The least size of the parameters (bytes) for which ranks on one host share them and Adam's state.
 
     The dask config ``dask-estimators.shared-optimizer-bytes``, 256 KiB by default: below it the second
-    barrier of each step costs more than the halved passes save (docs/performance.md has the measurement).
+    barrier of each step costs more than the halved passes save (docs/design-measurements.md has the measurement).
     """
 
     return int(_config.get("shared-optimizer-bytes"))
@@ -271,7 +272,7 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
     allreduce of that buffer per step does what ``DistributedDataParallel``
     does with its one bucket, without the autograd graph and reducer hooks
     around it (faster than autograd on a small step, before DDP's own cost;
-    docs/performance.md has the measurement).  With Adam and parameters of 256 KiB or
+    docs/design-measurements.md has the measurement).  With Adam and parameters of 256 KiB or
     more, ranks that share a host share the parameters and Adam's state
     instead, and each sums and steps its part (:class:`_SharedAdam`).
     Other problems (the character LSTM) train through ``DistributedDataParallel``.
@@ -333,7 +334,7 @@ def _ddp_loop(shards, comm, spec, w0, cfg, monitor, opt_state, callbacks, checkp
 
 def _built_empty(spec, dev):
     """``spec``'s module on ``dev`` without its own initialisation, which the run's starting point overwrites (a
-    large module's default draws slow a rank's start; docs/performance.md); a module with buffers, which
+    large module's default draws slow a rank's start; docs/design-measurements.md); a module with buffers, which
     no starting point sets, is built as it comes."""
     meta = spec.build("meta")
     if any(True for _ in meta.buffers()):
@@ -391,7 +392,7 @@ class _SharedAdam:
     are.  Against every rank copying its gradient into a slot, summing all
     the slots and stepping everything, each rank moves under half the
     memory a step; those passes are memory-bound, and the ranks of one
-    host share its memory bandwidth (docs/performance.md).
+    host share its memory bandwidth (benchmarks/results/history/mlp-matrix.md).
 
     Each element is summed and stepped by one rank, so every rank sees the
     same numbers.  The parts are cut at multiples of 64 elements from a
@@ -534,7 +535,8 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, training,
 
     ``small_sums``: the ranks' shared-memory allreduce, which also sums the epoch's batch sizes, its loss and
     the validation sums (a gloo allreduce of a few numbers took longer than an epoch of a small network's
-    steps; docs/performance.md has the measurement); None: they go through the process group.
+    steps; benchmarks/results/history/small-networks-and-partial-fit.md has the measurement); None: they go
+    through the process group.
     """
     import torch.distributed as dist
 
@@ -679,7 +681,8 @@ def _numpy_state(opt) -> dict:
     they are there already: :func:`_owned` or a ``finish`` copies them).
 
     NumPy, because a torch tensor inside a pickled object has its bytes copied into the stream: Adam's state
-    serializes and loads far faster as arrays than as tensors (docs/performance.md has the measurement);
+    serializes and loads far faster as arrays than as tensors (benchmarks/results/history/mlp-matrix.md has the
+    measurement);
     :func:`_ship` then sends the arrays apart from the result.  The client's ``torch_state`` takes either.
     """
     state = opt.state_dict()
@@ -699,7 +702,7 @@ class _Checkpoints:
     The parameters and the optimizer's tensors are copied into two sets of
     CPU buffers in turn, in their own dtype, made at the first epoch's end:
     an epoch's end then costs copies only, not new arrays and a float64
-    conversion (docs/performance.md, "A lighter epoch-end state", has the
+    conversion (benchmarks/results/history/mlp-matrix.md, "A lighter epoch-end state", has the
     measurement).  The set an
     epoch writes is never the one ``_CHECKPOINTS`` points to, so a
     survivor's state read after a loss (:func:`_checkpoint`, on the worker's
@@ -711,7 +714,7 @@ class _Checkpoints:
     epoch's is always kept): keeping then costs at most that share of the
     run, and a resumed run repeats at most ``1 / share`` times one keeping's
     cost, or one epoch.  On a small network one keeping is a large share of
-    an epoch (docs/performance.md has the measurement); on a large
+    an epoch (docs/design-measurements.md has the measurement); on a large
     one every epoch is kept.  ``share=None`` keeps every epoch.
     """
 
@@ -783,7 +786,7 @@ def _group_copy(group):
 
     Its numbers and tuples of numbers are kept as they are (they cannot change in place), the rest deep-copied:
     a ``copy.deepcopy`` of the whole group took longer an epoch than copying a small network's tensors
-    (docs/performance.md has the measurement).
+    (docs/design-measurements.md has the measurement).
     """
     import copy
 

@@ -25,7 +25,7 @@ __all__ = ["DistributedEvaluator", "LocalEvaluator", "EvalStats", "INLINE_BYTES"
 #: Parameter payloads up to this many bytes travel inside the task message;
 #: larger ones are scattered (broadcast) first, at the crossover that
 #: ``benchmarks/bench_engine.py --only scatter`` measures (tasks transport);
-#: docs/performance.md has the measurement.
+#: docs/design-measurements.md has the measurement.
 INLINE_BYTES = 4 << 20
 
 
