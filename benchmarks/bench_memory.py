@@ -103,6 +103,12 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--chunk-mb", type=float, default=64.0, help="size of a row block of X")
     ap.add_argument("--max-iter", type=int, default=5)
+    ap.add_argument("--source", choices=("random", "parquet", "persisted"), default="random",
+                    help="X and y as a dask graph of random blocks, read from parquet files written first, or "
+                         "persisted by the user before the fit (their blocks stay on the workers)")
+    ap.add_argument("--memory-limit", type=float, default=0.0,
+                    help="each worker's memory_limit as a multiple of the data it holds (0: no limit; Dask's "
+                         "default thresholds then apply: spill at 60%%, pause at 80%%, terminate at 95%%)")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--plot", help="draw the workers' memory over the fit into this PNG (needs matplotlib)")
     args = ap.parse_args(argv)
@@ -116,18 +122,40 @@ def main(argv=None):
     d = args.features
     n = int(args.gb * 1e9 / (8 * d))
     rows = max(1, int(args.chunk_mb * MB / (8 * d)))
+    per_worker = n * (d + 1) * 8 / args.workers
     cluster = distributed.LocalCluster(
         n_workers=args.workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-        memory_limit=0,  # no spilling or pausing: we measure what the engine holds
+        # 0: no spilling or pausing, we measure what the engine holds
+        memory_limit=int(args.memory_limit * per_worker),
     )
     client = distributed.Client(cluster, set_as_default=False)
+    tmp = None
     try:
         client.run(__import__, "dask_estimators.engine.data._worker")
         X = da.random.default_rng(0).standard_normal((n, d), chunks=(rows, d))
         w = np.linspace(-1, 1, d)
         y = X @ w + 0.5
+        if args.source == "parquet":
+            import tempfile
+
+            import dask.dataframe as dd
+
+            tmp = tempfile.TemporaryDirectory(prefix="bench-memory-")
+            cols = [f"x{j}" for j in range(d)]
+            frame = dd.from_dask_array(da.concatenate([X, y[:, None]], axis=1), columns=cols + ["y"])
+            frame.to_parquet(tmp.name, write_index=False, compute_kwargs={"scheduler": client})
+            ddf = dd.read_parquet(tmp.name)
+            X, y = ddf[cols], ddf["y"]
+        elif args.source == "persisted":
+            X, y = client.persist([X, y])
+            while any(f.status == "pending" for f in distributed.futures_of([X, y])):  # no default client to wait
+                time.sleep(0.05)
         # warm up: imports and allocator pools on the client and the workers, outside the measurement
-        de.LinearRegression(solver="lbfgs", max_iter=2, client=client).fit(X[: rows * args.workers], y[: rows * args.workers])
+        if args.source == "random":
+            de.LinearRegression(solver="lbfgs", max_iter=2, client=client).fit(X[: rows * args.workers],
+                                                                                y[: rows * args.workers])
+        else:
+            de.LinearRegression(solver="lbfgs", max_iter=2, client=client).fit(np.ones((100, d)), np.ones(100))
         gc.collect()
         # workers named in address order: the placement gives its shards to the workers in that order
         by_address = sorted(client.run(os.getpid).items())
@@ -145,7 +173,18 @@ def main(argv=None):
         ev_mod.DistributedEvaluator._round = _round
         sampler.phase = "placement"
         t0 = time.perf_counter()
-        est = de.LinearRegression(solver="lbfgs", max_iter=args.max_iter, tol=0.0, client=client).fit(X, y)
+        command = "python benchmarks/bench_memory.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        try:
+            est = de.LinearRegression(solver="lbfgs", max_iter=args.max_iter, tol=0.0, client=client).fit(X, y)
+        except Exception as e:  # a worker over its memory limit: the fit fails, and that is the figure
+            out = {"X_GB": n * d * 8 / 1e9, "rows": n, "features": d, "n_workers": args.workers,
+                   "source": args.source, "memory_limit_MB": args.memory_limit * per_worker / MB,
+                   "failed": f"{type(e).__name__}: {str(e).splitlines()[0]}", "command": command}
+            print(json.dumps(out, indent=2))
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(out, f, indent=2)
+            return out
         seconds = time.perf_counter() - t0
         ev_mod.DistributedEvaluator._round = original
         sampler.phase = "kept"
@@ -179,6 +218,8 @@ def main(argv=None):
             "rows": n,
             "features": d,
             "n_workers": args.workers,
+            "source": args.source,
+            "memory_limit_MB": args.memory_limit * per_worker / MB,
             "shard_MB_per_worker": shard / MB,
             "fit_seconds": seconds,
             "rounds": est.fit_stats_["rounds"],
@@ -204,7 +245,7 @@ def main(argv=None):
                 "after_growth_MB": (final[name] - b) / MB,
                 "after_pools_closed_growth_MB": (closed[name] - b) / MB,
             }
-        out["command"] = "python benchmarks/bench_memory.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        out["command"] = command
         print(json.dumps(out, indent=2))
         if args.plot:
             _plot(sampler, pids, out, args.plot)
@@ -215,6 +256,8 @@ def main(argv=None):
     finally:
         client.close()
         cluster.close()
+        if tmp is not None:
+            tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 
 #: The pages whose generated blocks this script writes.
-PAGES = ["docs/performance.md", "docs/design-measurements.md", "README.md"]
+PAGES = ["docs/performance.md", "docs/design-measurements.md", "docs/sizing.md", "README.md"]
 #: docs/img plot -> the results plot it stands for.
 PLOTS = {
     "docs/img/scaling.png": "benchmarks/results/scaling.png",
@@ -193,6 +193,38 @@ def block_first_fit() -> str:
     rows = [[labels[r["benchmark"]], f"{r['ours']:.4g}", f"{r['scikit-learn']:.4g}", g3(r["ours / scikit-learn"])]
             for r in fc["rows"] if r["benchmark"] in labels]
     return table(["what", "ours", "scikit-learn", "ours / scikit-learn"], rows)
+
+
+_MEMORY_RUNS = {  # results file -> the input, as the sizing page names it
+    "memory.json": "a dask array made on the workers (`da.random`)",
+    "memory_parquet.json": "parquet files (`dd.read_parquet`)",
+    "memory_persisted.json": "a dask array the user persisted (its blocks stay)",
+}
+
+
+def block_memory() -> str:
+    rows = []
+    for name, label in _MEMORY_RUNS.items():
+        m = load(name)
+        ws = m["workers"].values()
+        shard = max(w["shard_MB"] for w in ws)
+        place = max(w["placement_peak_growth_MB"] for w in ws)
+        rounds = max(w["optimization_peak_growth_MB"] for w in ws)
+        rows.append([label, f"{m['X_GB']:.1f}", f"{shard:,.0f}", f"{place:,.0f}", f"{place / shard:.2f}",
+                     f"{rounds / shard:.2f}"])
+    return table(["input", "X, GB", "shard per worker, MB", "peak while placing, MB over the worker's start", "/ shard",
+                  "peak during the rounds / shard"], rows)
+
+
+def block_memory_limit() -> str:
+    m = load("memory_parquet_limit.json")
+    per_worker = m["X_GB"] * 1e3 / m["n_workers"]
+    if "failed" in m:
+        outcome = f"the fit fails ({m['failed'].split(':')[0]})"
+    else:
+        outcome = "the fit succeeds"
+    return (f"With `memory_limit` at twice the data each worker holds ({m['memory_limit_MB']:.0f} MB for about "
+            f"{per_worker:.0f} MB of parquet data each, two workers, `{m['command']}`), {outcome}.")
 
 
 def block_kept() -> str:
@@ -387,6 +419,11 @@ def block_readme() -> str:
     ours, a = parquet["ours+dask"], parquet["sklearn+pandas"]
     rows.append(["1,000,000 x 100 in 8 parquet files, read + fit, s", g3(ours), f"pandas + scikit-learn {g3(a)}",
                  g3(ours / a)])
+    pq = load("memory_parquet.json")
+    w = max(pq["workers"].values(), key=lambda r: r["placement_peak_growth_MB"] / r["shard_MB"])
+    rows.append([f"worker memory while placing {pq['X_GB']:.1f} GB of parquet, MB over its start",
+                 f"{w['placement_peak_growth_MB']:,.0f}", f"its shard {w['shard_MB']:,.0f}",
+                 g3(w["placement_peak_growth_MB"] / w["shard_MB"])])
     rows.append(["worker memory during a fit's rounds, MB", g3(mem["optimization_peak_MB"]),
                  f"its shard {g3(mem['shard_MB'])}", g3(mem["optimization_peak_over_shard"])])
     rows.append(["one round (1000 x 10, 2 workers), ms", g3(tree["ms_per_eval"]),
@@ -409,6 +446,8 @@ BLOCKS = {
     "sparse": block_sparse,
     "first-fit": block_first_fit,
     "kept": block_kept,
+    "memory": block_memory,
+    "memory-limit": block_memory_limit,
     "cv": block_cv,
     "small-searches": block_small_searches,
     "mlp-throughput": block_mlp_throughput,

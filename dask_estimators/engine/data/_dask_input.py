@@ -23,8 +23,12 @@ its data.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import mmap
+import sys
+import warnings
 import weakref
 from dataclasses import dataclass
 
@@ -36,6 +40,10 @@ from . import _memfd, _worker
 IMBALANCE = 1.25
 #: Rows are validated and copied in chunks of about this many bytes of X (they stay in cache in between).
 CHUNK_BYTES = 1 << 24
+#: Input streamed partition by partition may share at most this many tasks (and bytes of data in them) between its
+#: partitions: constants each worker computes again for itself.
+MAX_SHARED_TASKS = 16
+MAX_SHARED_BYTES = 8 << 20
 #: Shard buffers below this size are plain aligned allocations, not pooled memory.
 MIN_POOLED_BYTES = 1 << 20
 
@@ -226,10 +234,18 @@ class _Buffers:
         """
         buf = self.numeric.get(name)
         if buf is None and name not in self.other and name not in self.sparse:
-            buf = self.numeric[name] = pooled_empty((self.n_rows,) + tuple(shape[1:]), dtype)
+            buf = self.numeric[name] = self._new(tuple(shape[1:]), dtype, shape[0])
         if buf is None or buf.dtype != dtype or buf.shape[1:] != tuple(shape[1:]):
             return None
+        self._room(buf, shape[0])
         return buf[self.done : self.done + shape[0]]
+
+    def _new(self, tail: tuple, dtype, rows: int):
+        """Storage for a numeric input of rows shaped ``tail``; ``rows`` are about to be written."""
+        return pooled_empty((self.n_rows,) + tail, dtype)
+
+    def _room(self, buf, rows: int) -> None:
+        """Make ``buf`` hold ``rows`` more rows past those written (the planned size always does)."""
 
     def write(self, piece: dict, rows: int | None = None) -> None:
         """Append the rows of ``piece`` (``rows`` of them: inputs written in place with :meth:`reserve` included)."""
@@ -264,20 +280,102 @@ class _Buffers:
                 raise ValueError(f"The blocks of {name!r} have different shapes: {buf.shape[1:]} and {a.shape[1:]}.")
             if buf is None or np.result_type(buf.dtype, a.dtype) != buf.dtype:
                 dtype = a.dtype if buf is None else np.result_type(buf.dtype, a.dtype)
-                new = pooled_empty((self.n_rows,) + a.shape[1:], dtype)
+                new = self._new(tuple(a.shape[1:]), dtype, self.done + m)
                 if buf is not None:
+                    self._room(new, 0)
                     new[: self.done] = buf[: self.done]
                 buf = self.numeric[name] = new
+            self._room(buf, m)
             buf[self.done : self.done + m] = a
         self.done += m or 0
 
     def arrays(self) -> dict:
         if self.done != self.n_rows:
             raise RuntimeError(f"A shard was planned with {self.n_rows} rows but its blocks gave {self.done}.")
-        out = dict(self.numeric)
+        out = {k: self._final(v) for k, v in self.numeric.items()}
         out.update({k: np.concatenate(v, axis=0) for k, v in self.other.items()})
         out.update({k: _worker.CSRRows.concat(v, v[0].shape[1]) for k, v in self.sparse.items()})
         return out
+
+    def _final(self, buf):
+        return buf
+
+
+class _Growing:
+    """A numeric array that rows are appended to, in anonymous memory reserved ahead.
+
+    Reserved pages cost nothing until written, so the reservation can be
+    generous; past it, the mapping grows in place or moves (``mremap``),
+    without copying the rows through this process.  Views are made per
+    access (``buf[a:b]``) and must be dropped before the next growth.
+    """
+
+    def __init__(self, tail: tuple, dtype, rows: int):
+        self.tail, self.dtype = tuple(tail), np.dtype(dtype)
+        self.row_bytes = max(1, int(np.prod(self.tail, dtype=np.int64)) * self.dtype.itemsize)
+        self.rows = max(1, int(rows))
+        self.mm = mmap.mmap(-1, self.rows * self.row_bytes)
+        self.used = 0  # rows written (the caller's count, told through ensure)
+
+    @property
+    def shape(self) -> tuple:
+        return (self.rows,) + self.tail
+
+    def _view(self) -> np.ndarray:
+        return np.frombuffer(self.mm, dtype=self.dtype, count=self.rows * (self.row_bytes // self.dtype.itemsize)
+                             ).reshape(self.shape)
+
+    def ensure(self, rows: int) -> None:
+        """Room for ``rows`` rows in all."""
+        if rows <= self.rows:
+            return
+        new = max(int(rows), int(self.rows * 1.5) + 1)
+        try:
+            self.mm.resize(new * self.row_bytes)
+        except (BufferError, OSError, SystemError):  # a view is still alive, or no mremap: move the rows over
+            mm = mmap.mmap(-1, new * self.row_bytes)
+            mm[: self.rows * self.row_bytes] = self.mm[: self.rows * self.row_bytes]
+            self.mm = mm
+        self.rows = new
+
+    def __getitem__(self, idx):
+        return self._view()[idx]
+
+    def __setitem__(self, idx, value) -> None:
+        self._view()[idx] = value
+
+    def final(self, rows: int) -> np.ndarray:
+        """The first ``rows`` rows as an array (the reservation past them given back)."""
+        if rows == 0:
+            return np.empty((0,) + self.tail, self.dtype)
+        try:
+            self.mm.resize(rows * self.row_bytes)
+            self.rows = rows
+        except (BufferError, OSError, SystemError):
+            pass
+        return self._view()[:rows]
+
+
+class _GrowingBuffers(_Buffers):
+    """:class:`_Buffers` for rows whose count is known only once they have all come (a dask graph computed
+    partition by partition on the worker).  ``hint`` is the rows still expected, reserved at the first write."""
+
+    def __init__(self):
+        super().__init__(None)
+        self.hint = 0
+
+    def _new(self, tail, dtype, rows):
+        return _Growing(tail, dtype, max(int(rows), self.done + int(self.hint)))
+
+    def _room(self, buf, rows):
+        buf.ensure(self.done + rows)
+
+    def _final(self, buf):
+        return buf.final(self.done)
+
+    def arrays(self) -> dict:
+        self.n_rows = self.done
+        return super().arrays()
 
 
 class InputRejected(Exception):
@@ -353,17 +451,225 @@ def build_shard(device, check, names, segments, n_rows, *blocks):
     """
     _worker.setup_threads()
     out = _Buffers(int(n_rows))
-    first = names[0]
     for seg in segments:
-        whole = {name: _rows_of(blocks[i], s, s + seg.rows) for name, i, s in seg.starts}
-        if check is not None and _write_checked_fast(out, first, whole, check):
-            continue
-        # chunks of about CHUNK_BYTES: the conversions' temporaries stay small
-        step = max(1, CHUNK_BYTES // _row_bytes(whole[first]))
-        for a in range(0, seg.rows, step):
-            piece = {name: _rows_of(b, a, a + step) for name, b in whole.items()}
-            out.write(check(piece) if check is not None else {k: to_numpy(v) for k, v in piece.items()})
+        _write_rows(out, names[0], {name: _rows_of(blocks[i], s, s + seg.rows) for name, i, s in seg.starts}, check)
     return _worker.Shard(out.arrays(), device=device)
+
+
+def _write_rows(out, first: str, whole: dict, check) -> None:
+    """Check the row-aligned blocks ``whole`` (name -> block, ``first`` is X) and append them to ``out``."""
+    if check is not None and _write_checked_fast(out, first, whole, check):
+        return
+    # chunks of about CHUNK_BYTES: the conversions' temporaries stay small
+    rows = n_rows(whole[first])
+    step = max(1, CHUNK_BYTES // _row_bytes(whole[first]))
+    for a in range(0, rows, step):
+        piece = {name: _rows_of(b, a, a + step) for name, b in whole.items()}
+        out.write(check(piece) if check is not None else {k: to_numpy(v) for k, v in piece.items()})
+
+
+class Misaligned(Exception):
+    """The inputs' blocks of one partition have different numbers of rows: they cannot be streamed together."""
+
+
+def build_shard_streaming(device, check, names, graph, parts):
+    """Task body: this worker's shard computed partition by partition from ``graph`` (a :class:`Graph`, see
+    :func:`stream_parts`).
+
+    ``parts`` lists, for each partition, the key of each input's block in
+    ``names`` order.  Each partition's blocks are computed here, in this
+    task (the graph holds them and what they need, nothing else), checked
+    and appended to the shard, then dropped: the worker holds the shard and
+    the partitions in flight, never all of its blocks at once.  As many
+    partitions are computed at a time as the worker has threads, and
+    appended in order.  A partition whose blocks differ in rows raises
+    :class:`Misaligned` (the client then places the input the other way).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    _quiet_rejections()
+    threads = _worker.setup_threads()
+    check = None if check is None else _checked(check)
+    out = _GrowingBuffers()
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="dask-estimators-stream") as pool:
+        pending = [pool.submit(_compute_part, graph, keys) for keys in parts[: max(1, threads)]]
+        try:
+            for i in range(len(parts)):
+                blocks = pending.pop(0).result()
+                if i + len(pending) + 1 < len(parts):
+                    pending.append(pool.submit(_compute_part, graph, parts[i + len(pending) + 1]))
+                rows = {n_rows(b) for b in blocks}
+                if len(rows) > 1:
+                    raise Misaligned(f"partition {i} has blocks of {sorted(rows)} rows")
+                out.hint = rows.pop() * (len(parts) - i)  # reserved at the first write, grown if the rest are longer
+                _write_rows(out, names[0], dict(zip(names, blocks)), check)
+                del blocks
+                _give_back_freed()
+        except BaseException:
+            for f in pending:  # the partitions not started are not computed
+                f.cancel()
+            raise
+    return _worker.Shard(out.arrays(), device=device)
+
+
+def _compute_part(graph, keys) -> list:
+    """One partition's blocks, computed in this thread from the tasks of ``graph`` they need."""
+    from dask._task_spec import cull
+    from dask.local import get_sync
+
+    return get_sync(cull(graph.tasks, list(keys)), list(keys))
+
+
+def _give_back_freed() -> None:
+    """Return the memory a partition's reading freed to the system: Arrow's allocator keeps it otherwise."""
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        release = getattr(pa.default_memory_pool(), "release_unused", None)  # pyarrow 9 and later
+        if release is not None:
+            release()
+
+
+def stream_parts(colls: dict):
+    """The graph of ``colls`` and each partition's keys, where every partition can be computed on its own.
+
+    Returns ``(graph, parts)``, ``parts[i]`` being the keys of partition
+    ``i``'s block of each input (in ``colls`` order), or None where the
+    input cannot be streamed:
+
+    - a collection holds futures (data the user persisted: its blocks are
+      taken where they are, :func:`persist_blocks`);
+    - the inputs have different numbers of row blocks, or blocks of other
+      rows where those are known (an in-memory y cut in equal blocks beside a
+      dataframe);
+    - two partitions need the same task (a reduction over all rows, an array
+      made by ``from_array`` from one NumPy array): computing each partition
+      on its own would compute that task again on every worker.
+
+    The inputs are optimised together, as ``persist`` would (a parquet file
+    that gives X and y is read once per partition).
+    """
+    from dask._task_spec import convert_legacy_graph
+    from dask.base import collections_to_expr
+    from distributed import futures_of
+
+    if any(futures_of(c) for c in colls.values()):
+        return None
+    known = [known_lengths(c) for c in colls.values()]
+    if any(k is not None for k in known) and any(k != known[0] for k in known):
+        return None  # rows cut differently (or known for some only): aligned by position, the other way
+    with warnings.catch_warnings():  # an array beside a dataframe: each one's graph made, as persist makes them
+        warnings.filterwarnings("ignore", "Computing mixed collections", UserWarning)
+        expr = collections_to_expr(list(colls.values()), True).optimize()
+        keys = [_flat_rows(ks) for ks in expr.__dask_keys__()]
+        graph = convert_legacy_graph(dict(expr.__dask_graph__()))
+    if len({len(k) for k in keys}) != 1:
+        return None
+    parts = [tuple(ks) for ks in zip(*keys)]
+    reach: dict = {}  # each task: the partitions that need it
+    shared: set = set()
+    for i, part in enumerate(parts):
+        work, seen = list(part), set()
+        while work:
+            k = work.pop()
+            if k in seen:
+                continue
+            if k not in graph:  # a key held elsewhere (a future inside a graph)
+                return None
+            seen.add(k)
+            r = reach.setdefault(k, set())
+            r.add(i)
+            if len(r) > 1:
+                shared.add(k)
+                if len(shared) > MAX_SHARED_TASKS:
+                    return None
+            work.extend(graph[k].dependencies)
+    # a task several partitions need is a constant they all use (an array multiplied into every block), not
+    # another partition's rows (a reduction over all rows needs every block: each partition would compute them all)
+    hit: dict = {}
+    for i, part in enumerate(parts):
+        work, seen = list(part), set()
+        while work:
+            k = work.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            if k in shared:
+                hit.setdefault(k, set()).add(i)
+                continue
+            work.extend(graph[k].dependencies)
+    if any(hit[k] != reach[k] for k in hit) or _embedded_bytes(graph[k] for k in shared) > MAX_SHARED_BYTES:
+        return None
+    return graph, parts
+
+
+def _embedded_bytes(tasks) -> int:
+    """The bytes of data held in ``tasks`` themselves (a NumPy array in a graph), as pickled."""
+    import pickle
+
+    from dask._task_spec import DataNode
+    from dask.sizeof import sizeof
+
+    total = 0
+    for t in tasks:
+        total += sizeof(t.value) if isinstance(t, DataNode) else len(pickle.dumps(t, protocol=5))
+    return total
+
+
+def runs(lengths, n: int) -> list:
+    """``n`` runs of consecutive blocks, ``[(first, stop), ...]``, of about equal rows (``lengths``: each block's).
+
+    Examples
+    --------
+    >>> from dask_estimators.engine.data._dask_input import runs
+    >>> runs([10] * 6, 2), runs([40, 10, 10, 10, 10], 2), runs([1, 9, 1], 3)
+    ([(0, 3), (3, 6)], [(0, 1), (1, 5)], [(0, 1), (1, 2), (2, 3)])
+    """
+    offsets = offsets_of(lengths)
+    total = int(offsets[-1])
+    cuts = [0]
+    for i in range(1, n):
+        # the block boundary nearest to i/n of the rows, after the previous cut
+        j = int(np.abs(offsets - total * i / n).argmin())
+        low, high = cuts[-1] + 1, len(lengths) - (n - i)  # each run one block at least, where there are enough
+        cuts.append(min(len(lengths), max(j, cuts[-1])) if low > high else min(high, max(low, j)))
+    cuts.append(len(lengths))
+    return list(itertools.pairwise(cuts))
+
+
+class Graph:
+    """The tasks of a graph, carried as one opaque argument.
+
+    Dask reads the tasks inside a task's arguments as part of its own graph
+    (their keys as dependencies); these are computed by the task itself.
+    """
+
+    __slots__ = ("tasks",)
+
+    def __init__(self, tasks: dict):
+        self.tasks = tasks
+
+    def __reduce__(self):
+        return (Graph, (self.tasks,))
+
+    def __sizeof__(self) -> int:
+        return 1000 * len(self.tasks)
+
+
+def cull_parts(graph: dict, parts) -> Graph:
+    """The tasks of ``graph`` that the blocks of ``parts`` need (what one worker's stream task computes)."""
+    from dask._task_spec import cull
+
+    return Graph(cull(graph, [k for keys in parts for k in keys]))
+
+
+def _flat_rows(ks) -> list:
+    """A collection's keys, one per row block (a dask array's other axes are one chunk)."""
+    out = []
+    for k in ks:
+        while isinstance(k, list):
+            k = k[0]
+        out.append(k)
+    return out
 
 
 def _float_matrix(a):
@@ -436,12 +742,7 @@ def normalise(a):
 
 def row_keys(a) -> list:
     """The keys of a collection's row blocks, in row order."""
-    out = []
-    for k in a.__dask_keys__():
-        while isinstance(k, list):
-            k = k[0]
-        out.append(k)
-    return out
+    return _flat_rows(a.__dask_keys__())
 
 
 def row_futures(a, futures: dict) -> list:

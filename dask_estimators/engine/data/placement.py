@@ -950,7 +950,12 @@ def _build_from_source(client, source, worker, device, buffers, timeout=None):
         if _watch._failed(fut):
             fut.result()  # raises the task's error; a failed future holds no data
         return fut
-    fut = _submit_dask_build(client, worker, device, data)
+    if kind == "stream":
+        graph, names, check, parts, _ = data
+        fut = client.submit(_dask_input.build_shard_streaming, device, check, names, graph, parts, workers=[worker],
+                            allow_other_workers=False, pure=False)
+    else:
+        fut = _submit_dask_build(client, worker, device, data)
     try:
         _watch.wait_done([fut], client, [worker], timeout)
         if _watch._failed(fut):
@@ -1052,6 +1057,62 @@ def check_lengths(n: dict) -> None:
             raise ValueError(f"{k}.shape == ({n[k]},), expected ({first},)!")
 
 
+def _place_streamed(client, colls, check, device, ws, choose=None):
+    """Input no one has computed: each worker computes its partitions, a few at a time, into its shard.
+
+    The partitions go to the workers in order, in runs of about equal rows
+    (equal counts where the rows are not known before they are computed).
+    A worker's peak memory is its shard and the partitions in flight (one a
+    thread, :func:`~._dask_input.build_shard_streaming`), where computing
+    every block first (:func:`_place_dask`'s way) holds all of them beside
+    the shards.  None where the input is not streamed
+    (:func:`~._dask_input.stream_parts`), where it has fewer partitions than
+    there are workers (its rows are split between workers the other way),
+    and where ``choose`` needs the rows before they are known.
+    """
+    names = list(colls)
+    lengths = _dask_input.known_lengths(colls[names[0]])
+    if choose is not None:
+        if lengths is None:
+            return None
+        ws = _chosen(ws, choose, sum(lengths))
+    plan = _dask_input.stream_parts(colls)
+    if plan is None or len(plan[1]) < len(ws):
+        return None
+    graph, parts = plan
+    runs = _dask_input.runs(lengths or [1] * len(parts), len(ws))
+    shards, used, sources = [], [], []
+    try:
+        for w, (a, b) in zip(ws, runs):
+            if a == b:
+                continue
+            mine = parts[a:b]
+            sub = _dask_input.cull_parts(graph, mine)
+            shards.append(client.submit(_dask_input.build_shard_streaming, device, check, names, sub, mine,
+                                        workers=[w], allow_other_workers=False, pure=False))
+            used.append(w)
+            sources.append((sub, names, check, mine))
+        _watch.wait_done(shards, client, used)
+        try:
+            _dask_input.raise_first_error(shards)
+        except _dask_input.Misaligned:
+            _watch._cancel(client, shards)
+            return None
+        rows = client.gather(client.map(_rows, shards, pure=False))
+    except BaseException:
+        _watch._cancel(client, shards)
+        raise
+    starts = np.concatenate([[0], np.cumsum(rows)]).astype(int)
+    keep = [i for i, n in enumerate(rows) if n]
+    if len(keep) < len(shards):
+        _watch._cancel(client, [s for i, s in enumerate(shards) if i not in keep])
+    if not keep:
+        raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
+    ranges = [[(int(starts[i]), int(starts[i + 1]))] for i in keep]
+    return ([shards[i] for i in keep], [used[i] for i in keep],
+            [("stream", (*sources[i], int(rows[i]))) for i in keep], ranges)
+
+
 def _place_dask(client, arrays, check, device, ws, choose=None):
     """Dask input: blocks computed once where Dask puts them, one shard per worker built from them (``_dask_input``)."""
     for k, v in arrays.items():
@@ -1062,6 +1123,9 @@ def _place_dask(client, arrays, check, device, ws, choose=None):
             )
     names = list(arrays)
     colls = {k: _dask_input.normalise(arrays[k]) for k in names}
+    streamed = _place_streamed(client, colls, check, device, ws, choose)
+    if streamed is not None:
+        return streamed
     blocks = _dask_input.persist_blocks(client, colls)
     shards, counted = [], {}
     try:

@@ -1,0 +1,134 @@
+"""Dask input no one has computed (parquet files, a graph of random blocks) is placed by streaming: each worker
+computes its partitions one after another in one task and appends them to its shard.  Its peak memory is the shard
+and the partitions in flight, not every block beside the shard.  Input whose partitions cannot be computed on
+their own (a reduction over all rows) or do not line up is placed the other way, and gives the same model.
+
+On the session's real process-based LocalCluster (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import gc
+
+import dask
+import dask.array as da
+import dask.dataframe as dd
+import distributed
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.linear_model import LinearRegression as SkLinearRegression
+from sklearn.linear_model import LogisticRegression as SkLogisticRegression
+
+import dask_estimators as de
+from dask_estimators.engine.data import _dask_input as D
+from dask_estimators.session import release_kept
+
+TIGHT = dict(tol=1e-10, max_iter=500)
+
+
+def _frame(rng, n, d, partitions, path):
+    X = rng.standard_normal((n, d))
+    y = (X @ rng.standard_normal(d) + 0.5 * rng.standard_normal(n) > 0).astype(np.int64)
+    df = pd.DataFrame(X, columns=[f"x{j}" for j in range(d)]).assign(y=y)
+    path.mkdir()
+    for i, part in enumerate(np.array_split(np.arange(n), partitions)):
+        df.iloc[part].to_parquet(path / f"part.{i:03d}.parquet", index=False)
+    return X, y
+
+
+def _tasks(client, fit):
+    """The model ``fit()`` returns, and the names of the tasks the cluster ran for it."""
+    with distributed.get_task_stream(client) as ts:
+        model = fit()
+    return model, [str(t["key"]) for t in ts.data]
+
+
+def test_a_parquet_fit_builds_each_shard_in_one_task_and_matches_scikit_learn(client, rng, tmp_path):
+    X, y = _frame(rng, 3000, 6, 8, tmp_path / "pq")
+    ddf = dd.read_parquet(tmp_path / "pq")
+    cols = [c for c in ddf.columns if c != "y"]
+    est, keys = _tasks(client, lambda: de.LogisticRegression(**TIGHT).fit(ddf[cols], ddf["y"]))
+    streamed = [k for k in keys if "build_shard_streaming" in k]
+    assert len(streamed) == est.fit_stats_["n_shards"] == len(client.scheduler_info()["workers"])
+    # the files were read inside those tasks, not as tasks of their own, and no block was built the other way
+    assert not [k for k in keys if "read_parquet" in k or "build_shard_task" in k]
+    assert sum(est.fit_stats_["rows_per_shard"]) == 3000
+    ref = SkLogisticRegression(**TIGHT).fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+
+
+def test_inputs_the_partitions_share_or_that_do_not_line_up_are_placed_the_other_way(client, rng):
+    X = rng.standard_normal((2000, 4))
+    y = X @ np.array([1.0, -2.0, 0.5, 3.0]) + 1.0
+    Xd = da.from_array(X, chunks=(250, 4))
+    centred = Xd - Xd.mean(axis=0)  # every partition needs every block: streamed, each worker would compute all
+    assert D.stream_parts({"X": centred, "y": da.from_array(y, chunks=250)}) is None
+    est, keys = _tasks(client, lambda: de.LinearRegression(tol=1e-12).fit(centred, da.from_array(y, chunks=250)))
+    assert [k for k in keys if "build_shard_task" in k] and not [k for k in keys if "build_shard_streaming" in k]
+    ref = SkLinearRegression().fit(X - X.mean(axis=0), y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7)
+
+    # two frames of unknown lengths, as many partitions, other rows in each: found on the workers, then placed
+    # by row position
+    def rows(a, b):
+        return pd.DataFrame(X[a:b], columns=list("abcd"))
+
+    def target(a, b):
+        return pd.Series(y[a:b], name="t")
+
+    Xf = dd.from_map(rows, [0, 100, 1100, 1500], [100, 1100, 1500, 2000])
+    yf = dd.from_map(target, [0, 500, 1000, 1500], [500, 1000, 1500, 2000])
+    assert D.stream_parts({"X": Xf, "y": yf}) is not None  # which cannot be told before they are computed
+    est = de.LinearRegression(tol=1e-12).fit(Xf, yf)
+    np.testing.assert_allclose(est.coef_, SkLinearRegression().fit(X, y).coef_, rtol=1e-7)
+    assert sum(est.fit_stats_["rows_per_shard"]) == 2000
+
+
+def test_a_constant_every_partition_uses_is_streamed(client, rng):
+    """A small array multiplied into every block is computed again by each worker: the input still streams."""
+    Xd = da.random.default_rng(1).standard_normal((4000, 5), chunks=(500, 5))
+    y = Xd @ np.linspace(-1, 1, 5) + 0.5
+    assert D.stream_parts({"X": Xd, "y": y}) is not None
+    est, keys = _tasks(client, lambda: de.LinearRegression(tol=1e-12).fit(Xd, y))
+    assert [k for k in keys if "build_shard_streaming" in k]
+    np.testing.assert_allclose(est.coef_, np.linspace(-1, 1, 5), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(est.intercept_, 0.5, rtol=1e-9)
+
+
+def _reset_peak():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak resident memory (VmHWM) starts again from the current one
+
+
+def _memory():
+    fields = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmHWM:", "VmRSS:")):
+                name, kb = line.split()[:2]
+                fields[name[:-1]] = int(kb) * 1024
+    return fields
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/clear_refs"), reason="needs Linux's clear_refs")
+def test_worker_peak_memory_of_a_parquet_fit_stays_within_a_quarter_over_its_shard(client, rng, tmp_path):
+    n, d = 240_000, 50  # 96 MB of X, 48 per worker, in 48 files of 2 MB
+    _frame(rng, n, d, 48, tmp_path / "pq")
+    ddf = dd.read_parquet(tmp_path / "pq")
+    cols = [c for c in ddf.columns if c != "y"]
+    # the imports and kernels a first fit pays for, paid before the measurement
+    de.LogisticRegression(max_iter=3).fit(ddf[cols].partitions[:2], ddf["y"].partitions[:2])
+    release_kept()
+    client.run(gc.collect)
+    before = client.run(_memory)
+    client.run(_reset_peak)
+    with dask.config.set({"dask-estimators.keep-placed": 0}):
+        est = de.LogisticRegression(max_iter=20).fit(ddf[cols], ddf["y"])
+    after = client.run(_memory)
+    rows = est.fit_stats_["rows_per_shard"]
+    assert len(rows) == len(before) and max(rows) - min(rows) <= n // 48  # a shard on each, equal to a file
+    for w in before:
+        growth = after[w]["VmHWM"] - before[w]["VmRSS"]
+        # all its blocks beside the shard, computed first and copied in, would be twice the shard
+        assert growth <= 1.25 * max(rows) * (d + 1) * 8, (w, growth / (max(rows) * (d + 1) * 8))
