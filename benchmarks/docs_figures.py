@@ -36,6 +36,7 @@ PLOTS = {
     "docs/img/reductions.png": "benchmarks/results/reductions.png",
     "docs/img/mlp_matrix.png": "benchmarks/results/mlp_matrix.png",
     "docs/img/memory.png": "benchmarks/results/memory.png",
+    "docs/img/rows.png": "benchmarks/results/rows.png",
 }
 
 _BLOCK = re.compile(r"(?P<open><!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(?P<close><!-- /figures:(?P=name) -->)",
