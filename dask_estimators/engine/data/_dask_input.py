@@ -568,38 +568,39 @@ def stream_parts(colls: dict):
     reach: dict = {}  # each task: the partitions that need it
     shared: set = set()
     for i, part in enumerate(parts):
-        work, seen = list(part), set()
-        while work:
-            k = work.pop()
-            if k in seen:
-                continue
+        for k in _needed(graph, part):
             if k not in graph:  # a key held elsewhere (a future inside a graph)
                 return None
-            seen.add(k)
             r = reach.setdefault(k, set())
             r.add(i)
             if len(r) > 1:
                 shared.add(k)
                 if len(shared) > MAX_SHARED_TASKS:
                     return None
-            work.extend(graph[k].dependencies)
     # a task several partitions need is a constant they all use (an array multiplied into every block), not
     # another partition's rows (a reduction over all rows needs every block: each partition would compute them all)
     hit: dict = {}
     for i, part in enumerate(parts):
-        work, seen = list(part), set()
-        while work:
-            k = work.pop()
-            if k in seen:
-                continue
-            seen.add(k)
+        for k in _needed(graph, part, stop=shared):
             if k in shared:
                 hit.setdefault(k, set()).add(i)
-                continue
-            work.extend(graph[k].dependencies)
     if any(hit[k] != reach[k] for k in hit) or _embedded_bytes(graph[k] for k in shared) > MAX_SHARED_BYTES:
         return None
     return graph, parts
+
+
+def _needed(graph: dict, roots, stop=frozenset()):
+    """Each key that ``roots`` need in ``graph``, once: their dependencies followed, except past a key of ``stop``
+    or one the graph does not hold (both given, not followed)."""
+    work, seen = list(roots), set()
+    while work:
+        k = work.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        yield k
+        if k in graph and k not in stop:
+            work.extend(graph[k].dependencies)
 
 
 def _embedded_bytes(tasks) -> int:

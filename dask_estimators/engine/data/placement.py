@@ -951,9 +951,7 @@ def _build_from_source(client, source, worker, device, buffers, timeout=None):
             fut.result()  # raises the task's error; a failed future holds no data
         return fut
     if kind == "stream":
-        graph, names, check, parts, _ = data
-        fut = client.submit(_dask_input.build_shard_streaming, device, check, names, graph, parts, workers=[worker],
-                            allow_other_workers=False, pure=False)
+        fut = _submit_streamed(client, worker, device, *data[:4])
     else:
         fut = _submit_dask_build(client, worker, device, data)
     try:
@@ -1088,8 +1086,7 @@ def _place_streamed(client, colls, check, device, ws, choose=None):
                 continue
             mine = parts[a:b]
             sub = _dask_input.cull_parts(graph, mine)
-            shards.append(client.submit(_dask_input.build_shard_streaming, device, check, names, sub, mine,
-                                        workers=[w], allow_other_workers=False, pure=False))
+            shards.append(_submit_streamed(client, w, device, sub, names, check, mine))
             used.append(w)
             sources.append((sub, names, check, mine))
         _watch.wait_done(shards, client, used)
@@ -1111,6 +1108,12 @@ def _place_streamed(client, colls, check, device, ws, choose=None):
     ranges = [[(int(starts[i]), int(starts[i + 1]))] for i in keep]
     return ([shards[i] for i in keep], [used[i] for i in keep],
             [("stream", (*sources[i], int(rows[i]))) for i in keep], ranges)
+
+
+def _submit_streamed(client, worker, device, graph, names, check, parts):
+    """The task on ``worker`` that computes ``parts`` of ``graph`` into a shard (a stream source's four fields)."""
+    return client.submit(_dask_input.build_shard_streaming, device, check, names, graph, parts, workers=[worker],
+                         allow_other_workers=False, pure=False)
 
 
 def _place_dask(client, arrays, check, device, ws, choose=None):
