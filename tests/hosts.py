@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dask_estimators.engine.cluster._watch import workers_info
 
 WORKER_START_TIMEOUT = 90.0
 
@@ -165,7 +166,7 @@ class SimulatedHosts:
 
     def workers(self) -> list[str]:
         """The workers' addresses, host 0 first."""
-        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        info = workers_info(self.client)
         return sorted(info, key=lambda a: info[a]["name"])
 
     def kill_host(self, i: int):

@@ -17,6 +17,7 @@ from leftovers import _held
 
 import dask_estimators as de
 from dask_estimators.session import _kept
+from dask_estimators.engine.cluster._watch import workers_info
 
 pytestmark = pytest.mark.usefixtures("spread")  # small data spread over the workers, as large data is
 
@@ -111,7 +112,7 @@ def test_each_fit_on_kept_shards_gets_the_model_it_gets_alone(client, rng, task)
 def _limits(client):
     import psutil
 
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = workers_info(client)
     return sum(int(w.get("memory_limit") or 0) or psutil.virtual_memory().total for w in info.values())
 
 

@@ -29,7 +29,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from .. import config as _config
-from ..engine.data.placement import _accepts_n_workers, is_dask_collection
+from ..engine.cluster._watch import workers_info
+from ..engine.data.placement import is_dask_collection
 
 __all__ = ["key_of", "take", "keep", "give_back", "drop", "held", "release_all"]
 
@@ -201,7 +202,7 @@ def _budget(placement) -> int:
     import psutil
 
     client = placement.client
-    info = (client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info())["workers"]
+    info = workers_info(client)
     total = 0
     for w in set(placement.workers):
         limit = int((info.get(w) or {}).get("memory_limit") or 0)

@@ -35,6 +35,7 @@ import pytest
 import dask_estimators as de
 from dask_estimators.engine.rounds import evaluator as ev_mod
 from process_cluster import ProcessCluster  # tests/process_cluster.py
+from dask_estimators.engine.cluster._watch import workers_info
 
 N_WORKERS = 3
 TIGHT = dict(tol=1e-10, max_iter=500)
@@ -99,7 +100,7 @@ def test_worker_added_mid_fit(churn, cc, monkeypatch, transport):
         est = de.LogisticRegression(client=cc, **TIGHT).fit(X, y)
         monkeypatch.undo()
         assert seen["done"] and seen["rounds"] > 3
-        assert len(cc.scheduler_info(n_workers=-1)["workers"]) == N_WORKERS + 1
+        assert len(workers_info(cc)) == N_WORKERS + 1
         # the running fit kept its shards: nothing was re-placed, and its model is the undisturbed one
         assert est.fit_stats_["recoveries"] == 0
         assert est.fit_stats_["n_shards"] == N_WORKERS
@@ -135,7 +136,7 @@ def test_worker_retired_gracefully_mid_fit(cc, monkeypatch, container, transport
         # Dask does not retire a worker that holds an actor (its RetireWorker policy says "can't be moved"):
         # the fit goes on undisturbed on all its shards, and the worker retires once the fit has let go of it
         assert retired["result"] == {}
-        assert retired["worker"] in cc.scheduler_info(n_workers=-1)["workers"]
+        assert retired["worker"] in workers_info(cc)
         assert est.fit_stats_["recoveries"] == 0
         _close(est, ref, 1e-12)
         deadline = time.monotonic() + 60  # the fit's actors are released as it returns, the scheduler hears later
@@ -148,7 +149,7 @@ def test_worker_retired_gracefully_mid_fit(cc, monkeypatch, container, transport
         assert est.fit_stats_["recoveries"] == 1
         assert est.fit_stats_["n_shards"] == ref.fit_stats_["n_shards"]
         _close(est, ref, 1e-6)
-    assert retired["worker"] not in cc.scheduler_info(n_workers=-1)["workers"]
+    assert retired["worker"] not in workers_info(cc)
     print(f"retired {retired['worker']} mid-fit ({container}, {transport}): fit in {seconds:.1f} s, "
           f"max |coef diff| = {np.max(np.abs(est.coef_ - ref.coef_)):.3g}")
 

@@ -36,6 +36,7 @@ from dask_estimators.engine.rounds import evaluator as ev_mod
 from dask_estimators.session import _kept
 from leftovers import _held, _nothing_held  # tests/leftovers.py
 from process_cluster import ProcessCluster  # tests/process_cluster.py
+from dask_estimators.engine.cluster._watch import workers_info
 
 N_WORKERS = 3
 HANG_GUARD = 300  # seconds: only a hang guard, far above what a loaded 2-core machine takes
@@ -251,7 +252,7 @@ def test_worker_killed_in_a_small_fits_solve_solves_again_on_another(fc, tmp_pat
     assert est.n_iter_ == ref.n_iter_
     # the killed worker's shard host went with it: the next small fits, on every worker in turn, get a live one
     with dask.config.set({"dask-estimators.worker-solve-below": 2**21}):
-        for _ in range(len(fc.scheduler_info()["workers"]) + 1):
+        for _ in range(len(workers_info(fc)) + 1):
             again = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
             np.testing.assert_allclose(again.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
     gc.collect()
@@ -747,7 +748,7 @@ def test_worker_killed_between_two_fits_on_kept_data_gives_the_same_model(fc):
     assert first.fit_stats_["placement"] == "kept"
     [(_, _, busy)] = _kept.held()
     assert not busy
-    victim = sorted(set(fc.scheduler_info(n_workers=-1)["workers"]))[0]
+    victim = sorted(set(workers_info(fc)))[0]
     pid = _pid_of(fc, victim)
     os.kill(pid, signal.SIGKILL)
     _wait_dead(pid)

@@ -17,6 +17,7 @@ import pytest
 from dask_estimators.engine import DistributedEvaluator, place
 from dask_estimators.engine.data import placement as pl
 from dask_estimators.engine.data._actor import HostedShard, ShardHost
+from dask_estimators.engine.cluster._watch import workers_info
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -86,7 +87,7 @@ def test_hosts_are_made_once_per_worker_and_hold_nothing_after_release(client, r
     X, y = _data(rng)
     place(client, {"X": X, "y": y}, hosted=True).release()
     mine = {w: str(f.key) for w, (f, _) in pl._HOSTS[client].items()}
-    assert sorted(mine) == sorted(client.scheduler_info()["workers"])
+    assert sorted(mine) == sorted(workers_info(client))
     tokens = set()
     for _ in range(3):
         with place(client, {"X": X, "y": y}, hosted=True) as p:

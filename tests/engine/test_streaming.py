@@ -23,6 +23,7 @@ from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 import dask_estimators as de
 from dask_estimators.engine.data import _dask_input as D
 from dask_estimators.session import release_kept
+from dask_estimators.engine.cluster._watch import workers_info
 
 TIGHT = dict(tol=1e-10, max_iter=500)
 
@@ -50,7 +51,7 @@ def test_a_parquet_fit_builds_each_shard_in_one_task_and_matches_scikit_learn(cl
     cols = [c for c in ddf.columns if c != "y"]
     est, keys = _tasks(client, lambda: de.LogisticRegression(**TIGHT).fit(ddf[cols], ddf["y"]))
     streamed = [k for k in keys if "build_shard_streaming" in k]
-    assert len(streamed) == est.fit_stats_["n_shards"] == len(client.scheduler_info()["workers"])
+    assert len(streamed) == est.fit_stats_["n_shards"] == len(workers_info(client))
     # the files were read inside those tasks, not as tasks of their own, and no block was built the other way
     assert not [k for k in keys if "read_parquet" in k or "build_shard_task" in k]
     assert sum(est.fit_stats_["rows_per_shard"]) == 3000

@@ -25,7 +25,8 @@ import asyncio
 import threading
 import time
 
-__all__ = ["WorkerLostError", "WorkerLostWarning", "ClusterLostError", "wait_results", "wait_done", "alive_workers", "check_client"]
+__all__ = ["WorkerLostError", "WorkerLostWarning", "ClusterLostError", "wait_results", "wait_done", "alive_workers", "workers_info",
+           "check_client"]
 
 #: Seconds between health checks while a wait goes on.
 SLICE = 1.0
@@ -126,6 +127,25 @@ def alive_workers(client, timeout=PROBE_TIMEOUT) -> set:
             f"The Dask scheduler at {_scheduler_address(client)} did not answer within {timeout:g} s ({e!r})."
         ) from e
     return set(ncores)
+
+
+def workers_info(client, timeout=PROBE_TIMEOUT) -> dict:
+    """The scheduler's record of each of its workers now: address -> dict (``"name"``, ``"memory_limit"``, ...).
+
+    One request, bounded by ``timeout``.  Not ``client.scheduler_info()``: that returns the client's shared
+    cache, which the client's own periodic refresh (a record without workers) may overwrite between the
+    request and the return.
+    """
+    import inspect
+
+    kw = {"n_workers": -1} if "n_workers" in inspect.signature(client.scheduler_info).parameters else {}
+    try:
+        info = client.sync(client.scheduler.identity, **kw, callback_timeout=timeout)
+    except (OSError, asyncio.TimeoutError, TimeoutError) as e:
+        raise ClusterLostError(
+            f"The Dask scheduler at {_scheduler_address(client)} did not answer within {timeout:g} s ({e!r})."
+        ) from e
+    return dict(info["workers"])
 
 
 def _health(client, workers, since) -> None:

@@ -619,12 +619,6 @@ def workers_per_gpu(client, device: str, workers=None) -> list | None:
     return one_per_gpu(ws, {w: _GPU.get((w, device), "") for w in ws})
 
 
-def _accepts_n_workers(client) -> bool:
-    import inspect
-
-    return "n_workers" in inspect.signature(client.scheduler_info).parameters
-
-
 def place(
     client, arrays: dict, *, check=None, device: str = "auto", workers=None, transport: str | None = None,
     timeout=None, hosted: bool = False,
