@@ -1,12 +1,13 @@
-"""Placed dask input kept between fits: the second fit on the same collection against the first, in one run.
+"""Placed input kept between fits: the second fit on the same data against the first, in one run.
 
     python benchmarks/bench_kept.py                       # 1,000,000 x 100, 3 repeats
     python benchmarks/bench_kept.py --rows 200000 --repeat 1   # a smoke run
 
 A ``LocalCluster`` of 2 worker processes with 1 thread each, warmed up by a
 small fit first (the imports are not measured here: ``bench_first_contact.py``
-has them).  For each input form (a persisted dask array, and a dask dataframe
-read from parquet files, not persisted), each repeat:
+has them).  For each input form (a persisted dask array, a dask dataframe
+read from parquet files, not persisted, and NumPy arrays copied anew for each
+fit, as a search cuts each fold anew for each candidate), each repeat:
 
 1. ``LogisticRegression(C=0.5).fit`` with ``dask-estimators.keep-placed`` at 0
    (``"placed"``: placed and released, as every fit did before the data was
@@ -42,9 +43,13 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+NUMPY = "NumPy, a copy for each fit"
+#: the input forms, in the order of the tables
+FORMS = ("persisted dask array", "parquet, not persisted", NUMPY)
 
 
-def _fit(make, X, y):
+def _fit(make, data):
+    X, y = data()
     t0 = time.perf_counter()
     model = make().fit(X, y)
     wall = time.perf_counter() - t0
@@ -89,18 +94,24 @@ def run(rows, cols, repeat, out_dir):
             ddf = dd.read_parquet(tmp)
             return ddf.drop(columns="target"), ddf["target"]
 
-        for form, make_input in (("persisted dask array", array_input), ("parquet, not persisted", parquet_input)):
+        def numpy_input():
+            return X, y
+
+        for form, make_input in zip(FORMS, (array_input, parquet_input, numpy_input)):
             runs = {"placed": [], "kept": [], "reused": []}
             for _ in range(repeat):
-                Xd, yd = make_input()
+                # NumPy input: a copy for each fit, found by its content, not by the object
+                def data(inp=make_input(), copy=form == NUMPY):
+                    return tuple(a.copy() for a in inp) if copy else inp
+
                 with dask.config.set({"dask-estimators.keep-placed": 0}):
-                    runs["placed"].append(_fit(lambda: de.LogisticRegression(C=0.5), Xd, yd))
-                runs["kept"].append(_fit(lambda: de.LogisticRegression(), Xd, yd))
-                runs["reused"].append(_fit(lambda: de.LogisticRegression(C=0.5), Xd, yd))
+                    runs["placed"].append(_fit(lambda: de.LogisticRegression(C=0.5), data))
+                runs["kept"].append(_fit(lambda: de.LogisticRegression(), data))
+                runs["reused"].append(_fit(lambda: de.LogisticRegression(C=0.5), data))
                 got = [r[-1]["placement"] for r in runs.values()]
                 assert got == ["placed", "kept", "reused"], got
                 np.testing.assert_allclose(runs["reused"][-1]["coef"], runs["placed"][-1]["coef"], rtol=1e-8)
-                del Xd, yd
+                del data
                 release_kept()
             results[form] = {k: {m: statistics.median(r[m] for r in v) for m in ("wall", "outside_rounds")}
                              for k, v in runs.items()}
@@ -119,11 +130,11 @@ def run(rows, cols, repeat, out_dir):
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kept.json").write_text(json.dumps(record, indent=2))
     sk_s = results["scikit-learn, NumPy"]
-    lines = [f"# Placed dask input kept between fits: {rows:,} x {cols}, 2 workers x 1 thread",
+    lines = [f"# Placed input kept between fits: {rows:,} x {cols}, 2 workers x 1 thread",
              "", f"`{record['command']}` at {commit}, {record['machine']}; medians of {repeat}.", "",
              "| input | fit | wall s | outside the rounds s | outside the rounds / the kept fit's | wall / scikit-learn |",
              "|---|---|---|---|---|---|"]
-    for form in ("persisted dask array", "parquet, not persisted"):
+    for form in FORMS:
         first = results[form]["kept"]["outside_rounds"]
         for k, label in (("placed", "placed and released"), ("kept", "placed and kept"),
                          ("reused", "on the kept data")):

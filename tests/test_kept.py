@@ -164,3 +164,54 @@ def test_a_fit_beside_one_using_the_kept_data_places_its_own(client, rng):
     assert sorted(m.fit_stats_["placement"] for m in models) in (["placed", "reused"], ["reused", "reused"])
     np.testing.assert_allclose(models[0].coef_, models[1].coef_, rtol=1e-12, atol=1e-14)
     assert len(_kept.held()) == 1 and not _kept.held()[0][2]
+
+
+def _counting_places(monkeypatch):
+    from dask_estimators.engine.data import placement
+
+    calls = []
+    real = placement.place
+    monkeypatch.setattr(placement, "place", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def test_numpy_input_is_known_by_its_content(client, rng, monkeypatch):
+    """NumPy input is kept by its content: a copy of the same rows (a search cuts each fold anew for every
+    candidate) reuses the shards, one changed value places anew, and every model is the one a fresh placement
+    gives.  Between fits the kept shards hold nothing of the client's: its arrays can be freed."""
+    import weakref
+
+    X, y, _, _ = _dask(rng)
+    places = _counting_places(monkeypatch)
+    first = de.LogisticRegression(tol=1e-10).fit(X.copy(), y.copy())
+    assert first.fit_stats_["placement"] == "kept" and len(places) == 1
+    [(key, _, busy)] = _kept.held()
+    assert not busy and _kept._KEPT[key].placement.sources is None
+    X2 = X.copy()
+    gone = weakref.ref(X2)
+    second = de.LinearSVC(C=0.5, tol=1e-10, max_iter=5000).fit(X2, y.copy())
+    assert second.fit_stats_["placement"] == "reused" and len(places) == 1
+    del X2
+    gc.collect()
+    assert gone() is None
+    changed = X.copy()
+    changed[17, 3] += 1.0
+    third = de.LogisticRegression(tol=1e-10).fit(changed, y)
+    assert third.fit_stats_["placement"] == "kept" and len(places) == 2 and len(_kept.held()) == 2
+    with dask.config.set({"dask-estimators.keep-placed": 0}):
+        fresh = [de.LinearSVC(C=0.5, tol=1e-10, max_iter=5000).fit(X, y), de.LogisticRegression(tol=1e-10).fit(changed, y)]
+    assert [m.fit_stats_["placement"] for m in fresh] == ["placed", "placed"]
+    for a, b in zip(fresh, [second, third]):
+        np.testing.assert_allclose(b.coef_, a.coef_, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(b.intercept_, a.intercept_, rtol=1e-9, atol=1e-12)
+    assert not np.allclose(third.coef_, first.coef_, rtol=1e-6, atol=0)  # the changed value was not missed
+
+
+def test_numpy_input_is_not_kept_without_a_fast_hash(client, rng, monkeypatch):
+    """Hashing the input with SHA-1 (dask's fallback when xxhash is missing) would cost more than placing it."""
+    from dask import hashing
+
+    X, y, _, _ = _dask(rng)
+    monkeypatch.setattr(hashing, "hashers", [hashing._hash_sha1])
+    assert de.LogisticRegression().fit(X, y).fit_stats_["placement"] == "placed"
+    assert _kept.held() == []

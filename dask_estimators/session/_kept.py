@@ -1,10 +1,12 @@
-"""Placed dask input kept between fits: the next fit on the same collections reuses the shards.
+"""Placed input kept between fits: the next fit on the same data reuses the shards.
 
 A fit's :class:`~dask_estimators.session.DataSession` asks :func:`take` for a
 placement of its arrays before it places them.  The key is what the shards
 are made of: the client, the device, the transport, the workers asked for,
-each array's dask token (its graph's name: the same keys give the same
-data), and the check each block passed on its worker.  A placement is kept pinned
+each array's dask token (for a dask collection its graph's name: the same
+keys give the same data; for NumPy, pandas and scipy.sparse input a hash of
+its content, so that a copy finds it), and the check each block passed on
+its worker.  A placement is kept pinned
 (:meth:`~dask_estimators.engine.data.placement.Placement.pin`); a fit on it
 changes its shards (the targets' encoding, the rounds' state), and
 :func:`give_back` restores them when the fit's session closes.  Between fits
@@ -16,9 +18,11 @@ a kept placement at a time: a fit that finds it in use places its own.
 
 Kept placements are bounded by the dask config ``dask-estimators.keep-placed``
 (a share of the memory limit of the workers holding them; 0 keeps none), the
-least recently used released first, and a collection's placements are
+least recently used released first, and a dask collection's placements are
 released when that collection is garbage-collected on the client, or found
-on a closed client.
+on a closed client.  A placement of NumPy input keeps no reference to the
+client's arrays between fits: each fit on it lends its own (:func:`take`),
+from which a shard lost meanwhile is rebuilt.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class _Kept:
     budget: int
     busy: bool = True
     dropped: bool = False
+    #: known by its content (NumPy, pandas, scipy.sparse input): its sources are lent by each fit on it
+    by_content: bool = False
     finalizers: list = field(default_factory=list)
 
 
@@ -56,22 +62,41 @@ def share() -> float:
 
 def key_of(client, arrays: dict, check, device: str, transport: str, workers=None):
     """The key of ``arrays`` placed with ``check`` on ``workers`` (a tuple; None: all): None where they cannot be
-    kept (not all dask collections, or a check whose token is not deterministic)."""
+    kept (dask collections mixed with other input, input whose token is not deterministic, or a check's).
+
+    Dask collections are known by their keys; NumPy, pandas and scipy.sparse input by its content (dask's
+    token: a hash of the bytes), so that a copy of the same data, such as the same fold of a search cut again
+    for the next candidate, finds the same placement.  Hashing takes about 0.1 s per GB with ``xxhash``
+    installed; without it (SHA-1, five times slower) such input is not kept.
+    """
     from dask.base import tokenize
 
-    if share() <= 0 or not arrays or not all(is_dask_collection(a) for a in arrays.values()):
+    if share() <= 0 or not arrays:
+        return None
+    dask_input = [is_dask_collection(a) for a in arrays.values()]
+    by_content = not any(dask_input)
+    if not (all(dask_input) or by_content and _fast_hash()):
         return None
     try:
         check_token = tokenize(check, ensure_deterministic=True)
-    except Exception:  # noqa: BLE001 - a check dask cannot name: its placements are not kept
+        tokens = tuple((k, tokenize(v, ensure_deterministic=True)) for k, v in sorted(arrays.items()))
+    except Exception:  # noqa: BLE001 - something dask cannot name: its placements are not kept
         return None
-    return (getattr(client, "id", id(client)), device, transport,
-            tuple((k, tokenize(v)) for k, v in sorted(arrays.items())), check_token, workers)
+    return (getattr(client, "id", id(client)), device, transport, tokens, check_token, workers,
+            "content" if by_content else "keys")
 
 
-def take(key):
+def _fast_hash() -> bool:
+    """Whether dask hashes bytes with a fast hash (``xxhash`` or ``cityhash``), not SHA-1."""
+    from dask import hashing
+
+    return bool(hashing.hashers) and hashing.hashers[0] is not hashing._hash_sha1
+
+
+def take(key, arrays=None):
     """The kept placement of ``key``, marked in use, or None (none kept, in use by another fit, or its client
-    closed: then it is forgotten)."""
+    closed: then it is forgotten).  ``arrays``: the fit's input, whose rows are the sources of a placement known
+    by its content while the fit runs (a shard lost is rebuilt from them)."""
     if key is None:
         return None
     with _lock:
@@ -84,6 +109,11 @@ def take(key):
         kept.busy = True
         _KEPT.move_to_end(key)
     try:
+        if kept.by_content:
+            sources = kept.placement.cut_sources(arrays or {})
+            if sources is None:
+                raise ValueError("no sources")
+            kept.placement.sources = sources
         kept.placement.attach()  # its actors again, where its shards are now (rebuilt where lost)
     except Exception:  # noqa: BLE001 - unusable: released, and the fit places its data anew
         with _lock:
@@ -107,7 +137,7 @@ def keep(key, placement, owners=()) -> bool:
     if nbytes > budget:
         return False
     placement.pin()
-    kept = _Kept(placement, nbytes, budget)
+    kept = _Kept(placement, nbytes, budget, by_content=key[-1] == "content")
     for o in owners:
         try:
             kept.finalizers.append(weakref.finalize(o, drop, key))
@@ -135,6 +165,8 @@ def give_back(key, placement) -> None:
             placement.detach()  # no actor between fits: Dask can retire the workers (and moves the shards)
     except Exception:  # noqa: BLE001 - a worker lost for good, a closed client: not kept
         kept.dropped = True
+    if kept.by_content:
+        placement.sources = None  # the fit's arrays, lent while it ran: the client may free them
     with _lock:
         kept.busy = False
         if kept.dropped:

@@ -151,9 +151,9 @@ class DataSession:
         (:meth:`PlacedData.minimize`, :meth:`PlacedData.run_on_worker`); ``workers`` and ``hosted`` are then
         the session's.
 
-        Dask input placed on all the workers is kept after the session closes, for the next fit on the same
-        collections (the dask config ``dask-estimators.keep-placed``); such a fit reuses the shards and places
-        nothing (:attr:`PlacedData.reused`).
+        Input placed on all the workers is kept after the session closes, for the next fit on the same
+        collections or on NumPy input with the same content (the dask config ``dask-estimators.keep-placed``);
+        such a fit reuses the shards and places nothing (:attr:`PlacedData.reused`).
         """
         self._need_open()
         X = arrays.get("X")
@@ -167,7 +167,7 @@ class DataSession:
         if not hosted and not callable(workers):  # the shards on these workers (None: all) may be kept
             key = _kept.key_of(self.client, present, check, self.device, _config.get("transport"),
                                None if workers is None else tuple(sorted(workers)))
-        placement = _kept.take(key)
+        placement = _kept.take(key, present)
         reused = placement is not None
         if reused:
             placement.timeout = self.timeout
@@ -175,8 +175,10 @@ class DataSession:
             placement = _placement.place(self.client, arrays, check=check, device=self.device, workers=workers,
                                          timeout=self.timeout, hosted=hosted)
             try:
-                # X's garbage collection releases them (y and the weights may be made anew by each fit)
-                if not _kept.keep(key, placement, owners=[present["X"]] if "X" in present else []):
+                # dask X's garbage collection releases them (y and the weights may be made anew by each fit); NumPy
+                # input is known by its content, and a copy of it finds them: the budget and the client bound it
+                owners = [present["X"]] if is_dask_collection(present.get("X")) else []
+                if not _kept.keep(key, placement, owners=owners):
                     key = None
             except BaseException:
                 placement.release()

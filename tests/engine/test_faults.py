@@ -288,7 +288,8 @@ def test_worker_killed_during_placement_places_on_the_others(fc, monkeypatch):
     from dask_estimators.engine.data import placement as pl
 
     X, y = _data("binary")
-    ref = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
+    with dask.config.set({"dask-estimators.keep-placed": 0}):  # not kept: the next fit places it
+        ref = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
     original = pl._place_once
     state = {}
 
@@ -737,30 +738,44 @@ def test_worker_killed_mid_fit_on_parquet_with_a_fused_target(fc, monkeypatch, t
     assert _nothing_held(fc, timeout=10) is True
 
 
-def test_worker_killed_between_two_fits_on_kept_data_gives_the_same_model(fc):
-    """Dask input kept on the workers after a fit (dask-estimators.keep-placed): the worker of one of its shards
-    is killed before the next fit, which rebuilds that shard from its source and gets the undisturbed model
-    (a shard rebuilt from parquet files: test_worker_killed_mid_fit_on_parquet_with_a_fused_target)."""
+@pytest.mark.parametrize("container", ["dask", "numpy"])
+def test_worker_killed_between_two_fits_on_kept_data_gives_the_same_model(fc, container):
+    """Input kept on the workers after a fit (dask-estimators.keep-placed): the worker of one of its shards
+    is killed before the next fit, which rebuilds that shard from its source (the dask graph; for NumPy input,
+    the rows the next fit is given) and gets the undisturbed model (a shard rebuilt from parquet files:
+    test_worker_killed_mid_fit_on_parquet_with_a_fused_target)."""
     X, y = _data("binary")
-    Xd, yd = da.from_array(X, chunks=(1000, X.shape[1])), da.from_array(y, chunks=1000)
     make, _, _ = CASES["logistic-lbfgs"]
-    first = make(fc).fit(Xd, yd)
-    assert first.fit_stats_["placement"] == "kept"
-    [(_, _, busy)] = _kept.held()
-    assert not busy
-    victim = sorted(set(workers_info(fc)))[0]
-    pid = _pid_of(fc, victim)
-    os.kill(pid, signal.SIGKILL)
-    _wait_dead(pid)
-    with pytest.warns(WorkerLostWarning):
-        second = make(fc).fit(Xd, yd)
-    assert second.fit_stats_["placement"] == "reused"
-    assert sum(second.fit_stats_["rows_per_shard"]) == len(y)
-    np.testing.assert_allclose(second.coef_, first.coef_, rtol=1e-6, atol=1e-10)
-    np.testing.assert_allclose(second.intercept_, first.intercept_, rtol=1e-6, atol=1e-10)
-    third = make(fc).fit(Xd, yd)  # the rebuilt shard is kept as placed, not as the fit left it
-    assert third.fit_stats_["placement"] == "reused"
-    np.testing.assert_allclose(third.coef_, first.coef_, rtol=1e-6, atol=1e-10)
+    if container == "dask":
+        Xd, yd = da.from_array(X, chunks=(1000, X.shape[1])), da.from_array(y, chunks=1000)
+
+        def data():
+            return Xd, yd
+    else:  # a copy for each fit, as a search cuts its folds
+
+        def data():
+            return X.copy(), y.copy()
+
+    # NumPy input spread over the workers, as large data is
+    below = 0 if container == "numpy" else dask.config.get("dask-estimators.worker-solve-below")
+    with dask.config.set({"dask-estimators.worker-solve-below": below}):
+        first = make(fc).fit(*data())
+        assert first.fit_stats_["placement"] == "kept"
+        [(_, _, busy)] = _kept.held()
+        assert not busy
+        victim = sorted(set(workers_info(fc)))[0]
+        pid = _pid_of(fc, victim)
+        os.kill(pid, signal.SIGKILL)
+        _wait_dead(pid)
+        with pytest.warns(WorkerLostWarning):
+            second = make(fc).fit(*data())
+        assert second.fit_stats_["placement"] == "reused"
+        assert sum(second.fit_stats_["rows_per_shard"]) == len(y)
+        np.testing.assert_allclose(second.coef_, first.coef_, rtol=1e-6, atol=1e-10)
+        np.testing.assert_allclose(second.intercept_, first.intercept_, rtol=1e-6, atol=1e-10)
+        third = make(fc).fit(*data())  # the rebuilt shard is kept as placed, not as the fit left it
+        assert third.fit_stats_["placement"] == "reused"
+        np.testing.assert_allclose(third.coef_, first.coef_, rtol=1e-6, atol=1e-10)
     gc.collect()
     assert _nothing_held(fc, timeout=10) is True
 

@@ -315,14 +315,30 @@ class Placement:
         self.map(_restore)
         del self._log[self._pinned_log:]
 
+    def cut_sources(self, arrays: dict) -> list | None:
+        """Sources for this placement of NumPy or scipy.sparse input from ``arrays``, input equal to the one it
+        was placed from: views of their rows, cut as the shards hold them (None where a shard holds more than one
+        range of rows).  A kept placement of such input holds no source of its own between fits; the next fit
+        on it lends its arrays, from which a shard lost meanwhile is rebuilt."""
+        if self.row_ranges is None or any(len(r) != 1 for r in self.row_ranges):
+            return None
+        arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v
+                  for k, v in arrays.items() if v is not None}
+        return [("numpy", {k: _rows_part(v, a, b) for k, v in arrays.items()}) for [(a, b)] in self.row_ranges]
+
     def nbytes(self) -> int:
         """The bytes the shards hold on their workers (one call to each)."""
         return int(sum(self.map(_nbytes)))
 
     def detach(self) -> None:
         """Close the shards' actors and keep the shards, as task results Dask may move (between fits on kept
-        data: Dask does not retire a worker that holds an actor).  :meth:`attach` makes new actors."""
+        data: Dask does not retire a worker that holds an actor).  :meth:`attach` makes new actors.
+
+        Shards their actors built from the client's memory (NumPy input on the client's host) live in their
+        actors: those stay, and Dask cannot retire their workers while the placement is kept."""
         if self.transport != "actors" or not self.actors:
+            return
+        if any(a.key == s.key for a, s in zip(self._actor_futures, self.shards)):
             return
         actors, futs = self.actors, self._actor_futures
         self.actors, self._actor_futures = [], []
