@@ -111,6 +111,8 @@ def sources() -> list[tuple[str, str, str, str]]:
         ("the first fit", "first_contact.json",
          _command("python benchmarks/bench_first_contact.py " + " ".join(first["argv"])), DEV),
         ("cross-validated searches", "cv.json", "python benchmarks/bench_cv.py --repeat 3", DEV),
+        ("scikit-learn's GridSearchCV around ours", "search.json", _command(load("search.json")["command"]).strip(),
+         DEV),
         ("sparse input", "sparse.json", "python benchmarks/bench_sparse.py", DEV),
         ("networks across shapes", "mlp_matrix.json", _command(matrix["command"]),
          _machine(matrix["environment"], DEV)),
@@ -243,6 +245,17 @@ def block_kept() -> str:
 
 
 # ---- searches ----------------------------------------------------------------------------------------
+
+def block_search() -> str:
+    s = load("search.json")
+    sk = s["seconds"]["scikit-learn"]
+    label = {"scikit-learn": "scikit-learn, `n_jobs=-1`", "scikit-learn, n_jobs=None": "scikit-learn, `n_jobs=None`",
+             "ours, data kept": "ours (each fold placed once, the default)",
+             "ours, placed for every fit": "ours, `keep-placed` 0 (each fit places its fold)"}
+    rows = [[label[k], f"{v:.1f}", f"{v / sk:.2f}"] for k, v in s["seconds"].items()]
+    return table([f"`GridSearchCV(Pipeline(StandardScaler, LogisticRegression))`, {len(s['Cs'])} C x "
+                  f"{s['folds']} folds, {s['rows']:,} x {s['cols']}, over", "s", "/ scikit-learn"], rows)
+
 
 def block_cv() -> str:
     cv = load("cv.json")
@@ -453,6 +466,7 @@ BLOCKS = {
     "memory-limit": block_memory_limit,
     "cv": block_cv,
     "small-searches": block_small_searches,
+    "search": block_search,
     "mlp-throughput": block_mlp_throughput,
     "mlp-matrix-summary": block_mlp_matrix_summary,
     "small-mlp": block_small_mlp,
