@@ -127,11 +127,11 @@ def test_kept_data_stays_within_its_share_of_the_workers_memory(client, rng):
         assert de.LogisticRegression().fit(Xb, yb).fit_stats_["placement"] == "kept"
         assert [k for k, _, _ in _kept.held()] != [key_a] and len(_kept.held()) == 1
         assert de.LogisticRegression().fit(Xa, ya).fit_stats_["placement"] == "kept"  # placed again
-    # no room for one: placed for its fit, released after
+    # no room for one: placed for its fit, released after; the kept one went before it was placed
     with dask.config.set({"dask-estimators.keep-placed": 0.5 * nbytes / _limits(client)}):
         _, _, Xc, yc = _dask(np.random.default_rng(2))
         assert de.LogisticRegression().fit(Xc, yc).fit_stats_["placement"] == "placed"
-        assert len(_kept.held()) == 1
+        assert _kept.held() == []
 
 
 def _nothing_of_ours(client):
@@ -215,3 +215,26 @@ def test_numpy_input_is_not_kept_without_a_fast_hash(client, rng, monkeypatch):
     monkeypatch.setattr(hashing, "hashers", [hashing._hash_sha1])
     assert de.LogisticRegression().fit(X, y).fit_stats_["placement"] == "placed"
     assert _kept.held() == []
+
+
+def test_kept_data_makes_room_before_a_fit_on_other_data_is_placed(client, rng, monkeypatch):
+    """Under memory pressure the kept data goes before the next placement, not after it: a fit on other data
+    that would not fit beside it in the budget finds it released when its own data is placed (the workers never
+    hold both); data that fits beside it leaves it kept."""
+    from dask_estimators.engine.data import placement
+
+    _, _, Xa, ya = _dask(rng)
+    de.LogisticRegression().fit(Xa, ya)
+    [(key_a, nbytes, _)] = _kept.held()
+    seen = []
+    real = placement.place
+    monkeypatch.setattr(placement, "place", lambda *a, **k: seen.append([k for k, _, _ in _kept.held()]) or real(*a, **k))
+    _, _, Xb, yb = _dask(np.random.default_rng(1))
+    with dask.config.set({"dask-estimators.keep-placed": 1.5 * nbytes / _limits(client)}):
+        assert de.LogisticRegression().fit(Xb, yb).fit_stats_["placement"] == "kept"
+    assert seen == [[]]  # released before B was placed
+    assert [k for k, _, _ in _kept.held()] != [key_a] and len(_kept.held()) == 1
+    _, _, Xc, yc = _dask(np.random.default_rng(2))
+    with dask.config.set({"dask-estimators.keep-placed": 2.5 * nbytes / _limits(client)}):
+        assert de.LogisticRegression().fit(Xc, yc).fit_stats_["placement"] == "kept"
+    assert len(seen[-1]) == 1 and len(_kept.held()) == 2  # room for both: B stayed

@@ -36,7 +36,7 @@ from .. import config as _config
 from ..engine.cluster._watch import workers_info
 from ..engine.data.placement import is_dask_collection
 
-__all__ = ["key_of", "take", "keep", "give_back", "drop", "held", "release_all"]
+__all__ = ["key_of", "take", "make_room", "keep", "give_back", "drop", "held", "release_all"]
 
 _lock = threading.RLock()
 #: key -> _Kept, least recently used first
@@ -231,12 +231,43 @@ def _evict(budget: int) -> None:
 def _budget(placement) -> int:
     """The bytes kept placements may take: :func:`share` of the memory limits of the workers that hold them
     (a worker without a limit counts its host's memory)."""
+    return int(share() * _limits(placement.client, placement.workers))
+
+
+def _limits(client, workers=None) -> int:
+    """The memory limits of ``workers`` (None: all the client's workers), summed."""
     import psutil
 
-    client = placement.client
     info = workers_info(client)
     total = 0
-    for w in set(placement.workers):
+    for w in set(info if workers is None else workers):
         limit = int((info.get(w) or {}).get("memory_limit") or 0)
         total += limit if limit > 0 else psutil.virtual_memory().total
-    return int(share() * total)
+    return total
+
+
+def make_room(client, arrays: dict) -> None:
+    """Before ``arrays`` are placed: release the least recently used free kept placements until they and the
+    arrays' shards fit the budget (:func:`share` of all the workers' memory limits).  Data kept from earlier
+    fits then never adds to the peak of a fit on other data near the size of the workers' memory.  Input of
+    unknown size (a dask dataframe's rows) makes no room before, only after (:func:`keep`)."""
+    with _lock:
+        if all(k.busy for k in _KEPT.values()):  # nothing kept, or nothing that could go
+            return
+    sizes = [_shard_bytes(a) for a in arrays.values()]
+    if any(n is None for n in sizes):
+        return
+    _evict(max(int(share() * _limits(client)) - sum(sizes), 0))
+
+
+def _shard_bytes(a) -> int | None:
+    """About the bytes ``a`` takes in the shards (8 a value; a sparse matrix's non-zeros and their columns,
+    and its row pointers); None where its shape is not known."""
+    import math
+
+    shape = getattr(a, "shape", None)
+    if shape is None or not all(isinstance(n, int) or hasattr(n, "__index__") for n in shape):
+        return None
+    if hasattr(a, "nnz") and not is_dask_collection(a):
+        return int(a.nnz) * 12 + (int(shape[0]) + 1) * 8
+    return 8 * math.prod(int(n) for n in shape)

@@ -172,6 +172,8 @@ class DataSession:
         if reused:
             placement.timeout = self.timeout
         else:
+            if not hosted:  # kept data of earlier fits goes first where this data would not fit beside it
+                _kept.make_room(self.client, present)
             placement = _placement.place(self.client, arrays, check=check, device=self.device, workers=workers,
                                          timeout=self.timeout, hosted=hosted)
             try:
