@@ -15,6 +15,10 @@ array with the same content five times.  Rows, in this one process, on one
   each fold is placed once and the other candidates' fits find it by its content;
 * ``ours, placed for every fit``: the same with ``keep-placed`` at 0, as every fit placed before.
 
+Ours send the folds to the workers as to workers on other hosts (``dask-estimators.shared-memory`` false):
+on the client's host NumPy input is handed over in shared memory, lives in the shards' actors, and is not
+kept.
+
 This machine sets ``OPENBLAS_CORETYPE``; run with it and ``OPENBLAS_L2_SIZE`` unset when comparing with
 scikit-learn.  The same ``best_params_`` is checked, and ``mean_test_score`` to 1e-4.  Writes
 ``search.json`` and ``search.md`` to ``--out`` (default ``benchmarks/results``).
@@ -72,7 +76,7 @@ def run(rows, cols, repeat, out_dir):
         for _ in range(repeat):
             for name, make in rows_of.items():
                 keep = 0 if name == "ours, placed for every fit" else dask.config.get("dask-estimators.keep-placed")
-                with dask.config.set({"dask-estimators.keep-placed": keep}):
+                with dask.config.set({"dask-estimators.keep-placed": keep, "dask-estimators.shared-memory": False}):
                     t0 = time.perf_counter()
                     fitted[name] = make().fit(X, y)
                     times[name].append(time.perf_counter() - t0)

@@ -175,7 +175,15 @@ def _counting_places(monkeypatch):
     return calls
 
 
-def test_numpy_input_is_known_by_its_content(client, rng, monkeypatch):
+@pytest.fixture
+def sent():
+    """NumPy input sent to the workers, as to workers on other hosts (on the client's host it is handed over in
+    shared memory, where the shards live in their actors and are not kept)."""
+    with dask.config.set({"dask-estimators.shared-memory": False}):
+        yield
+
+
+def test_numpy_input_is_known_by_its_content(client, rng, monkeypatch, sent):
     """NumPy input is kept by its content: a copy of the same rows (a search cuts each fold anew for every
     candidate) reuses the shards, one changed value places anew, and every model is the one a fresh placement
     gives.  Between fits the kept shards hold nothing of the client's: its arrays can be freed."""
@@ -207,7 +215,7 @@ def test_numpy_input_is_known_by_its_content(client, rng, monkeypatch):
     assert not np.allclose(third.coef_, first.coef_, rtol=1e-6, atol=0)  # the changed value was not missed
 
 
-def test_numpy_input_is_not_kept_without_a_fast_hash(client, rng, monkeypatch):
+def test_numpy_input_is_not_kept_without_a_fast_hash(client, rng, monkeypatch, sent):
     """Hashing the input with SHA-1 (dask's fallback when xxhash is missing) would cost more than placing it."""
     from dask import hashing
 
@@ -215,6 +223,14 @@ def test_numpy_input_is_not_kept_without_a_fast_hash(client, rng, monkeypatch):
     monkeypatch.setattr(hashing, "hashers", [hashing._hash_sha1])
     assert de.LogisticRegression().fit(X, y).fit_stats_["placement"] == "placed"
     assert _kept.held() == []
+
+
+def test_numpy_input_in_shared_memory_is_not_kept(client, rng):
+    """On the client's host the workers build their shards in their actors from the client's shared memory;
+    kept, those actors would stop Dask from retiring the workers (tests/engine/test_churn.py)."""
+    X, y, _, _ = _dask(rng)
+    first = de.LogisticRegression().fit(X, y)
+    assert first.fit_stats_["placement"] == "placed" and _kept.held() == []
 
 
 def test_kept_data_makes_room_before_a_fit_on_other_data_is_placed(client, rng, monkeypatch):

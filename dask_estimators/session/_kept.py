@@ -6,7 +6,9 @@ are made of: the client, the device, the transport, the workers asked for,
 each array's dask token (for a dask collection its graph's name: the same
 keys give the same data; for NumPy, pandas and scipy.sparse input a hash of
 its content, so that a copy finds it), and the check each block passed on
-its worker.  A placement is kept pinned
+its worker.  Shards that live in their actors (NumPy input workers on the
+client's host took from its shared memory) are not kept: Dask would not
+retire their workers.  A placement is kept pinned
 (:meth:`~dask_estimators.engine.data.placement.Placement.pin`); a fit on it
 changes its shards (the targets' encoding, the rounds' state), and
 :func:`give_back` restores them when the fit's session closes.  Between fits
@@ -125,9 +127,10 @@ def take(key, arrays=None):
 
 def keep(key, placement, owners=()) -> bool:
     """Keep ``placement`` (just placed, in use by its fit) under ``key``; pinned here.  Whether it is kept: not
-    when it alone exceeds the budget, or where ``key`` is already kept (another fit's).  ``owners``: the
-    collections whose garbage collection releases it."""
-    if key is None:
+    when it alone exceeds the budget, where ``key`` is already kept (another fit's), or where its shards live in
+    their actors (NumPy input handed to workers through the client's shared memory: Dask could not retire
+    those workers while it is kept).  ``owners``: the collections whose garbage collection releases it."""
+    if key is None or not placement.detachable():
         return False
     budget = _budget(placement)
     with _lock:

@@ -88,7 +88,8 @@ def _close(a, b, rtol):
 @pytest.mark.parametrize("transport", ["actors", "tasks"])
 def test_worker_added_mid_fit(churn, cc, monkeypatch, transport):
     X, y = _data("numpy")
-    with dask.config.set({"dask-estimators.transport": transport}):
+    # each fit places its data (a kept placement would be reused on the workers it was placed on)
+    with dask.config.set({"dask-estimators.transport": transport, "dask-estimators.keep-placed": 0}):
         ref = de.LogisticRegression(client=cc, **TIGHT).fit(X, y)
         assert ref.fit_stats_["n_shards"] == N_WORKERS
 

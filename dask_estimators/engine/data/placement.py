@@ -332,18 +332,20 @@ class Placement:
 
     def detach(self) -> None:
         """Close the shards' actors and keep the shards, as task results Dask may move (between fits on kept
-        data: Dask does not retire a worker that holds an actor).  :meth:`attach` makes new actors.
-
-        Shards their actors built from the client's memory (NumPy input on the client's host) live in their
-        actors: those stay, and Dask cannot retire their workers while the placement is kept."""
-        if self.transport != "actors" or not self.actors:
-            return
-        if any(a.key == s.key for a, s in zip(self._actor_futures, self.shards)):
+        data: Dask does not retire a worker that holds an actor).  :meth:`attach` makes new actors.  Nothing
+        is done where a shard lives in its actor (:meth:`detachable`)."""
+        if self.transport != "actors" or not self.actors or not self.detachable():
             return
         actors, futs = self.actors, self._actor_futures
         self.actors, self._actor_futures = [], []
         self._close_actors(actors)
         _watch._cancel(self.client, futs, cancel=True)
+
+    def detachable(self) -> bool:
+        """Whether every shard is a task result of its own, so that :meth:`detach` can close the actors and keep
+        the shards: not where an actor built its shard from the client's shared memory (NumPy input on the
+        client's host), whose shard lives in that actor."""
+        return not any(a is not None and a.key == s.key for a, s in zip(self._actor_futures, self.shards))
 
     def attach(self) -> None:
         """Actors for the shards again after :meth:`detach`, on the workers that hold the shards now (a retired
