@@ -250,8 +250,8 @@ def block_search() -> str:
     s = load("search.json")
     sk = s["seconds"]["scikit-learn"]
     label = {"scikit-learn": "scikit-learn, `n_jobs=-1`", "scikit-learn, n_jobs=None": "scikit-learn, `n_jobs=None`",
-             "ours, data kept": "ours (each fold placed once, the default)",
-             "ours, placed for every fit": "ours, `keep-placed` 0 (each fit places its fold)"}
+             "ours, data kept": "ours, folds sent once (the default)",
+             "ours, placed for every fit": "ours, `keep-placed` 0 (each fit sends its fold)"}
     rows = [[label[k], f"{v:.1f}", f"{v / sk:.2f}"] for k, v in s["seconds"].items()]
     return table([f"`GridSearchCV(Pipeline(StandardScaler, LogisticRegression))`, {len(s['Cs'])} C x "
                   f"{s['folds']} folds, {s['rows']:,} x {s['cols']}, over", "s", "/ scikit-learn"], rows)
