@@ -322,9 +322,8 @@ class Placement:
         on it lends its arrays, from which a shard lost meanwhile is rebuilt."""
         if self.row_ranges is None or any(len(r) != 1 for r in self.row_ranges):
             return None
-        arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v
-                  for k, v in arrays.items() if v is not None}
-        return [("numpy", {k: _rows_part(v, a, b) for k, v in arrays.items()}) for [(a, b)] in self.row_ranges]
+        return [("numpy", part) for part in _cut_rows({k: v for k, v in arrays.items() if v is not None},
+                                                      [r for [r] in self.row_ranges])]
 
     def nbytes(self) -> int:
         """The bytes the shards hold on their workers (one call to each)."""
@@ -767,8 +766,6 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
     from the client's shared memory (the shard's entry is that future too), None for the other shards.
     ``hosted`` (with ``actor_futures``): every shard's actor held by its worker's :class:`ShardHost`
     (:func:`_place_hosted`)."""
-    # sparse input as canonical CSR once, then cut into row ranges that are views of its arrays
-    arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v for k, v in arrays.items()}
     n = {k: np.shape(v)[0] for k, v in arrays.items()}
     check_lengths(n)
     n_rows = next(iter(n.values()))
@@ -776,7 +773,7 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
         raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
     n_parts = min(len(ws), n_rows)
     bounds = np.linspace(0, n_rows, n_parts + 1).astype(int)
-    parts = [{k: _rows_part(v, bounds[i], bounds[i + 1]) for k, v in arrays.items()} for i in range(n_parts)]
+    parts = _cut_rows(arrays, [(bounds[i], bounds[i + 1]) for i in range(n_parts)])  # views; sparse as CSR
     used = ws[:n_parts]
     ranges = [[(int(bounds[i]), int(bounds[i + 1]))] for i in range(n_parts)]
     sources = [("numpy", part) for part in parts]
@@ -870,6 +867,13 @@ def _create_hosted(client, workers, builds, timeout) -> list:
                     host.call(token, "close")
         raise
     return [HostedShard(host, token) for host, token in zip(hosts, tokens)]
+
+
+def _cut_rows(arrays: dict, ranges) -> list:
+    """One dict of rows ``[start, stop)`` of each client array per range: views (:func:`_rows_part`); sparse
+    input as canonical CSR once."""
+    arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v for k, v in arrays.items()}
+    return [{k: _rows_part(v, a, b) for k, v in arrays.items()} for a, b in ranges]
 
 
 def _rows_part(a, start, stop):
