@@ -57,8 +57,13 @@ except ImportError:  # older scikit-learn has no callbacks to call
 __all__ = ["DistributedEstimator", "DistributedLinearModel", "InferenceMixin"]
 
 
-def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=False, negative_weights=True):
+def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=False, negative_weights=True,
+                 dtype=np.float64):
     """Validate one row block of dask input on its worker, with scikit-learn's own checks.
+
+    ``dtype``: the float dtype X is stored in (float32 for float32 input to an
+    estimator that keeps it, :meth:`DistributedEstimator._storage_dtype`),
+    the same for every block.
 
     ``y_loss``: a loss whose domain check (``check_y``) the targets must pass,
     the same check NumPy input gets.  ``accept_sparse``: scipy.sparse blocks
@@ -70,7 +75,7 @@ def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=
     """
     out = dict(arrays)
     out["X"] = _checked_X(
-        check_array(arrays["X"], dtype=np.float64, ensure_min_samples=0, input_name="X",
+        check_array(arrays["X"], dtype=dtype, ensure_min_samples=0, input_name="X",
                     accept_sparse="csr" if accept_sparse else False)
     )
     if "y" in arrays:
@@ -119,7 +124,8 @@ def _sparse_format(accept_sparse):
 class DistributedEstimator(BaseEstimator):
     """Base class of every estimator here: input checks, dask input, clone and pickling without a client."""
 
-    #: dtype(s) validate_data converts X to
+    #: dtype(s) validate_data converts X to: float64 only, or ``(np.float64, np.float32)`` for an estimator whose
+    #: workers store and read float32 X as it is (half the memory and half the bytes a pass reads)
     _fit_dtype = np.float64
     _is_classifier = False
     _multi_output = False
@@ -222,12 +228,23 @@ class DistributedEstimator(BaseEstimator):
                 UserWarning,
             )
 
-    def _block_check(self, y_loss=None, multi_output=None):
-        """The check each block of dask input passes on its worker (:func:`_check_block`), for this estimator."""
+    def _storage_dtype(self, X) -> np.dtype:
+        """The dtype X is placed in: float32 for float32 input (array, sparse matrix, dask collection, dataframe of
+        float32 columns) where :attr:`_fit_dtype` admits it, else float64."""
+        return self._stored(input_float_dtype(X))
+
+    def _stored(self, dtype) -> np.dtype:
+        """The storage dtype for input of float dtype ``dtype`` (see :meth:`_storage_dtype`)."""
+        admitted = self._fit_dtype if isinstance(self._fit_dtype, tuple) else (self._fit_dtype,)
+        return np.dtype(dtype) if dtype == np.float32 and np.float32 in admitted else np.dtype(np.float64)
+
+    def _block_check(self, y_loss=None, multi_output=None, dtype=np.float64):
+        """The check each block of dask input passes on its worker (:func:`_check_block`), for this estimator;
+        ``dtype``: the storage dtype (:meth:`_storage_dtype`)."""
         return functools.partial(
             _check_block, y_numeric=not self._is_classifier,
             multi_output=self._multi_output if multi_output is None else multi_output, y_loss=y_loss,
-            accept_sparse=self._accept_sparse, negative_weights=self._negative_weights,
+            accept_sparse=self._accept_sparse, negative_weights=self._negative_weights, dtype=np.dtype(dtype),
         )
 
     def _dask_classes(self, data):
@@ -358,6 +375,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
     """
 
     _accept_sparse = True
+    #: float32 X stays float32 on the workers; the kernels accumulate in float64 (:mod:`..objectives.linear`)
+    _fit_dtype = (np.float64, np.float32)
 
     _parameter_constraints: dict = {
         "fit_intercept": ["boolean"],
@@ -450,11 +469,12 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         check_progress(self.progress)  # a missing tqdm fails now, before any cluster starts
         prestart(self.client)  # the embedded cluster, when the fit needs it, starts while the data is validated
         dtype = input_float_dtype(X)
+        storage = self._storage_dtype(X)
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
         y_loss = self._y_loss()
         if y_loss is not None and not dask_input:
             y_loss.check_y(y)
-        check = self._block_check(y_loss)
+        check = self._block_check(y_loss, dtype=storage)
         y_placed, classes = y, None
         if labels is not None:
             classes, codes = labels
@@ -512,8 +532,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         if inference:
             _check_inference(spec)
         # the targets' encoding and the sum of the weights (and of s * y) in one call (one round trip less)
-        sums = data.map(T.prepare_and_weigh, loss, n_outputs, class_weight, self._start_at_mean)
-        sums = tuple(map(sum, zip(*sums)))
+        sums = data.map(T.prepare_and_weigh, loss, n_outputs, class_weight, self._start_at_mean, True)
+        sums = tuple(map(sum, zip(*sums)))  # (S, n, sum of s * y, bytes of X)
         evaluator = data.evaluator(self.reduction)
         objective = LinearObjective(evaluator, spec, weight_sums=sums[:2])
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
@@ -553,7 +573,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         self.solver_ = solver
         stats = data.stats(evaluator)
         stats.update(objective=float(res.fun), weight_sum=float(objective.sw_sum),
-                     solved_on_worker=on_worker_stats is not None)
+                     solved_on_worker=on_worker_stats is not None, x_dtype=self._stored(dtype).name,
+                     x_bytes_per_pass=int(sums[3]))
         if on_worker_stats is not None:  # the solver's evaluations, made on the worker
             stats["evaluations_on_worker"] = on_worker_stats["rounds"]
             stats["seconds_on_worker"] = on_worker_stats["seconds"]

@@ -67,6 +67,10 @@ class _Search(FoldProblem):
 class _PlacedSearchMixin:
     """Validation, one placement (in a DataSession, which releases it), the splits on the shards, the fold paths."""
 
+    #: The fold kernels (:mod:`..objectives.cv`) compute in X's dtype: X is placed in float64 (the fitted
+    #: attributes still follow float32 input, as scikit-learn's)
+    _fit_dtype = np.float64
+
     def _splits_on_client(self, X, y, dask_input, split_params):
         """Splits computed on the client (a splitter, an iterable of splits, metadata routed to the splitter,
         or a scorer run on the client); ``split_params``: the splitter's ``split`` arguments (``groups``)."""

@@ -459,7 +459,8 @@ class _LinearSVMMixin:
     def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None):
         if not self._resolved_dual(data.n_samples, self.n_features_in_):
             return super()._fit_placed(data, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0)
-        return dict(self._fit_dual(data, classes, dask_input), solved_on_worker=False)
+        return dict(self._fit_dual(data, classes, dask_input), solved_on_worker=False,
+                    x_dtype=self._stored(dtype).name)
 
     def _drive_dual(self, driver, data, spec):
         """Run a dual driver (``dual_coordinate_ascent`` or ``crammer_singer_ascent``) on the placed data: one
@@ -499,7 +500,7 @@ class _LinearSVMMixin:
             class_weight = self._class_weight_vector(data, n_classes)
         n_outputs = 1 if not self._is_classifier or n_classes == 2 else n_classes
         encoding = _TARGET_ENCODING[self.loss]
-        sums = data.map(T.prepare_and_weigh, encoding, n_outputs, class_weight)
+        sums = data.map(T.prepare_and_weigh, encoding, n_outputs, class_weight, False, True)
         sw_sum = float(sum(s[0] for s in sums))
         if not sw_sum > 0:
             raise ValueError("The sum of sample weights must be positive.")
@@ -521,7 +522,7 @@ class _LinearSVMMixin:
         stats.update(
             n_shards=n_shards, rows_per_shard=data.n_rows, dual_rounds=res.rounds, objective=res.fun,
             dual_objective=res.dual,
-            duality_gap=res.gap, weight_sum=sw_sum,
+            duality_gap=res.gap, weight_sum=sw_sum, x_bytes_per_pass=int(sum(s[3] for s in sums)),
         )
         return stats
 
@@ -700,7 +701,8 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
         K = len(self.classes_)
         class_weight = self._class_weight_vector(data, K)
         # codes, with the class weights folded into the sample weights
-        sw_sum = float(sum(s[0] for s in data.map(T.prepare_and_weigh, "multinomial", K, class_weight)))
+        sums = data.map(T.prepare_and_weigh, "multinomial", K, class_weight, False, True)
+        sw_sum = float(sum(s[0] for s in sums))
         if not sw_sum > 0:
             raise ValueError("The sum of sample weights must be positive.")
         n_shards = data.n_shards
@@ -719,7 +721,8 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
         self.solver_ = "crammer-singer-cd"
         stats = data.stats(evaluator)
         stats.update(n_shards=n_shards, rows_per_shard=data.n_rows, dual_rounds=res.rounds,
-                     objective=res.fun, dual_objective=res.dual, duality_gap=res.gap, weight_sum=sw_sum)
+                     objective=res.fun, dual_objective=res.dual, duality_gap=res.gap, weight_sum=sw_sum,
+                     x_bytes_per_pass=int(sum(s[3] for s in sums)))
         return stats
 
     def to_sklearn(self):

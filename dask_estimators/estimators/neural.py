@@ -209,8 +209,9 @@ class _BaseMLP(DistributedEstimator):
                 f"X has {self.n_features_in_} features, but {type(self).__name__} is expecting "
                 f"{prev_features} features as input."
             )
-        dtype = "float32" if getattr(X, "dtype", None) == np.float32 else "float64"
-        check = self._block_check()
+        storage = self._storage_dtype(X)  # float32 input trains in float32, as scikit-learn's MLPs
+        dtype = storage.name
+        check = self._block_check(dtype=storage)
         y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset, incremental)
         with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
             data = session.data(X=X, y=y_placed, sample_weight=sample_weight, check=check,

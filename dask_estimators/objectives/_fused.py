@@ -10,9 +10,13 @@ machine (500k x 100 float64, one thread): see ``benchmarks/results/history/linea
 
 The pointwise formulas are those of :mod:`.losses` (the torch path,
 used on GPUs, for float32 and by workers with several threads); the tests
-check that both paths agree to rounding.  Only float64 C-contiguous arrays
-come here; a sparse CSR X comes as its three arrays (the ``csr_*``
-kernels).  The kernels release the GIL.
+check that both paths agree to rounding.  Only float64 or float32
+C-contiguous arrays come here; a sparse CSR X comes as its three arrays (the
+``csr_*`` kernels).  numba compiles each kernel once per dtype of X: a
+float32 value is widened as it is read, and every sum (margins, loss,
+gradient, Hessian products) is carried in float64, so a float32 X streams
+half the bytes and gives the float64 arithmetic's results on its values.
+The kernels release the GIL.
 """
 
 from __future__ import annotations
@@ -634,7 +638,9 @@ def _unsigned(a):
 
 
 def _csr_arrays(data, indices, indptr):
-    return np.ascontiguousarray(data, dtype=np.float64), _unsigned(indices), _unsigned(indptr)
+    data = np.asarray(data)
+    dtype = data.dtype if data.dtype in (np.float32, np.float64) else np.float64
+    return np.ascontiguousarray(data, dtype=dtype), _unsigned(indices), _unsigned(indptr)
 
 
 def csr_value_grad(data, indices, indptr, n_features, y, s, W, b, loss, eps: float, curv):

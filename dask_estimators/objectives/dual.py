@@ -394,27 +394,34 @@ def _host(t):
 
 
 def _host_x(X):
-    """The shard's X in host memory for the row loops: a float64 C-contiguous array, or, for a sparse
-    CSR X (:mod:`._sparse`), a ``scipy.sparse.csr_array`` over its three arrays (views on the CPU)."""
+    """The shard's X in host memory for the row loops: a C-contiguous float64 or float32 array, or, for a
+    sparse CSR X (:mod:`._sparse`), a ``scipy.sparse.csr_array`` over its three arrays (views on the CPU).
+
+    A float32 X stays float32: the row loops widen each value as they read it and keep every sum in float64.
+    """
     from ._sparse import csr_parts, is_sparse
 
     if not is_sparse(X):
-        return np.ascontiguousarray(_host(X), dtype=np.float64)
+        a = _host(X)
+        return np.ascontiguousarray(a, dtype=a.dtype if a.dtype in (np.float32, np.float64) else np.float64)
     from scipy import sparse
 
     if X.device.type != "cpu":
         X = X.cpu()
     data, indices, indptr = csr_parts(X)
-    data = np.asarray(data, dtype=np.float64)  # a float32 shard: one float64 copy of the values
+    if data.dtype not in (np.float32, np.float64):
+        data = np.asarray(data, dtype=np.float64)
     return sparse.csr_array((data, indices, indptr), shape=tuple(X.shape), copy=False)
 
 
 def _row_sqnorms(X):
+    """Each row's squared norm, summed in float64 (also for float32 values)."""
     if isinstance(X, np.ndarray):
-        return np.einsum("ij,ij->i", X, X)
+        return np.einsum("ij,ij->i", X, X, dtype=np.float64)
     n = X.shape[0]
     rows = np.repeat(np.arange(n), np.diff(X.indptr))
-    return np.bincount(rows, weights=X.data * X.data, minlength=n)
+    data = X.data.astype(np.float64, copy=False)
+    return np.bincount(rows, weights=data * data, minlength=n)
 
 
 def _pass_args(X):

@@ -10,7 +10,15 @@ The objective minimised, with sample weights ``s`` and ``S = sum(s)``::
            + l2 / 2 * ||W||_2^2 + l1 * ||W||_1
 
 X is a dense tensor or a torch sparse CSR tensor (:mod:`._sparse`), which
-the kernels never densify.
+the kernels never densify, of float64 or float32 values.  A float32 X is
+read as it is (half the bytes a pass streams) and every sum is carried in
+float64: the numba kernels widen each value as they read it, so their
+sums are those of float64 arithmetic on X's values; the torch kernels (GPU,
+several threads) form the products in float32, with the parameters split in
+two float32 halves so that none is rounded, over row blocks of
+:data:`FLOAT32_BLOCK_ROWS`, and add the blocks' results in float64, with the
+pointwise losses in float64: their sums carry float32 rounding, about 1e-6
+of the terms.  The curvature kept for ``hessp`` is float64.
 
 The intercept is never penalised.  Kernels (``value_grad``, ``hessp``,
 ``hess``, ``weight_sum``) run on a worker's shard and return raw sums; the
@@ -35,7 +43,7 @@ _fused = lazy_module("dask_estimators.objectives._fused")
 from . import losses as _losses  # no torch at import: the client reads links and checks
 from ._sparse import csr_parts, is_sparse
 
-__all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum", "inference_sums"]
+__all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum", "inference_sums", "x_nbytes"]
 
 
 @dataclass(frozen=True)
@@ -47,10 +55,10 @@ class LinearSpec:
     n_outputs: int = 1
     fit_intercept: bool = True
     epsilon: float = 0.0
-    #: ``"auto"``: the one-pass numba kernels (:mod:`._fused`) for float64
-    #: shards in host memory when the kernel runs on one thread, the torch
-    #: kernels otherwise (GPU, float32, several BLAS threads); for a sparse CSR
-    #: X the numba CSR kernels for float64 in host memory whatever the threads,
+    #: ``"auto"``: the one-pass numba kernels (:mod:`._fused`) for shards in
+    #: host memory when the kernel runs on one thread, the torch kernels
+    #: otherwise (GPU, several BLAS threads); for a sparse CSR X the numba CSR
+    #: kernels in host memory whatever the threads,
     #: torch's sparse products otherwise; ``"fused"`` or ``"torch"`` force one
     #: (``"fused"`` raises where it cannot run).
     backend: str = "auto"
@@ -99,12 +107,12 @@ def _use_fused(X, spec: LinearSpec) -> bool:
         return False
     if is_sparse(X):
         return _use_fused_csr(X, spec)
-    ok = (spec.kernel() is not None and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64
+    ok = (spec.kernel() is not None and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype in (torch.float64, torch.float32)
           and X.is_contiguous())
     if spec.backend == "fused":
         if not ok:
             raise ValueError(
-                "backend='fused' needs numba, a loss with a fused kernel and a C-contiguous float64 X in host memory."
+                "backend='fused' needs numba, a loss with a fused kernel and a C-contiguous float X in host memory."
             )
         return True
     # a single-threaded kernel against BLAS on several threads: let BLAS have them
@@ -118,9 +126,9 @@ def _use_fused_csr(X, spec: LinearSpec) -> bool:
     than torch's sparse products for every loss measured (see
     benchmarks/results/history/sparse.md, "Sparse X: the numba CSR kernels against torch's sparse products").
     """
-    ok = spec.kernel() is not None and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype == torch.float64
+    ok = spec.kernel() is not None and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype in (torch.float64, torch.float32)
     if spec.backend == "fused" and not ok:
-        raise ValueError("backend='fused' needs numba, a loss with a fused kernel and a float64 X in host memory.")
+        raise ValueError("backend='fused' needs numba, a loss with a fused kernel and a float X in host memory.")
     return ok
 
 
@@ -128,8 +136,22 @@ def _host(t):
     return None if t is None else t.numpy()
 
 
+def _split32(A):
+    """float64 ``A`` as two float32 halves ``hi + lo`` side by side along the first axis: ``A - hi - lo`` is
+    below float32 rounding of ``lo``, so a float32 product with both keeps ``A`` to about 1e-14 relative."""
+    hi = A.to(torch.float32)
+    return torch.cat([hi, (A - hi.to(A.dtype)).to(torch.float32)])
+
+
 def _z(X, W, b):
-    z = X @ W.T
+    """``X @ W.T + b`` in float64.  For a float32 X the product is one float32 product with W's two float32
+    halves (:func:`_split32`, X read once), widened and added: no parameter is rounded to float32."""
+    if X.dtype != W.dtype:
+        K = W.shape[0]
+        Z = X @ _split32(W).T
+        z = Z[:, :K].to(W.dtype) + Z[:, K:].to(W.dtype)
+    else:
+        z = X @ W.T
     return z + b if b is not None else z
 
 
@@ -147,12 +169,21 @@ def _weights(shard):
 #: GPU the shard is one block.
 BLOCK_BYTES = 1 << 30
 
+#: Rows per block of a dense float32 X on the torch path (CPU or GPU): each block's products are sums in
+#: float32 over at most this many rows, and the blocks' results are added in float64.
+FLOAT32_BLOCK_ROWS = 1 << 14
+
 
 def _row_blocks(X):
     n = X.shape[0]
-    if X.device.type != "cpu" or is_sparse(X):  # a sparse X is one block: its temporaries are O(n K)
+    if is_sparse(X):  # a sparse X is one block: its temporaries are O(n K), its sums scatter-adds in float64
         return [slice(0, n)]
-    rows = max(256, BLOCK_BYTES // max(1, X.shape[1] * X.element_size()))
+    if X.dtype == torch.float32:
+        rows = FLOAT32_BLOCK_ROWS
+    elif X.device.type != "cpu":  # a GPU's float64 shard is one block
+        return [slice(0, n)]
+    else:
+        rows = max(256, BLOCK_BYTES // max(1, X.shape[1] * X.element_size()))
     return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
 
@@ -185,9 +216,18 @@ def _add_xt_times(out, G, X):
     if is_sparse(X):
         rows, cols, vals = _csr_rows(X), X.col_indices(), X.values()
         for k in range(G.shape[1]):
-            out[k].index_add_(0, cols, vals * G[:, k][rows])
+            out[k].index_add_(0, cols, vals * G[:, k][rows])  # float32 values times float64: float64 terms
+    elif X.dtype != out.dtype:  # a float32 block: one float32 product with G's two halves, added in float64
+        K = G.shape[1]
+        P = _split32(G.T) @ X
+        out += P[:K].to(out.dtype) + P[K:].to(out.dtype)
     else:
         out.addmm_(G.T, X)
+
+
+def _sum_dtype(X):
+    """The dtype the torch kernels carry their sums in: float64 (also for a float32 X)."""
+    return torch.float64 if X.dtype == torch.float32 else X.dtype
 
 
 def _fused_args(X):
@@ -224,8 +264,8 @@ def value_grad(shard, w, spec: LinearSpec):
     X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
     if _use_fused(X, spec):
         curv = shard.cache.get("linear_curv")  # the last point's buffer: a fresh 4 MB (1M rows) page-faults
-        if curv is None or curv.shape != (X.shape[0], spec.n_outputs) or curv.dtype != X.dtype:
-            curv = torch.empty((X.shape[0], spec.n_outputs), dtype=X.dtype)
+        if curv is None or curv.shape != (X.shape[0], spec.n_outputs) or curv.dtype != torch.float64:
+            curv = torch.empty((X.shape[0], spec.n_outputs), dtype=torch.float64)
         W, b = spec.unpack(w.numpy() if isinstance(w, torch.Tensor) else np.asarray(w, dtype=np.float64))
         kernel = _fused.csr_value_grad if is_sparse(X) else _fused.value_grad
         code, param = spec.kernel()
@@ -235,9 +275,10 @@ def value_grad(shard, w, spec: LinearSpec):
     W, b = spec.unpack(w)
     loss_fn = spec.get_loss()
     K = spec.n_outputs
-    gW = torch.zeros(K, X.shape[1], dtype=X.dtype, device=X.device)
-    gb = torch.zeros(K, dtype=X.dtype, device=X.device)
-    total = torch.zeros((), dtype=X.dtype, device=X.device)
+    acc = _sum_dtype(X)
+    gW = torch.zeros(K, X.shape[1], dtype=acc, device=X.device)
+    gb = torch.zeros(K, dtype=acc, device=X.device)
+    total = torch.zeros((), dtype=acc, device=X.device)
     curv = None
     for sl in _row_blocks(X):
         Xb, sb = _rows(X, sl), _weight_block(s, sl)
@@ -265,8 +306,9 @@ def hessp(shard, p, spec: LinearSpec):
         hW, hb = kernel(*_fused_args(X), _host(s), curv.numpy(), P.numpy(), _host(pb), spec.kernel()[0])
         return _pack_host(spec, hW, hb)
     loss_fn = spec.get_loss()
-    hW = torch.zeros(spec.n_outputs, X.shape[1], dtype=X.dtype, device=X.device)
-    hb = torch.zeros(spec.n_outputs, dtype=X.dtype, device=X.device)
+    acc = _sum_dtype(X)
+    hW = torch.zeros(spec.n_outputs, X.shape[1], dtype=acc, device=X.device)
+    hb = torch.zeros(spec.n_outputs, dtype=acc, device=X.device)
     for sl in _row_blocks(X):
         Xb, sb = _rows(X, sl), _weight_block(s, sl)
         q = loss_fn.hvp(curv[sl], _z(Xb, P, pb))
@@ -294,8 +336,10 @@ def _sparse_gram(X, D, intercept: bool, numba_ok: bool = True):
     ``X^T (D X)``, whose result has at most d^2 entries.
     """
     d = X.shape[1]
-    if numba_ok and X.device.type == "cpu" and X.dtype == torch.float64 and _fused.AVAILABLE:
+    if numba_ok and X.device.type == "cpu" and X.dtype in (torch.float64, torch.float32) and _fused.AVAILABLE:
         return torch.from_numpy(_fused.csr_gram(*csr_parts(X), d, D.numpy(), intercept))
+    if X.dtype != D.dtype:  # float32 values: the product's sums in float64, over a float64 copy of the values
+        X = torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), X.values().to(D.dtype), size=X.shape)
     crow = X.crow_indices()
     XD = torch.sparse_csr_tensor(crow, X.col_indices(), X.values() * D[_csr_rows(X)], size=X.shape)
     G = (X.t() @ XD).to_dense()
@@ -313,6 +357,19 @@ def _gram_fn(X, spec: LinearSpec):
         return lambda D: _sparse_gram(X, D, intercept, numba_ok=spec.backend != "torch")
     if intercept:
         X = torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype, device=X.device)], dim=1)
+    if X.dtype == torch.float32:
+        # a block of rows at a time in float64: the product costs d times the block's bytes in arithmetic, so
+        # the widened copy of a block is cheap beside it, and the sums are float64's on X's values
+        blocks = _row_blocks(X)
+
+        def gram32(D):
+            G = torch.zeros(X.shape[1], X.shape[1], dtype=torch.float64, device=X.device)
+            for sl in blocks:
+                Xb = X[sl].to(torch.float64)
+                G.addmm_(Xb.T, Xb * D[sl, None])
+            return G
+
+        return gram32
     return lambda D: X.T @ (X * D[:, None])
 
 
@@ -322,7 +379,7 @@ def hess(shard, spec: LinearSpec):
     curv = shard.cache["linear_curv"]
     gram = _gram_fn(X, spec)
     K = spec.n_outputs
-    H = torch.zeros(spec.n_params, spec.n_params, dtype=X.dtype, device=X.device)
+    H = torch.zeros(spec.n_params, spec.n_params, dtype=_sum_dtype(X), device=X.device)
     idx = [torch.as_tensor(_param_index(spec, k), device=X.device) for k in range(K)]
     coupled = spec.get_loss().coupled
     for k in range(K):
@@ -357,6 +414,9 @@ def inference_sums(shard, w, spec: LinearSpec):
     loss_fn = spec.get_loss()
     if spec.n_outputs != 1 or loss_fn.coupled:
         raise ValueError("Inference needs a model with one output (one target, or two classes).")
+    if X.dtype == torch.float32:  # once per fit: a float64 copy, so that every sum below is carried in float64
+        X = X.to(torch.float64) if not is_sparse(X) else torch.sparse_csr_tensor(
+            X.crow_indices(), X.col_indices(), X.values().to(torch.float64), size=X.shape)
     W, b = spec.unpack(torch.as_tensor(w, dtype=X.dtype, device=X.device))
     z = _z(X, W, b)
     _, g, _ = loss_fn.value_grad(z, y)
@@ -371,6 +431,13 @@ def inference_sums(shard, w, spec: LinearSpec):
     meat = gram(g * g)
     pearson = (sv * loss_fn.pearson(z, y)[:, 0]).sum()
     return fisher, observed, meat, pearson
+
+
+def x_nbytes(X) -> int:
+    """The bytes a pass over X reads: a dense X's values, or a sparse CSR X's three arrays."""
+    if is_sparse(X):
+        return sum(int(a.element_size() * a.nelement()) for a in (X.values(), X.col_indices(), X.crow_indices()))
+    return int(X.element_size() * X.nelement())
 
 
 def weight_sum(shard):

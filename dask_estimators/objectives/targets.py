@@ -80,22 +80,28 @@ def prepare_targets(shard, loss: str, n_outputs: int, class_weight=None):
     get_loss(loss).prepare_targets(shard, n_outputs, class_weight)
 
 
-def prepare_and_weigh(shard, loss: str, n_outputs: int, class_weight=None, y_sum: bool = False):
+def prepare_and_weigh(shard, loss: str, n_outputs: int, class_weight=None, y_sum: bool = False,
+                      x_bytes: bool = False):
     """Kernel: :func:`prepare_targets`, then the shard's ``(sum of weights, rows)`` in the same task.
 
     With ``y_sum`` the sum of ``s * y`` (one output) comes third: the weighted
-    mean of y the GLMs start from.  It lives here, beside the encodings, so
-    that a worker unpickling it imports neither scikit-learn nor the estimators.
+    mean of y the GLMs start from.  With ``x_bytes`` the bytes of the shard's
+    X (what one pass over the rows reads) come fourth, after the sum of
+    ``s * y`` or 0.  It lives here, beside the encodings, so that a worker
+    unpickling it imports neither scikit-learn nor the estimators.
     """
-    from .linear import weight_sum
+    from .linear import weight_sum, x_nbytes
 
     prepare_targets(shard, loss, n_outputs, class_weight)
     sums = weight_sum(shard)
-    if not y_sum:
+    if not (y_sum or x_bytes):
         return sums
-    y, s = shard.get("y"), shard.get("sample_weight")
-    y = y.reshape(-1)
-    return sums + (float((y * s.reshape(-1)).sum() if s is not None else y.sum()),)
+    ys = 0.0
+    if y_sum:
+        y, s = shard.get("y"), shard.get("sample_weight")
+        y = y.reshape(-1)
+        ys = float((y * s.reshape(-1)).sum() if s is not None else y.sum())
+    return sums + (ys,) + ((float(x_nbytes(shard.get("X"))),) if x_bytes else ())
 
 
 def trailing_shape(shard):

@@ -83,14 +83,16 @@ def test_sparse_tag_is_set(name):
 # ----------------------------------------------------------------- validation (client side)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name", ["LogisticRegression", "LinearRegression", "PoissonRegressor"])
-def test_any_format_becomes_canonical_csr_float64(name, fmt):
+def test_any_format_becomes_canonical_csr_of_its_float_dtype(name, fmt):
+    """Any sparse format becomes canonical CSR; float32 values stay float32 (the shard stores them so)."""
     make, kind = ESTIMATORS[name]
     X = _X()
     est = make()
     Xv, y, sw, dask_input = est._validate_input(_as(fmt, X.astype(np.float32)), _y(kind, X), None)
-    assert sp.issparse(Xv) and Xv.format == "csr" and Xv.dtype == np.float64 and not dask_input
+    assert sp.issparse(Xv) and Xv.format == "csr" and Xv.dtype == np.float32 and not dask_input
     assert Xv.has_canonical_format
-    assert (Xv != X.astype(np.float32).astype(np.float64)).nnz == 0
+    assert (Xv != X.astype(np.float32)).nnz == 0
+    assert est._validate_input(_as(fmt, X), _y(kind, X), None)[0].dtype == np.float64
     assert est.n_features_in_ == D and not hasattr(est, "feature_names_in_")
 
 

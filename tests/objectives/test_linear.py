@@ -252,6 +252,72 @@ def test_hessp_and_hess_finite_differences(cfg, fit_intercept, weighted, backend
         np.testing.assert_allclose(hp, fd, rtol=1e-6, atol=1e-7)
 
 
+# ------------------------------------------------------------------ float32 storage
+def _float32_objectives(cfg, rng, fit_intercept, backend):
+    """The objective on a float32 shard, and on a float64 shard of the same (float32-rounded) values."""
+    X, y, s = make_data(cfg, rng)
+    X = X.astype(np.float32).astype(np.float64)
+    spec = make_spec(cfg, fit_intercept, backend)
+    shard32 = make_shard(cfg, X.astype(np.float32), y, s)
+    assert shard32.get("X").dtype == torch.float32
+    obj32 = LinearObjective(LocalEvaluator([shard32]), spec, l2=L2)
+    obj64 = LinearObjective(LocalEvaluator([make_shard(cfg, X, y, s)]), spec, l2=L2)
+    return obj32, obj64, draw_point(cfg, X, y, spec.n_params, fit_intercept, rng)
+
+
+@configs
+@both
+@backends
+def test_float32_storage_gives_the_float64_sums_of_its_values(cfg, fit_intercept, backend, rng):
+    """A float32 X is read as it is and summed in float64: the numba kernels give float64's sums on its values to
+    rounding; the torch kernels (float32 products, float64 sums over blocks) to float32's rounding."""
+    obj32, obj64, w = _float32_objectives(cfg, rng, fit_intercept, backend)
+    p = rng.normal(size=obj32.n_params)
+    got, want = _results(obj32, w, p), _results(obj64, w, p)
+    rtol = 1e-12 if backend == "fused" else 2e-6
+    for k, v in want.items():
+        assert np.asarray(got[k]).dtype == np.float64, k
+        scale = np.max(np.abs(v)) if np.ndim(v) else abs(v)
+        np.testing.assert_allclose(got[k], v, rtol=rtol, atol=rtol * scale, err_msg=k)
+
+
+@configs
+@both
+@backends
+def test_float32_storage_gradient_and_hessp_finite_differences(cfg, fit_intercept, backend, rng):
+    obj, _, w = _float32_objectives(cfg, rng, fit_intercept, backend)
+    # the numba kernels' sums are float64's: the usual step; the torch kernels' float32 products are noisy at
+    # about 1e-7 of the value, so their differences need a larger step (and a looser tolerance)
+    h, rtol = (H, 1e-6) if backend == "fused" else (1e-3, 2e-3)
+    _, g = obj.fun_and_grad(w)
+    fd = np.array([(obj.fun_and_grad(w + e)[0] - obj.fun_and_grad(w - e)[0]) / (2 * h)
+                   for e in np.eye(w.size) * h])
+    np.testing.assert_allclose(g, fd, rtol=rtol, atol=rtol * 1e-2 * np.abs(g).max())
+    p = rng.normal(size=obj.n_params)
+    obj.fun_and_grad(w)
+    hp = obj.hessp(w, p)
+    fd = (obj.fun_and_grad(w + h * p)[1] - obj.fun_and_grad(w - h * p)[1]) / (2 * h)
+    np.testing.assert_allclose(hp, fd, rtol=rtol, atol=rtol * 1e-1 * np.abs(hp).max())
+
+
+@pytest.mark.parametrize("rows", [lin.FLOAT32_BLOCK_ROWS + 7])
+def test_float32_torch_kernels_sum_their_row_blocks_in_float64(rows, rng):
+    """More rows than a float32 block: the blocks' sums are added in float64, and agree with the numba kernels'."""
+    cfg = CONFIGS[3]  # binomial
+    X, y, s = make_data(cfg, rng, n=rows)
+    X32 = X.astype(np.float32)
+    assert len(lin._row_blocks(torch.from_numpy(X32))) == 2
+    w = 0.3 * rng.normal(size=D + 1)
+    p = rng.normal(size=D + 1)
+    out = {}
+    for backend in ("fused", "torch"):
+        obj = LinearObjective(LocalEvaluator([make_shard(cfg, X32, y, s)]), make_spec(cfg, True, backend), l2=L2)
+        out[backend] = _results(obj, w, p)
+    for k, v in out["fused"].items():
+        scale = np.max(np.abs(v)) if np.ndim(v) else abs(v)
+        np.testing.assert_allclose(out["torch"][k], v, rtol=2e-6, atol=2e-6 * scale, err_msg=k)
+
+
 @configs
 def test_hessp_follows_the_last_point(cfg, rng):
     """hessp/hess at w after the state was left at another point equal those of a fresh objective at w."""
@@ -376,7 +442,7 @@ def test_backend_choice():
     try:
         torch.set_num_threads(1)
         assert lin._use_fused(X64, spec)
-        assert not lin._use_fused(X64.to(torch.float32), spec)  # float32: torch
+        assert lin._use_fused(X64.to(torch.float32), spec)  # float32: read as it is, summed in float64
         assert not lin._use_fused(X64.T.contiguous().T, spec)  # not C-contiguous: torch
         assert not lin._use_fused(X64, LinearSpec("binomial", D, backend="torch"))
         torch.set_num_threads(2)
@@ -384,7 +450,7 @@ def test_backend_choice():
         assert lin._use_fused(X64, LinearSpec("binomial", D, backend="fused"))
     finally:
         torch.set_num_threads(threads)
-    with pytest.raises(ValueError, match="float64"):
-        lin._use_fused(X64.to(torch.float32), LinearSpec("binomial", D, backend="fused"))
+    with pytest.raises(ValueError, match="float X"):
+        lin._use_fused(X64.to(torch.float16), LinearSpec("binomial", D, backend="fused"))
     with pytest.raises(ValueError, match="backend must be one of"):
         LinearSpec("binomial", D, backend="numba")
