@@ -216,6 +216,33 @@ def bench_reductions(client, sizes, parts_per_worker, repeat):
     return rows
 
 
+def run_record(script: str, **fields) -> dict:
+    """What every results file starts with: the commit, the machine and the command that wrote it, then
+    ``fields``.  ``script`` is the benchmark's file name; the command is it with this run's arguments."""
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=RESULTS.parent.parent, capture_output=True,
+                            text=True).stdout.strip()
+    return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "command": f"python benchmarks/{script} " + " ".join(sys.argv[1:]),
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), **fields}
+
+
+def shape_main(run, doc: str, rows: int, cols: int = 100, repeat: int = 3, argv=None):
+    """The command line of a benchmark on ``rows`` x ``cols`` data: ``--rows/--cols/--repeat/--out`` (default
+    ``benchmarks/results``), then ``run(rows, cols, repeat, out_dir)``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=rows)
+    ap.add_argument("--cols", type=int, default=cols)
+    ap.add_argument("--repeat", type=int, default=repeat)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    run(args.rows, args.cols, args.repeat, args.out)
+
+
 def _table(rows, cols):
     head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
     body = ""

@@ -31,18 +31,17 @@ unset when comparing with scikit-learn).  Medians of ``--repeat``.  Writes
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_engine import run_record, shape_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NUMPY = "NumPy, a copy for each fit"
@@ -125,12 +124,9 @@ def run(rows, cols, repeat, out_dir):
             SkLogistic(C=0.5).fit(X, y)
             sk.append(time.perf_counter() - t0)
         results["scikit-learn, NumPy"] = statistics.median(sk)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    record = {"rows": rows, "cols": cols, "repeat": repeat, "workers": 2, "threads_per_worker": 1,
-              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "commit": commit,
-              "command": "python benchmarks/bench_kept.py " + " ".join(sys.argv[1:]),
-              "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "results": results}
+    record = run_record("bench_kept.py", rows=rows, cols=cols, repeat=repeat, workers=2, threads_per_worker=1,
+                        results=results)
+    commit = record["commit"]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kept.json").write_text(json.dumps(record, indent=2))
     sk_s = results["scikit-learn, NumPy"]
@@ -151,13 +147,7 @@ def run(rows, cols, repeat, out_dir):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--cols", type=int, default=100)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    args = ap.parse_args(argv)
-    run(args.rows, args.cols, args.repeat, args.out)
+    shape_main(run, __doc__, rows=1_000_000, argv=argv)
 
 
 if __name__ == "__main__":

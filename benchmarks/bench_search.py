@@ -26,17 +26,16 @@ scikit-learn.  The same ``best_params_`` is checked, and ``mean_test_score`` to 
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_engine import run_record, shape_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CS = [0.001, 0.01, 0.1, 1.0, 10.0]
@@ -86,13 +85,9 @@ def run(rows, cols, repeat, out_dir):
         assert s.best_params_ == sk.best_params_, (name, s.best_params_, sk.best_params_)
         np.testing.assert_allclose(s.cv_results_["mean_test_score"], sk.cv_results_["mean_test_score"], atol=1e-4)
     med = {k: statistics.median(v) for k, v in times.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    record = {"rows": rows, "cols": cols, "repeat": repeat, "workers": 2, "threads_per_worker": 1, "Cs": CS,
-              "folds": 5, "machine": f"{platform.machine()}, {os.cpu_count()} cores", "commit": commit,
-              "command": "python benchmarks/bench_search.py " + " ".join(sys.argv[1:]),
-              "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
-              "best_params": sk.best_params_, "seconds": med, "all_seconds": times}
+    record = run_record("bench_search.py", rows=rows, cols=cols, repeat=repeat, workers=2, threads_per_worker=1,
+                        Cs=CS, folds=5, best_params=sk.best_params_, seconds=med, all_seconds=times)
+    commit = record["commit"]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "search.json").write_text(json.dumps(record, indent=2))
     lines = [f"# scikit-learn's GridSearchCV(Pipeline(StandardScaler, LogisticRegression)), {len(CS)} C x 5 folds, "
@@ -106,13 +101,7 @@ def run(rows, cols, repeat, out_dir):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--cols", type=int, default=100)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    args = ap.parse_args(argv)
-    run(args.rows, args.cols, args.repeat, args.out)
+    shape_main(run, __doc__, rows=200_000, argv=argv)
 
 
 if __name__ == "__main__":

@@ -17,18 +17,17 @@ Both fits run the same 20 rounds; their difference is the placement.  The worker
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_engine import run_record, shape_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,25 +70,16 @@ def run(rows, cols, repeat, out_dir):
             placement._place_streamed = streamed
         np.testing.assert_allclose(coefs["streamed"], coefs["blocks first"], rtol=1e-8, atol=1e-12)
     med = {k: statistics.median(v) for k, v in times.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    record = {"rows": rows, "cols": cols, "files": 8, "repeat": repeat, "workers": 2, "threads_per_worker": 1,
-              "machine": f"{platform.machine()}, {os.cpu_count()} cores", "commit": commit,
-              "command": "python benchmarks/bench_streaming.py " + " ".join(sys.argv[1:]),
-              "seconds": med, "all_seconds": times, "streamed / blocks first": med["streamed"] / med["blocks first"]}
+    record = run_record("bench_streaming.py", rows=rows, cols=cols, files=8, repeat=repeat, workers=2,
+                        threads_per_worker=1, seconds=med, all_seconds=times,
+                        **{"streamed / blocks first": med["streamed"] / med["blocks first"]})
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "streaming.json").write_text(json.dumps(record, indent=2))
     print(json.dumps({k: record[k] for k in ("seconds", "streamed / blocks first")}, indent=2))
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--cols", type=int, default=100)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    args = ap.parse_args(argv)
-    run(args.rows, args.cols, args.repeat, args.out)
+    shape_main(run, __doc__, rows=1_000_000, argv=argv)
 
 
 if __name__ == "__main__":
