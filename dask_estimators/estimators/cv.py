@@ -67,10 +67,6 @@ class _Search(FoldProblem):
 class _PlacedSearchMixin:
     """Validation, one placement (in a DataSession, which releases it), the splits on the shards, the fold paths."""
 
-    #: The fold kernels (:mod:`..objectives.cv`) compute in X's dtype: X is placed in float64 (the fitted
-    #: attributes still follow float32 input, as scikit-learn's)
-    _fit_dtype = np.float64
-
     def _splits_on_client(self, X, y, dask_input, split_params):
         """Splits computed on the client (a splitter, an iterable of splits, metadata routed to the splitter,
         or a scorer run on the client); ``split_params``: the splitter's ``split`` arguments (``groups``)."""
@@ -151,7 +147,7 @@ class _PlacedSearchMixin:
             y = np.reshape(y, -1)
         splits = None if self._worker_folds() and on_workers and not split_params else \
             self._splits_on_client(X, y, dask_input, split_params)
-        check = self._block_check(multi_output=False)
+        check = self._block_check(multi_output=False, dtype=self._stored(dtype))
         y_placed, classes = y, None
         if labels is not None:
             classes, codes = labels
@@ -185,7 +181,8 @@ class _PlacedSearchMixin:
             search.values = stored_values(X)
             self._search(search)
             stats = data.stats(evaluator)
-            stats.update(weight_sum=float(search.full_sums[0]), n_splits=n_splits, solved_on_worker=search.on_worker)
+            stats.update(weight_sum=float(search.full_sums[0]), n_splits=n_splits, solved_on_worker=search.on_worker,
+                         x_dtype=self._stored(dtype).name)
             if search.on_worker:  # the search's evaluations, made on the worker
                 stats.update(evaluations_on_worker=sum(s["rounds"] for s in search.worker_stats),
                              seconds_on_worker=sum(s["seconds"] for s in search.worker_stats))
@@ -960,7 +957,8 @@ def _xy_sums(shard):
     s = shard.get("sample_weight")
     sy = y if s is None else s * y
     S = float(X.shape[0]) if s is None else s.sum()
-    if CV.is_sparse(X):  # both products in one pass over the CSR's values, X kept sparse
+    if CV.is_sparse(X) or X.dtype != y.dtype:
+        # both products in one pass over X (a CSR's values, kept sparse; a float32 X's blocks, summed in float64)
         Xsy, Sx = CV._xt_times(CV.torch.stack([sy, CV.torch.ones_like(y) if s is None else s], dim=1), X)
         return Xsy, Sx, sy.sum(), S
     Sx = X.sum(0) if s is None else s @ X

@@ -201,7 +201,7 @@ def _base_weight(shard):
     s = shard.get("sample_weight")
     if s is None:
         X = shard.get("X")
-        return torch.ones(X.shape[0], dtype=X.dtype, device=X.device)
+        return torch.ones(X.shape[0], dtype=torch.float64, device=X.device)
     return s
 
 
@@ -278,8 +278,11 @@ def fold_value_grad_many(shard, folds, ws, spec):
     if one_output and not sparse and _linear._use_fused(X, spec):
         return _fused_many(shard, folds, weights, ws, spec)
     Ws = ws[:, : K * d].reshape(m * K, d)
-    # (W @ X.T): BLAS streams X once; X @ W.T with a few columns took a much slower path (dense X)
-    Zt = (X @ Ws.T).T if sparse else Ws @ X.T  # (m*K, n)
+    if X.dtype != Ws.dtype:  # float32 X: the linear kernels' float32 products with the parameters' two halves
+        Zt = torch.cat([_linear._z(X[sl] if not sparse else X, Ws, None).T for sl in _linear._row_blocks(X)], dim=1)
+    else:
+        # (W @ X.T): BLAS streams X once; X @ W.T with a few columns took a much slower path (dense X)
+        Zt = (X @ Ws.T).T if sparse else Ws @ X.T  # (m*K, n)
     if spec.fit_intercept:
         Zt = Zt + ws[:, K * d :].reshape(m * K, 1)
     if one_output:
@@ -291,8 +294,8 @@ def fold_value_grad_many(shard, folds, ws, spec):
         gW, gb = _xt_times(Gt.T, X), Gt.sum(1)  # X read once more
     else:
         Z = Zt.T
-        G = torch.empty((X.shape[0], m * K), dtype=X.dtype, device=X.device)
-        losses = torch.empty(m, dtype=X.dtype, device=X.device)
+        G = torch.empty((X.shape[0], m * K), dtype=Zt.dtype, device=X.device)
+        losses = torch.empty(m, dtype=Zt.dtype, device=X.device)
         for j, s in enumerate(weights):
             s = s[:, None] if s.ndim == 1 else s
             loss, g, _ = loss_fn.value_grad(Z[:, j * K : (j + 1) * K], y)
@@ -339,7 +342,7 @@ def _fused_many(shard, folds, weights, ws, spec):
     curv = shard.cache.get("cv_curv_columns")
     if curv is None or curv.shape[1] != m:  # scratch: the fused kernel writes each row's curvature
         curv = shard.cache["cv_curv_columns"] = np.empty((n, m))
-    ws = torch.as_tensor(ws, dtype=X.dtype)
+    ws = torch.as_tensor(ws, dtype=torch.float64)
     W = ws[:, :d].numpy()
     b = ws[:, d].numpy() if spec.fit_intercept else None
     code, param = spec.kernel()
@@ -349,11 +352,13 @@ def _fused_many(shard, folds, weights, ws, spec):
 
 
 def _xt_times(G, X):
-    """``G.T @ X`` for a dense or sparse CSR X (the linear kernels' transposed product)."""
-    if not is_sparse(X):
+    """``G.T @ X`` for a dense or sparse CSR X (the linear kernels' transposed product), in G's dtype (float64
+    also for a float32 X: its row blocks' products are added in float64)."""
+    if not is_sparse(X) and X.dtype == G.dtype:
         return G.T @ X
     out = torch.zeros(G.shape[1], X.shape[1], dtype=G.dtype, device=G.device)
-    _linear._add_xt_times(out, G, X)
+    for sl in _linear._row_blocks(X):
+        _linear._add_xt_times(out, G[sl], _linear._rows(X, sl))
     return out
 
 
@@ -380,19 +385,22 @@ def _rows_product(X, idx, Wt):
     the product (docs/design-measurements.md).
     """
     if is_sparse(X):
-        return take_rows(X, idx) @ Wt
+        return _linear._z(take_rows(X, idx), Wt.T, None)
     rows = _as_slice(idx)
     if rows is not None:
-        return X[rows] @ Wt
+        return _linear._z(X[rows], Wt.T, None)
     n, d = len(idx), X.shape[1]
-    out = torch.empty((n, Wt.shape[1]), dtype=X.dtype, device=X.device)
+    out = torch.empty((n, Wt.shape[1]), dtype=Wt.dtype, device=X.device)
     block = max(1, min(n, _GATHER_BYTES // max(1, d * X.element_size())))
     buf = torch.empty((block, d), dtype=X.dtype, device=X.device)
     for a in range(0, n, block):
         j = idx[a : a + block]
         rows_buf = buf[: len(j)]
         torch.index_select(X, 0, j, out=rows_buf)
-        torch.matmul(rows_buf, Wt, out=out[a : a + len(j)])
+        if X.dtype == Wt.dtype:
+            torch.matmul(rows_buf, Wt, out=out[a : a + len(j)])
+        else:  # float32 rows: the float32 product with the parameters' halves, in float64
+            out[a : a + len(j)] = _linear._z(rows_buf, Wt.T, None)
     return out
 
 
@@ -416,8 +424,9 @@ def heldout_sums(shard, k, ws, spec, metric: str):
         shard.cache[key] = idx
     yt = shard.get("y")[idx]
     raw = shard.cache.get("cv_raw_weight")
-    st = torch.ones(len(idx), dtype=X.dtype, device=X.device) if raw is None else raw[idx].to(X.dtype)
-    ws = torch.as_tensor(ws, dtype=X.dtype, device=X.device).reshape(-1, spec.n_params)
+    f64 = torch.float64
+    st = torch.ones(len(idx), dtype=f64, device=X.device) if raw is None else raw[idx].to(f64)
+    ws = torch.as_tensor(ws, dtype=f64, device=X.device).reshape(-1, spec.n_params)
     K, d = spec.n_outputs, spec.n_features
     # every parameter vector's predictions in one product (X read once for all of them)
     Z_all = _rows_product(X, idx, ws[:, : K * d].reshape(-1, d).T.contiguous())
@@ -428,10 +437,10 @@ def heldout_sums(shard, k, ws, spec, metric: str):
         z = Z_all[:, i * K : (i + 1) * K]
         if metric == "accuracy":
             if spec.loss == "binomial":
-                right = (z[:, 0] > 0).to(X.dtype) == yt[:, 0]
+                right = (z[:, 0] > 0).to(f64) == yt[:, 0]
             else:
                 right = z.argmax(1) == yt
-            out.append(torch.stack([(st * right.to(X.dtype)).sum(), st.sum()]))
+            out.append(torch.stack([(st * right.to(f64)).sum(), st.sum()]))
         elif metric == "log_loss":
             if spec.loss == "binomial":
                 ll = torch.nn.functional.softplus(z[:, 0]) - yt[:, 0] * z[:, 0]

@@ -14,11 +14,12 @@ the kernels never densify, of float64 or float32 values.  A float32 X is
 read as it is (half the bytes a pass streams) and every sum is carried in
 float64: the numba kernels widen each value as they read it, so their
 sums are those of float64 arithmetic on X's values; the torch kernels (GPU,
-several threads) form the products in float32, with the parameters split in
-two float32 halves so that none is rounded, over row blocks of
+several threads) form a dense X's products in float32, with the parameters
+split in two float32 halves so that none is rounded, over row blocks of
 :data:`FLOAT32_BLOCK_ROWS`, and add the blocks' results in float64, with the
 pointwise losses in float64: their sums carry float32 rounding, about 1e-6
-of the terms.  The curvature kept for ``hessp`` is float64.
+of the terms (a sparse X's values are widened to float64 in the products).
+The curvature kept for ``hessp`` is float64.
 
 The intercept is never penalised.  Kernels (``value_grad``, ``hessp``,
 ``hess``, ``weight_sum``) run on a worker's shard and return raw sums; the
@@ -144,8 +145,11 @@ def _split32(A):
 
 
 def _z(X, W, b):
-    """``X @ W.T + b`` in float64.  For a float32 X the product is one float32 product with W's two float32
-    halves (:func:`_split32`, X read once), widened and added: no parameter is rounded to float32."""
+    """``X @ W.T + b`` in float64.  For a dense float32 X the product is one float32 product with W's two
+    float32 halves (:func:`_split32`, X read once), widened and added: no parameter is rounded to float32.  A
+    sparse float32 X's values are widened (a row holds few of them: the sums are float64's)."""
+    if X.dtype != W.dtype and is_sparse(X):
+        X = torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), X.values().to(W.dtype), size=X.shape)
     if X.dtype != W.dtype:
         K = W.shape[0]
         Z = X @ _split32(W).T
