@@ -126,18 +126,19 @@ def test_sparse_pet_names_float32_matches_float64():
 @pytest.mark.parametrize("form", ["numpy", "sparse"])
 def test_svm_dual_reads_float32_and_reaches_the_float64_solution(cancer, form):
     """The dual coordinate passes read float32 rows as they are: with a tight tolerance they stop where float64
-    stops on the same values (a loose one stops at a nearby point: the passes visit rows in another order)."""
+    stops on the same values, the rows visited in the same order (random_state)."""
     X, y = cancer
     X64, X32 = _forms(X.astype(np.float32).astype(np.float64), form)  # the same values in both dtypes
-    a = LinearSVC(dual=True, C=0.1, tol=1e-8, max_iter=20000).fit(X64, y)
-    b = LinearSVC(dual=True, C=0.1, tol=1e-8, max_iter=20000).fit(X32, y)
+    a = LinearSVC(dual=True, C=0.1, tol=1e-8, max_iter=20000, random_state=0).fit(X64, y)
+    b = LinearSVC(dual=True, C=0.1, tol=1e-8, max_iter=20000, random_state=0).fit(X32, y)
     assert _rel(b.coef_, a.coef_) < 1e-6
     assert b.coef_.dtype == np.float64  # as scikit-learn's LinearSVC (LIBLINEAR's float64 coefficients)
     assert (b.fit_stats_["x_dtype"], a.fit_stats_["x_dtype"]) == ("float32", "float64")
     assert b.fit_stats_["x_bytes_per_pass"] < a.fit_stats_["x_bytes_per_pass"]
     Xd, yd = load_diabetes(return_X_y=True)
-    r = LinearSVR(dual=True, C=10.0, tol=1e-8, max_iter=20000).fit(Xd.astype(np.float32).astype(np.float64), yd)
-    s = LinearSVR(dual=True, C=10.0, tol=1e-8, max_iter=20000).fit(Xd.astype(np.float32), yd)
+    kw = dict(dual=True, C=10.0, tol=1e-8, max_iter=20000, random_state=0)
+    r = LinearSVR(**kw).fit(Xd.astype(np.float32).astype(np.float64), yd)
+    s = LinearSVR(**kw).fit(Xd.astype(np.float32), yd)
     assert _rel(s.coef_, r.coef_) < 1e-6
 
 
