@@ -114,6 +114,7 @@ def sources() -> list[tuple[str, str, str, str]]:
         ("scikit-learn's GridSearchCV around ours", "search.json", _command(load("search.json")["command"]).strip(),
          DEV),
         ("sparse input", "sparse.json", "python benchmarks/bench_sparse.py", DEV),
+        ("float32 input", "float32.json", _command(load("float32.json")["command"]).strip(), DEV),
         ("networks across shapes", "mlp_matrix.json", _command(matrix["command"]),
          _machine(matrix["environment"], DEV)),
         ("small networks", "small_mlp.json", "python benchmarks/bench_small_mlp.py",
@@ -242,6 +243,32 @@ def block_kept() -> str:
             r = k["results"][form][key]
             rows.append([form, label, f"{r['wall']:.3f}", f"{r['outside_rounds']:.3f}", f"{r['wall'] / sk:.2f}"])
     return table([f"input ({k['rows']:,} x {k['cols']})", "fit", "s", "s outside the rounds", "/ scikit-learn"], rows)
+
+
+# ---- float32 ------------------------------------------------------------------------------------------
+
+def _float32_rows():
+    """(label, ours, anchor label, anchor, ratio) of bench_float32.py's linear fits, in one run."""
+    f = load("float32.json")
+    sec, st = f["linear_seconds"], f["linear_stats"]
+    ours, f64, sk = sec["dask float32"], sec["dask float64"], sec["scikit-learn NumPy float32"]
+    shape = f"{f['rows']:,} x {f['cols']}"
+    fit = f"LogisticRegression {shape}, persisted dask array, float32, fit s"
+    mb32, mb64 = (st[k]["x_bytes_per_pass"] / 1e6 for k in ("dask float32", "dask float64"))
+    return [(fit, ours, "ours on float64", f64), (fit, ours, "scikit-learn on float32", sk),
+            (f"X on the workers, {shape} float32, MB", mb32, "float64", mb64)]
+
+
+def block_float32() -> str:
+    f = load("float32.json")
+    rows = [[label, g3(ours), f"{anchor} {g3(a)}", g3(ours / a)] for label, ours, anchor, a in _float32_rows()]
+    rows.append(["NumPy float32 input, fit s", g3(f["linear_seconds"]["NumPy float32"]),
+                 f"scikit-learn {g3(f['linear_seconds']['scikit-learn NumPy float32'])}",
+                 g3(f["linear_seconds"]["NumPy float32"] / f["linear_seconds"]["scikit-learn NumPy float32"])])
+    for cell, r in f["mlp_samples_per_s"].items():
+        rows.append([f"MLPClassifier {cell}, float32, samples/s", rate(r["float32"]), f"float64 {rate(r['float64'])}",
+                     f"{r['float32'] / r['float64']:.2f}"])
+    return table(["benchmark", "ours", "anchor", "ours / anchor"], rows)
 
 
 # ---- searches ----------------------------------------------------------------------------------------
@@ -450,6 +477,8 @@ def block_readme() -> str:
     for anchor, label in (("sklearn", "scikit-learn"), ("skorch-float64", "skorch")):
         rows.append(['MLP (200k x 100, Adam, batch 256), `strategy="ddp"`, samples/s', rate(mlp["ours-ddp"]),
                      f"{label} {rate(mlp[anchor])}", f"{mlp['ours-ddp'] / mlp[anchor]:.2f}"])
+    for label, ours, anchor, a in _float32_rows():
+        rows.append([label, g3(ours), f"{anchor} {g3(a)}", g3(ours / a)])
     return table(["benchmark", "ours", "anchor", "ours / anchor"], rows)
 
 
@@ -467,6 +496,7 @@ BLOCKS = {
     "cv": block_cv,
     "small-searches": block_small_searches,
     "search": block_search,
+    "float32": block_float32,
     "mlp-throughput": block_mlp_throughput,
     "mlp-matrix-summary": block_mlp_matrix_summary,
     "small-mlp": block_small_mlp,
