@@ -30,12 +30,14 @@ if TYPE_CHECKING:  # what the names below resolve to (for type checkers and the 
         PoissonRegressor,
         TweedieRegressor,
     )
+    from .session import KeptData
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CharLSTM",
     "GammaRegressor",
+    "KeptData",
     "LinearRegression",
     "LinearRegressionCV",
     "LinearSVC",
@@ -51,6 +53,7 @@ __all__ = [
 
 #: Public name -> the module that defines it, imported by ``__getattr__`` on first use.
 _LAZY = {
+    "KeptData": ".session",
     "LinearRegression": ".estimators.linear",
     "LinearSVC": ".estimators.linear",
     "LinearSVR": ".estimators.linear",

@@ -254,3 +254,59 @@ def test_kept_data_makes_room_before_a_fit_on_other_data_is_placed(client, rng, 
     with dask.config.set({"dask-estimators.keep-placed": 2.5 * nbytes / _limits(client)}):
         assert de.LogisticRegression().fit(Xc, yc).fit_stats_["placement"] == "kept"
     assert len(seen[-1]) == 1 and len(_kept.held()) == 2  # room for both: B stayed
+
+
+# ------------------------------------------------------------------ the explicit handle
+def test_kept_data_is_placed_once_for_every_fit_on_it_and_released_when_asked(client, rng):
+    """``KeptData``: the first fit places, later fits of other hyperparameters and other estimators of the same
+    validation reuse (no shard built), whatever ``keep-placed`` says (0 here); release frees the workers."""
+    X, y, Xd, yd = _dask(rng)
+    with dask.config.set({"dask-estimators.keep-placed": 0}):
+        with de.KeptData(Xd, yd) as data:
+            first, built = _placement_tasks(client, lambda: de.LogisticRegression(tol=1e-10).fit(data))
+            assert first.fit_stats_["placement"] == "kept" and len(built) == 2
+            for make in (lambda: de.LogisticRegression(C=0.2, tol=1e-10), lambda: de.LinearSVC(tol=1e-10)):
+                model, built = _placement_tasks(client, lambda: make().fit(data))
+                assert model.fit_stats_["placement"] == "reused" and built == []
+                alone = make().fit(X, y)  # the same model as a fit of its own
+                np.testing.assert_allclose(model.coef_, alone.coef_, rtol=1e-8, atol=1e-12)
+            assert len(_kept.held()) == 1 and data.nbytes >= X.nbytes
+            assert "1 placement(s)" in repr(data)
+        assert _kept.held() == []  # released at the end of the block
+        deadline = time.monotonic() + 30
+        while not _nothing_of_ours(client) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _nothing_of_ours(client)
+        with pytest.raises(ValueError, match="released"):
+            de.LogisticRegression().fit(data)
+
+
+def test_kept_data_is_held_under_memory_pressure(client, rng):
+    """A KeptData's placement stays when the budget is too small for it, and is not evicted to make room for
+    other data (which goes instead); other data's placements still come and go."""
+    _, _, Xa, ya = _dask(rng)
+    data = de.KeptData(Xa, ya)
+    with dask.config.set({"dask-estimators.keep-placed": 1e-12}):  # no room for anything
+        assert de.LogisticRegression().fit(data).fit_stats_["placement"] == "kept"
+        _, _, Xb, yb = _dask(np.random.default_rng(1))
+        assert de.LogisticRegression().fit(Xb, yb).fit_stats_["placement"] == "placed"
+        assert de.LogisticRegression(C=0.5).fit(data).fit_stats_["placement"] == "reused"
+    assert len(_kept.held()) == 1
+    data.release()
+    assert _kept.held() == []
+
+
+def test_fit_on_kept_data_takes_its_targets_only_from_it(client, rng):
+    X, y, Xd, yd = _dask(rng)
+    data = de.KeptData(Xd, yd)
+    with pytest.raises(ValueError, match="takes y and sample_weight from the KeptData"):
+        de.LogisticRegression().fit(data, yd)
+    with pytest.raises(ValueError, match="requires y to be passed"):
+        de.LogisticRegression().fit(Xd)
+    mlp = de.MLPClassifier(hidden_layer_sizes=(3,), max_iter=2, random_state=0).fit(data)
+    assert mlp.fit_stats_["placement"] == "kept"
+    cv = de.LogisticRegressionCV(Cs=2, cv=3).fit(data)
+    assert cv.fit_stats_["placement"] == "kept"  # its own validation: placed once, then held
+    assert de.LogisticRegressionCV(Cs=3, cv=3).fit(data).fit_stats_["placement"] == "reused"
+    data.release()
+    assert _kept.held() == []

@@ -39,6 +39,7 @@ from .._progress import IterationLog, check_progress
 from ..session import (
     REDUCTIONS,
     DataSession,
+    KeptData,
     adopt_sender,
     canonical_csr,
     check_lengths,
@@ -107,6 +108,25 @@ def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=
             check_non_negative(sw, "`sample_weight`")
         out["sample_weight"] = sw
     return out
+
+
+def accepts_kept_data(fit):
+    """``fit(X, y, sample_weight=None, **params)`` that also takes a :class:`~dask_estimators.KeptData` as X: its
+    ``X``, ``y`` and ``sample_weight``, whose placement is then held for it between fits.  Without one, y is
+    required (scikit-learn's error for None)."""
+
+    @functools.wraps(fit)
+    def wrapper(self, X, y=None, sample_weight=None, **params):
+        if isinstance(X, KeptData):
+            if y is not None or sample_weight is not None:
+                raise ValueError("fit(kept_data) takes y and sample_weight from the KeptData; pass neither here.")
+            with X.in_use():
+                return fit(self, X.X, X.y, X.sample_weight, **params)
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
+        return fit(self, X, y, sample_weight, **params)
+
+    return wrapper
 
 
 def _checked_X(X):
@@ -445,17 +465,19 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             vec[idx[0]] = weight
         return vec
 
+    @accepts_kept_data
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Fit the model on the Dask cluster.
 
         Parameters
         ----------
-        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features), or KeptData
             Training data.  Dask input is validated and placed on the workers
-            without passing through the client.
-        y : array-like or dask collection of shape (n_samples,)
-            Target values, partitioned like X when X is a dask collection.
+            without passing through the client.  A :class:`~dask_estimators.KeptData` brings its own y and
+            weights, and its placement stays on the workers for the next fit on it.
+        y : array-like or dask collection of shape (n_samples,), default=None
+            Target values, partitioned like X when X is a dask collection (None only with a KeptData).
         sample_weight : array-like or dask collection of shape (n_samples,), default=None
             Weights of the samples.  Negative weights are accepted where scikit-learn's estimator of the same
             name accepts them (all but LinearRegression).

@@ -37,7 +37,7 @@ from ..objectives import cv as CV
 from ..optim import SOLVERS
 from ..optim.cv_paths import FoldProblem, Penalties, paths_and_heldout
 from ..session import DataSession, prestart, stored_values
-from ._base import input_float_dtype
+from ._base import accepts_kept_data, input_float_dtype
 from .linear import LinearRegression, LogisticRegression
 
 __all__ = ["LogisticRegressionCV", "LinearRegressionCV"]
@@ -461,14 +461,18 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         return (self.scoring is None or (isinstance(self.scoring, str) and self.scoring in _WORKER_SCORERS)) \
             and set(score_params) <= {"sample_weight"}
 
+    @accepts_kept_data
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None, **params):
+    def fit(self, X, y=None, sample_weight=None, **params):
         """Search ``Cs`` (and ``l1_ratios``) by cross-validation on the cluster, then refit.
 
         Parameters
         ----------
-        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
-        y : array-like or dask collection of shape (n_samples,)
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features), or KeptData
+            A :class:`~dask_estimators.KeptData` brings its own y and weights, and its placement stays on
+            the workers for the next fit on it.
+        y : array-like or dask collection of shape (n_samples,), default=None
+            None only with a KeptData.
         sample_weight : array-like or dask collection of shape (n_samples,), default=None
         **params : dict
             Metadata for the splitter (``groups``) and the scorer, routed as
@@ -732,14 +736,18 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         self.device = device
         self.timeout = timeout
 
+    @accepts_kept_data
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None, **params):
+    def fit(self, X, y=None, sample_weight=None, **params):
         """Search ``alphas`` (and ``l1_ratio``) by cross-validation on the cluster, then refit.
 
         Parameters
         ----------
-        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features)
-        y : array-like or dask collection of shape (n_samples,)
+        X : {array-like, dask array, dask dataframe} of shape (n_samples, n_features), or KeptData
+            A :class:`~dask_estimators.KeptData` brings its own y and weights, and its placement stays on
+            the workers for the next fit on it.
+        y : array-like or dask collection of shape (n_samples,), default=None
+            None only with a KeptData.
         sample_weight : array-like or dask collection of shape (n_samples,), default=None
         **params : dict
             Metadata for the splitter (``groups``), routed as scikit-learn's

@@ -39,7 +39,7 @@ from ..objectives import targets as T
 from .._progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs
 from ..session import DataSession
-from ._base import DistributedEstimator, check_class_share, dask_label_set
+from ._base import DistributedEstimator, accepts_kept_data, check_class_share, dask_label_set
 from ._torch import Progress, renamed_strategy, resolve_strategy, split_callbacks, strategy_constraint
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
@@ -163,20 +163,23 @@ class _BaseMLP(DistributedEstimator):
             return "rounds"
         return resolve_strategy(strategy)
 
+    @accepts_kept_data
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Fit the network on the Dask cluster.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features), or KeptData
             Training data.  Dask input is validated and placed on the workers
             without passing through the client.  Sparse X (scipy.sparse of any
             format, converted once to CSR, or a dask array of sparse blocks)
             stays sparse on the workers: the first layer is a sparse-dense
-            product and minibatches are cut from the CSR arrays.
-        y : array-like or dask collection of shape (n_samples,) or (n_samples, n_outputs)
-            Targets (class labels for the classifier).
+            product and minibatches are cut from the CSR arrays.  A
+            :class:`~dask_estimators.KeptData` brings its own y and weights, and its placement stays on the
+            workers for the next fit on it.
+        y : array-like or dask collection of shape (n_samples,) or (n_samples, n_outputs), default=None
+            Targets (class labels for the classifier); None only with a KeptData.
         sample_weight : array-like or dask collection of shape (n_samples,), default=None
             Weights of the samples; negative ones are accepted, as by scikit-learn's MLPs.
 

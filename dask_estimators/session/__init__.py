@@ -16,6 +16,7 @@ Layers (``.importlinter``): estimators -> session -> optim -> engine -> objectiv
 
 from __future__ import annotations
 
+from ._kept import KeptData
 from ._session import (
     REDUCTIONS,
     DataSession,
@@ -36,6 +37,7 @@ from ._session import (
 __all__ = [
     "REDUCTIONS",
     "DataSession",
+    "KeptData",
     "PlacedData",
     "adopt_sender",
     "canonical_csr",

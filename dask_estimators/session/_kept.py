@@ -29,6 +29,8 @@ from which a shard lost meanwhile is rebuilt.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import weakref
 from collections import OrderedDict
@@ -38,7 +40,8 @@ from .. import config as _config
 from ..engine.cluster._watch import workers_info
 from ..engine.data.placement import is_dask_collection
 
-__all__ = ["key_of", "take", "make_room", "keep", "give_back", "drop", "held", "release_all"]
+__all__ = ["KeptData", "active_handle", "key_of", "take", "make_room", "keep", "give_back", "drop", "held",
+           "release_all"]
 
 _lock = threading.RLock()
 #: key -> _Kept, least recently used first
@@ -55,6 +58,116 @@ class _Kept:
     #: known by its content (NumPy, pandas, scipy.sparse input): its sources are lent by each fit on it
     by_content: bool = False
     finalizers: list = field(default_factory=list)
+    #: held for a :class:`KeptData`: never evicted to make room, kept whatever the budget, until it is released
+    pinned: bool = False
+
+
+#: The KeptData whose fit runs in this context (:meth:`KeptData.in_use`), or None.
+_ACTIVE = contextvars.ContextVar("dask_estimators_kept_data", default=None)
+
+
+def active_handle():
+    """The :class:`KeptData` of the fit running in this context (``est.fit(kept)``), or None."""
+    return _ACTIVE.get()
+
+
+class KeptData:
+    """X, y and sample weights whose placement on the workers stays there for every fit on them until released.
+
+    ``est.fit(kept)`` fits any estimator of this package on ``kept.X``,
+    ``kept.y`` and ``kept.sample_weight``.  The first fit places them as
+    usual; their shards then stay on the workers, whatever the dask config
+    ``dask-estimators.keep-placed`` (0 included) and never evicted to make
+    room for other data, and every later fit that validates them the same
+    way (any classifier, any regressor of this package, other
+    hyperparameters, ``warm_start``) reuses them:
+    ``fit_stats_["placement"]`` is ``"reused"``.  :meth:`release` (or the
+    end of a ``with`` block) frees them.  This is XGBoost's ``DaskDMatrix``
+    for scikit-learn's estimators: placed once, fitted many times, released
+    when you say so.
+
+    What is placed is what a fit places: dask arrays and dataframes, and
+    NumPy, pandas or scipy.sparse input sent to the workers.  NumPy input
+    that workers on the client's host take from its shared memory is not
+    kept (each fit hands it over again, in about 0.1 s a GB), nor is a small
+    problem that runs on one worker (``dask-estimators.worker-solve-below``).
+
+    Parameters
+    ----------
+    X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features)
+    y : array-like or dask collection of shape (n_samples,) or (n_samples, n_targets), default=None
+    sample_weight : array-like or dask collection of shape (n_samples,), default=None
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> from dask_estimators import KeptData, LogisticRegression
+    >>> X = da.random.normal(size=(100_000, 20), chunks=25_000)  # doctest: +SKIP
+    >>> y = (X[:, 0] > 0).astype(int)  # doctest: +SKIP
+    >>> with KeptData(X, y) as data:  # doctest: +SKIP
+    ...     models = [LogisticRegression(C=C).fit(data) for C in (0.1, 1.0, 10.0)]
+    >>> models[-1].fit_stats_["placement"]  # doctest: +SKIP
+    'reused'
+    """
+
+    def __init__(self, X, y=None, sample_weight=None):
+        self.X, self.y, self.sample_weight = X, y, sample_weight
+        self._keys: set = set()
+        self.released = False
+        _HOLDERS.add(self)
+
+    @contextlib.contextmanager
+    def in_use(self):
+        """The context of one fit on this data: the placements its session makes or finds are held for it."""
+        if self.released:
+            raise ValueError("This KeptData was released; make a new one to fit on its data again.")
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+    def _hold(self, key) -> None:
+        """Hold the placement kept under ``key`` for this data (see :func:`keep` and :func:`take`)."""
+        with _lock:
+            self._keys.add(key)
+            kept = _KEPT.get(key)
+            if kept is not None:
+                kept.pinned = True
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its placements hold on the workers now."""
+        with _lock:
+            return sum(_KEPT[k].nbytes for k in self._keys if k in _KEPT)
+
+    def release(self) -> None:
+        """Free its placements on the workers now (one in use by a fit goes when that fit ends)."""
+        self.released = True
+        with _lock:
+            keys, self._keys = list(self._keys), set()
+            others = {k for h in _holders() if h is not self for k in h._keys}
+        for key in keys:
+            if key not in others:
+                drop(key)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else f"{len(self._keys)} placement(s), {self.nbytes:,} bytes"
+        return f"KeptData(X of shape {tuple(getattr(self.X, 'shape', ()))}, {state})"
+
+
+#: The live KeptData objects (held weakly): a placement two of them share goes with the last one's release.
+_HOLDERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _holders() -> list:
+    return list(_HOLDERS)
 
 
 def share() -> float:
@@ -73,7 +186,7 @@ def key_of(client, arrays: dict, check, device: str, transport: str, workers=Non
     """
     from dask.base import tokenize
 
-    if share() <= 0 or not arrays:
+    if (share() <= 0 and active_handle() is None) or not arrays:
         return None
     dask_input = [is_dask_collection(a) for a in arrays.values()]
     by_content = not any(dask_input)
@@ -110,6 +223,9 @@ def take(key, arrays=None):
             return None
         kept.busy = True
         _KEPT.move_to_end(key)
+    handle = active_handle()
+    if handle is not None:
+        handle._hold(key)
     try:
         if kept.by_content:
             sources = kept.placement.cut_sources(arrays or {})
@@ -132,15 +248,16 @@ def keep(key, placement, owners=()) -> bool:
     those workers while it is kept).  ``owners``: the collections whose garbage collection releases it."""
     if key is None or not placement.detachable():
         return False
+    handle = active_handle()
     budget = _budget(placement)
     with _lock:
         if key in _KEPT:
             return False
     nbytes = placement.nbytes()
-    if nbytes > budget:
+    if nbytes > budget and handle is None:
         return False
     placement.pin()
-    kept = _Kept(placement, nbytes, budget, by_content=key[-1] == "content")
+    kept = _Kept(placement, nbytes, budget, by_content=key[-1] == "content", pinned=handle is not None)
     for o in owners:
         try:
             kept.finalizers.append(weakref.finalize(o, drop, key))
@@ -150,6 +267,8 @@ def keep(key, placement, owners=()) -> bool:
         if key in _KEPT:
             return False
         _KEPT[key] = kept
+    if handle is not None:
+        handle._hold(key)
     _evict(budget)
     return True
 
@@ -225,7 +344,7 @@ def _evict(budget: int) -> None:
             if total <= budget:
                 break
             kept = _KEPT[key]
-            if kept.busy:
+            if kept.busy or kept.pinned:
                 continue
             total -= kept.nbytes
             _forget(key)
@@ -255,7 +374,7 @@ def make_room(client, arrays: dict) -> None:
     fits then never adds to the peak of a fit on other data near the size of the workers' memory.  Input of
     unknown size (a dask dataframe's rows) makes no room before, only after (:func:`keep`)."""
     with _lock:
-        if all(k.busy for k in _KEPT.values()):  # nothing kept, or nothing that could go
+        if all(k.busy or k.pinned for k in _KEPT.values()):  # nothing kept, or nothing that could go
             return
     sizes = [_shard_bytes(a) for a in arrays.values()]
     if any(n is None for n in sizes):
