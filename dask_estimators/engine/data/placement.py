@@ -352,11 +352,14 @@ class Placement:
         if self.transport != "actors" or self.actors:
             return
         n = len(self.shards)
-        who = self.client.who_has(self.shards)
+        # a shard whose worker died may be cancelled by now (Dask found it could not compute it again, its
+        # source being gone too): lost, as a shard nobody holds; who_has refuses cancelled futures (older Dask)
+        gone = {s.key for s in self.shards if s.status in ("cancelled", "lost", "error")}
+        who = self.client.who_has([s for s in self.shards if s.key not in gone])
         alive = _watch.alive_workers(self.client)
         lost = set()
         for i, s in enumerate(self.shards):
-            holders = sorted(set(who.get(s.key, ())) & alive)
+            holders = [] if s.key in gone else sorted(set(who.get(s.key, ())) & alive)
             if not holders:
                 lost.add(self.workers[i])
             elif self.workers[i] not in holders:
