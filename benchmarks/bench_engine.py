@@ -231,6 +231,16 @@ def run_record(script: str, **fields) -> dict:
             "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), **fields}
 
 
+def write_results(out_dir: Path, stem: str, record: dict, lines=None) -> None:
+    """``record`` as ``<stem>.json`` in ``out_dir``, and the Markdown ``lines`` (when given) as ``<stem>.md``,
+    printed too."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.json").write_text(json.dumps(record, indent=2))
+    if lines is not None:
+        (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+
+
 def shape_main(run, doc: str, rows: int, cols: int = 100, repeat: int = 3, argv=None):
     """The command line of a benchmark on ``rows`` x ``cols`` data: ``--rows/--cols/--repeat/--out`` (default
     ``benchmarks/results``), then ``run(rows, cols, repeat, out_dir)``."""

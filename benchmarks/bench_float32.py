@@ -25,7 +25,6 @@ to ``--out`` (default ``benchmarks/results``).
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -34,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import run_record, shape_main  # noqa: E402
+from bench_engine import run_record, shape_main, write_results  # noqa: E402
 
 #: (d, hidden, batch, classes) of three cells of bench_mlp_matrix.py, relu
 MLP_SHAPES = ((100, (100,), 256, 2), (300, (512,), 128, 10), (784, (256, 128), 200, 10))
@@ -106,8 +105,6 @@ def run(rows, cols, repeat, out_dir):
     record = run_record("bench_float32.py", rows=rows, cols=cols, repeat=repeat, workers=2, threads_per_worker=1,
                         linear_seconds=med, linear_all_seconds=linear, linear_stats=stats,
                         coef_rel_diff_float32_float64=rel, mlp_samples_per_s=mlp, mlp_rows=MLP_ROWS, epochs=EPOCHS)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "float32.json").write_text(json.dumps(record, indent=2))
     f64, sk = med["dask float64"], med["scikit-learn NumPy float32"]
     lines = [f"# float32 against float64: LogisticRegression {rows:,} x {cols}, MLPs, 2 workers x 1 thread", "",
              f"`{record['command']}` at {record['commit']}, {record['machine']}; medians of {repeat}.", "",
@@ -121,8 +118,7 @@ def run(rows, cols, repeat, out_dir):
               "| float32 / float64 |", "|---|---|---|---|"]
     for cell, r in mlp.items():
         lines.append(f"| {cell} | {r['float64']:,.0f} | {r['float32']:,.0f} | {r['float32'] / r['float64']:.2f} |")
-    (out_dir / "float32.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(out_dir, "float32", record, lines)
 
 
 def main(argv=None):

@@ -31,7 +31,6 @@ unset when comparing with scikit-learn).  Medians of ``--repeat``.  Writes
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import run_record, shape_main  # noqa: E402
+from bench_engine import run_record, shape_main, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NUMPY = "NumPy, a copy for each fit"
@@ -127,8 +126,6 @@ def run(rows, cols, repeat, out_dir):
     record = run_record("bench_kept.py", rows=rows, cols=cols, repeat=repeat, workers=2, threads_per_worker=1,
                         results=results)
     commit = record["commit"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "kept.json").write_text(json.dumps(record, indent=2))
     sk_s = results["scikit-learn, NumPy"]
     lines = [f"# Placed input kept between fits: {rows:,} x {cols}, 2 workers x 1 thread",
              "", f"`{record['command']}` at {commit}, {record['machine']}; medians of {repeat}.", "",
@@ -142,8 +139,7 @@ def run(rows, cols, repeat, out_dir):
             lines.append(f"| {form} | {label} | {r['wall']:.3f} | {r['outside_rounds']:.3f} | "
                          f"{r['outside_rounds'] / first:.3f} | {r['wall'] / sk_s:.2f} |")
     lines += ["", f"scikit-learn `LogisticRegression(C=0.5)` on the NumPy rows: {sk_s:.3f} s."]
-    (out_dir / "kept.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(out_dir, "kept", record, lines)
 
 
 def main(argv=None):

@@ -26,7 +26,6 @@ scikit-learn.  The same ``best_params_`` is checked, and ``mean_test_score`` to 
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -35,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import run_record, shape_main  # noqa: E402
+from bench_engine import run_record, shape_main, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CS = [0.001, 0.01, 0.1, 1.0, 10.0]
@@ -88,16 +87,13 @@ def run(rows, cols, repeat, out_dir):
     record = run_record("bench_search.py", rows=rows, cols=cols, repeat=repeat, workers=2, threads_per_worker=1,
                         Cs=CS, folds=5, best_params=sk.best_params_, seconds=med, all_seconds=times)
     commit = record["commit"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "search.json").write_text(json.dumps(record, indent=2))
     lines = [f"# scikit-learn's GridSearchCV(Pipeline(StandardScaler, LogisticRegression)), {len(CS)} C x 5 folds, "
              f"{rows:,} x {cols}", "",
              f"`{record['command']}` at {commit}, {record['machine']}, 2 workers x 1 thread; medians of {repeat}.",
              "", "| search over | s | / scikit-learn (n_jobs=-1) |", "|---|---|---|"]
     for name, s in med.items():
         lines.append(f"| {name} | {s:.2f} | {s / med['scikit-learn']:.2f} |")
-    (out_dir / "search.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(out_dir, "search", record, lines)
 
 
 def main(argv=None):

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import run_record, shape_main  # noqa: E402
+from bench_engine import run_record, shape_main, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,8 +73,7 @@ def run(rows, cols, repeat, out_dir):
     record = run_record("bench_streaming.py", rows=rows, cols=cols, files=8, repeat=repeat, workers=2,
                         threads_per_worker=1, seconds=med, all_seconds=times,
                         **{"streamed / blocks first": med["streamed"] / med["blocks first"]})
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "streaming.json").write_text(json.dumps(record, indent=2))
+    write_results(out_dir, "streaming", record)
     print(json.dumps({k: record[k] for k in ("seconds", "streamed / blocks first")}, indent=2))
 
 
