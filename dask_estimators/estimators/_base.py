@@ -491,7 +491,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         check_progress(self.progress)  # a missing tqdm fails now, before any cluster starts
         prestart(self.client)  # the embedded cluster, when the fit needs it, starts while the data is validated
         dtype = input_float_dtype(X)
-        storage = self._storage_dtype(X)
+        storage = self._stored(dtype)
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
         y_loss = self._y_loss()
         if y_loss is not None and not dask_input:

@@ -108,8 +108,7 @@ def _use_fused(X, spec: LinearSpec) -> bool:
         return False
     if is_sparse(X):
         return _use_fused_csr(X, spec)
-    ok = (spec.kernel() is not None and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype in (torch.float64, torch.float32)
-          and X.is_contiguous())
+    ok = spec.kernel() is not None and _fused.AVAILABLE and _host_float(X) and X.is_contiguous()
     if spec.backend == "fused":
         if not ok:
             raise ValueError(
@@ -127,7 +126,7 @@ def _use_fused_csr(X, spec: LinearSpec) -> bool:
     than torch's sparse products for every loss measured (see
     benchmarks/results/history/sparse.md, "Sparse X: the numba CSR kernels against torch's sparse products").
     """
-    ok = spec.kernel() is not None and _fused.AVAILABLE and X.device.type == "cpu" and X.dtype in (torch.float64, torch.float32)
+    ok = spec.kernel() is not None and _fused.AVAILABLE and _host_float(X)
     if spec.backend == "fused" and not ok:
         raise ValueError("backend='fused' needs numba, a loss with a fused kernel and a float X in host memory.")
     return ok
@@ -135,6 +134,18 @@ def _use_fused_csr(X, spec: LinearSpec) -> bool:
 
 def _host(t):
     return None if t is None else t.numpy()
+
+
+def _widened(X, dtype):
+    """X with its values in ``dtype`` (float64): a dense copy, or a sparse CSR over the same indices."""
+    if is_sparse(X):
+        return torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), X.values().to(dtype), size=X.shape)
+    return X.to(dtype)
+
+
+def _host_float(X) -> bool:
+    """Whether the numba kernels can read X: in host memory, of float64 or float32 values."""
+    return X.device.type == "cpu" and X.dtype in (torch.float64, torch.float32)
 
 
 def _split32(A):
@@ -149,7 +160,7 @@ def _z(X, W, b):
     float32 halves (:func:`_split32`, X read once), widened and added: no parameter is rounded to float32.  A
     sparse float32 X's values are widened (a row holds few of them: the sums are float64's)."""
     if X.dtype != W.dtype and is_sparse(X):
-        X = torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), X.values().to(W.dtype), size=X.shape)
+        X = _widened(X, W.dtype)
     if X.dtype != W.dtype:
         K = W.shape[0]
         Z = X @ _split32(W).T
@@ -340,10 +351,10 @@ def _sparse_gram(X, D, intercept: bool, numba_ok: bool = True):
     ``X^T (D X)``, whose result has at most d^2 entries.
     """
     d = X.shape[1]
-    if numba_ok and X.device.type == "cpu" and X.dtype in (torch.float64, torch.float32) and _fused.AVAILABLE:
+    if numba_ok and _host_float(X) and _fused.AVAILABLE:
         return torch.from_numpy(_fused.csr_gram(*csr_parts(X), d, D.numpy(), intercept))
     if X.dtype != D.dtype:  # float32 values: the product's sums in float64, over a float64 copy of the values
-        X = torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), X.values().to(D.dtype), size=X.shape)
+        X = _widened(X, D.dtype)
     crow = X.crow_indices()
     XD = torch.sparse_csr_tensor(crow, X.col_indices(), X.values() * D[_csr_rows(X)], size=X.shape)
     G = (X.t() @ XD).to_dense()
@@ -419,8 +430,7 @@ def inference_sums(shard, w, spec: LinearSpec):
     if spec.n_outputs != 1 or loss_fn.coupled:
         raise ValueError("Inference needs a model with one output (one target, or two classes).")
     if X.dtype == torch.float32:  # once per fit: a float64 copy, so that every sum below is carried in float64
-        X = X.to(torch.float64) if not is_sparse(X) else torch.sparse_csr_tensor(
-            X.crow_indices(), X.col_indices(), X.values().to(torch.float64), size=X.shape)
+        X = _widened(X, torch.float64)
     W, b = spec.unpack(torch.as_tensor(w, dtype=X.dtype, device=X.device))
     z = _z(X, W, b)
     _, g, _ = loss_fn.value_grad(z, y)
