@@ -1,4 +1,4 @@
-"""scikit-learn's GridSearchCV around our LogisticRegression, against the same search over scikit-learn's, in one run.
+"""Our GridSearchCV, and scikit-learn's around our LogisticRegression, against scikit-learn's search, in one run.
 
     python benchmarks/bench_search.py                          # 200,000 x 100, medians of 3
     python benchmarks/bench_search.py --rows 20000 --repeat 1  # a smoke run
@@ -11,6 +11,8 @@ array with the same content five times.  Rows, in this one process, on one
 
 * ``scikit-learn``: the search over scikit-learn's ``LogisticRegression`` with ``n_jobs=-1`` (the anchor);
 * ``scikit-learn, n_jobs=None``: the same, one candidate at a time;
+* ``ours: dask_estimators.model_selection.GridSearchCV``: our search over ours: the scaler fitted once per
+  fold, each fold's scaled rows placed once, and the five candidates' fits on it in lockstep;
 * ``ours, data kept``: the search over ours (``n_jobs=None``), the default ``dask-estimators.keep-placed``:
   each fold is placed once and the other candidates' fits find it by its content;
 * ``ours, placed for every fit``: the same with ``keep-placed`` at 0, as every fit placed before.
@@ -40,11 +42,13 @@ ROOT = Path(__file__).resolve().parent.parent
 CS = [0.001, 0.01, 0.1, 1.0, 10.0]
 
 
-def _search(estimator, n_jobs):
+def _search(estimator, n_jobs, ours=False):
     from sklearn.model_selection import GridSearchCV
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
 
+    if ours:
+        from dask_estimators.model_selection import GridSearchCV
     pipe = Pipeline([("scale", StandardScaler()), ("clf", estimator)])
     return GridSearchCV(pipe, {"clf__C": CS}, cv=5, n_jobs=n_jobs)
 
@@ -62,6 +66,8 @@ def run(rows, cols, repeat, out_dir):
     rows_of = {
         "scikit-learn": lambda: _search(SkLogistic(max_iter=1000), -1),
         "scikit-learn, n_jobs=None": lambda: _search(SkLogistic(max_iter=1000), None),
+        "ours: dask_estimators.model_selection.GridSearchCV": lambda: _search(de.LogisticRegression(max_iter=1000),
+                                                                                None, ours=True),
         "ours, data kept": lambda: _search(de.LogisticRegression(max_iter=1000), None),
         "ours, placed for every fit": lambda: _search(de.LogisticRegression(max_iter=1000), None),
     }

@@ -15,8 +15,9 @@ started and warmed up first (a fresh cluster's first fit is
 * ``ours-rounds``: the same fit with ``worker-solve-below = 0``: the data on
   every worker, one distributed round per evaluation (what every fit did before).
 
-The grid search is ``GridSearchCV(cv=5)`` over 5 values of C: 26 fits, each
-placing its own fold; ``LogisticRegressionCV`` places its data once and runs
+The grid search is scikit-learn's ``GridSearchCV(cv=5)`` over 5 values of C: 26 fits, each
+placing its own fold; ``dask_estimators.model_selection.GridSearchCV`` places the data once and runs the 25
+fits on one worker in one task, and the refit in a second; ``LogisticRegressionCV`` places its data once and runs
 the 50 path fits and the refit of its search on one worker, in two tasks.
 The back-to-back workload is 10 fits of iris in a loop, each starting as the
 last ends (``dask-estimators.send-interval``).  Seconds are medians; the
@@ -65,6 +66,7 @@ def _workloads():
     from sklearn.preprocessing import StandardScaler
 
     import dask_estimators as de
+    from dask_estimators.model_selection import GridSearchCV as PlacedGridSearchCV
 
     iris = load_iris(return_X_y=True)
     Xc, yc = load_breast_cancer(return_X_y=True)
@@ -92,6 +94,9 @@ def _workloads():
          lambda: _BackToBack(lm.LogisticRegression, 10)),
         ("GridSearchCV(LogisticRegression, 5 C, cv=5), breast cancer: 26 fits", cancer,
          lambda c: GridSearchCV(de.LogisticRegression(client=c), grid, cv=5),
+         lambda: GridSearchCV(lm.LogisticRegression(), grid, cv=5)),
+        ("dask_estimators' GridSearchCV, the same search", cancer,
+         lambda c: PlacedGridSearchCV(de.LogisticRegression(client=c), grid, cv=5),
          lambda: GridSearchCV(lm.LogisticRegression(), grid, cv=5)),
         ("LogisticRegressionCV(10 C, cv=5), breast cancer: 51 fits", cancer,
          lambda c: de.LogisticRegressionCV(client=c), lambda: lm.LogisticRegressionCV()),

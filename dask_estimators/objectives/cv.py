@@ -16,7 +16,11 @@ int8 array of shape (n_splits, n_rows):
 split (the shard's weights times its training mask), and with a cache of its
 own, so those kernels run unchanged on a fold.  :func:`fold_value_grad_many`
 evaluates several splits' models in one pass over X (``X @ W`` with the
-splits' columns side by side).  :func:`heldout_sums` returns raw sums over
+splits' columns side by side).  A split may see X through a per-feature
+affine map of its own (:func:`set_affine`: a scaler fitted on its training
+rows, such as a pipeline's ``StandardScaler``): its models are evaluated on
+the stored X in the map's coordinates, without a scaled copy of X.
+:func:`heldout_sums` returns raw sums over
 the held-out rows (tree-summed like every kernel's result); the estimator
 turns them into scores.
 
@@ -37,7 +41,7 @@ torch = lazy_module("torch")
 __all__ = [
     "TRAIN", "TEST", "FoldView", "on_fold", "assign_kfold", "class_runs", "stratified_plan", "assign_stratified",
     "set_roles", "prepare", "fold_weight_sums", "fold_value_grad_many", "heldout_sums", "drop_fold_state",
-    "gram_sums",
+    "gram_sums", "set_affine", "partial_fit_on_folds",
 ]
 
 #: A row's role in a split.
@@ -249,8 +253,63 @@ class FoldView:
 
 
 def on_fold(shard, k, kernel, *args):
-    """Kernel: ``kernel`` on split ``k``'s training rows (``k`` None: on all rows)."""
-    return kernel(shard if k is None else FoldView(shard, k), *args)
+    """Kernel: ``kernel`` on split ``k``'s training rows (``k`` None: on all rows).
+
+    A split seen through an affine map (:func:`set_affine`) takes the one-model kernels of the solvers
+    (:func:`~.linear.value_grad`, :func:`~.linear.hessp`, :func:`~.linear.hess`) in the map's coordinates: the
+    stored X's kernels at the mapped parameters, their gradient and Hessian brought back by the chain rule
+    (the map of the parameters is linear).  Any other kernel is refused there.
+    """
+    if k is None:
+        return kernel(shard, *args)
+    view = FoldView(shard, k)
+    mp = _affine(shard, k)
+    if mp is None:
+        return kernel(view, *args)
+    import dataclasses
+
+    device = shard.get("X").device
+    if kernel is _linear.value_grad:
+        w, spec = args
+        raw = _to_raw(_as_rows(w), spec, mp)[0].to(device)
+        loss, g = kernel(view, raw, dataclasses.replace(spec, fit_intercept=True))
+        return loss, _from_raw(_as_rows(g), spec, mp)[0]
+    if kernel is _linear.hessp:
+        p, spec = args
+        hp = kernel(view, _to_raw(_as_rows(p), spec, mp)[0].to(device), dataclasses.replace(spec, fit_intercept=True))
+        return _from_raw(_as_rows(hp), spec, mp)[0]
+    if kernel is _linear.hess:
+        (spec,) = args
+        H = torch.as_tensor(kernel(view, dataclasses.replace(spec, fit_intercept=True)), dtype=torch.float64)
+        J = _to_raw(torch.eye(spec.n_params, dtype=torch.float64), spec, mp).T  # raw = J @ w
+        return J.T @ H.cpu() @ J
+    raise ValueError(f"Split {k} sees X through an affine map: {kernel.__name__} cannot evaluate it.")
+
+
+def _as_rows(v):
+    return torch.as_tensor(np.asarray(v.cpu() if hasattr(v, "cpu") else v, dtype=np.float64)).reshape(1, -1)
+
+
+def _to_raw(ws, spec, mp):
+    """Parameters ``ws`` (m, n_params) of models on ``a + s * x`` as those of the same models on the stored x,
+    with an intercept: ``(W * s, b + W @ a)`` (linear in ``ws``)."""
+    A, Sc = mp
+    K, d = spec.n_outputs, spec.n_features
+    m = ws.shape[0]
+    W = ws[:, : K * d].reshape(m, K, d)
+    b = ws[:, K * d :] if spec.fit_intercept else torch.zeros(m, K, dtype=ws.dtype)
+    return torch.cat([(W * Sc).reshape(m, K * d), b + (W * A).sum(2)], dim=1)
+
+
+def _from_raw(g, spec, mp):
+    """Gradients ``g`` (m, n_raw) with respect to :func:`_to_raw`'s parameters, as gradients with respect to
+    the mapped model's: the transposed map."""
+    A, Sc = mp
+    K, d = spec.n_outputs, spec.n_features
+    m = g.shape[0]
+    gW, gb = g[:, : K * d].reshape(m, K, d), g[:, K * d :]
+    gW = (gW * Sc + gb[:, :, None] * A).reshape(m, K * d)
+    return torch.cat([gW, gb], dim=1) if spec.fit_intercept else gW
 
 
 def drop_fold_state(shard) -> None:
@@ -259,8 +318,86 @@ def drop_fold_state(shard) -> None:
         del shard.cache[key]
 
 
+def set_affine(shard, maps) -> None:
+    """Each split's per-feature affine map of X, ``maps[k]``: None (X as stored) or ``(a, s)``, the split's
+    models seeing ``a + s * x`` for a stored row ``x`` (arrays of n_features)."""
+    shard.cache["cv_affine"] = [None if m is None else tuple(torch.as_tensor(np.asarray(v, dtype=np.float64))
+                                                             for v in m) for m in maps]
+
+
+def _affine(shard, k):
+    maps = shard.cache.get("cv_affine")
+    return None if maps is None or k is None or k >= len(maps) else maps[k]
+
+
+def partial_fit_on_folds(shard, pairs):
+    """Kernel: for each ``(transformer, k)`` of ``pairs``, ``transformer.partial_fit`` on split k's training
+    rows of the shard (as NumPy or scipy.sparse, in row order); returns the transformers, to go on to the next
+    shard.  Chained over the shards in row order, each is fitted on its split's training rows.
+
+    Dense training rows in a few runs (an unshuffled k-fold's: the rows before and after the held-out
+    block) are handed over as views of the stored X, one ``partial_fit`` per run, without a copy.
+    """
+    X = shard.get("X")
+    out = []
+    for transformer, k in pairs:
+        train = shard.cache["cv_roles"][k] == TRAIN
+        for rows in _training_blocks(X, train):
+            transformer.partial_fit(rows)
+        out.append(transformer)
+    return out
+
+
+#: Training rows in at most this many runs are handed to ``partial_fit`` run by run, as views.
+_MAX_VIEW_RUNS = 4
+
+
+def _training_blocks(X, train):
+    """The rows of ``X`` where ``train`` (a boolean mask) holds, as NumPy or scipy.sparse blocks in row order:
+    views of X's runs of training rows where there are few, else one copy."""
+    if not train.any():
+        return []
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], train.astype(np.int8), [0]])))
+    runs = list(zip(edges[::2], edges[1::2]))
+    if not is_sparse(X) and len(runs) <= _MAX_VIEW_RUNS:
+        host = X.cpu().numpy()
+        return [host[a:b] for a, b in runs]
+    if is_sparse(X):
+        return [_as_scipy(take_rows(X, torch.from_numpy(np.flatnonzero(train)).to(X.device)).cpu())]
+    return [X[torch.from_numpy(train).to(X.device)].cpu().numpy()]
+
+
+def _as_scipy(X):
+    import scipy.sparse as sp
+
+    return sp.csr_matrix((X.values().numpy(), X.col_indices().numpy(), X.crow_indices().numpy()), shape=tuple(X.shape))
+
+
 def fold_value_grad_many(shard, folds, ws, spec):
     """Kernel: :func:`~.linear.value_grad` of several splits' models in one pass over X.
+
+    A split with an affine map (:func:`set_affine`) has its models, ``(W, b)``
+    on ``a + s * x``, evaluated as ``(W * s, b + W @ a)`` on the stored ``x``
+    (with an intercept, even where the model has none), and their gradients
+    brought back by the chain rule: the same values, one pass over the stored X.
+    """
+    maps = [_affine(shard, k) for k in folds]
+    if all(m is None for m in maps):
+        return _value_grad_many(shard, folds, ws, spec)
+    import dataclasses
+
+    d = spec.n_features
+    ws = torch.as_tensor(np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, dtype=np.float64))
+    identity = (torch.zeros(d, dtype=ws.dtype), torch.ones(d, dtype=ws.dtype))
+    raw = torch.cat([_to_raw(ws[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
+    losses, g = _value_grad_many(shard, folds, raw.to(shard.get("X").device), dataclasses.replace(spec, fit_intercept=True))
+    g = torch.as_tensor(g).cpu()
+    grads = torch.cat([_from_raw(g[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
+    return losses, grads
+
+
+def _value_grad_many(shard, folds, ws, spec):
+    """:func:`fold_value_grad_many` on X as stored.
 
     ``folds`` lists split indices (None for all rows) and ``ws`` the
     matching parameter vectors, shape (len(folds), n_params).  ``X @ W`` is
@@ -405,7 +542,8 @@ def _rows_product(X, idx, Wt):
 
 
 def heldout_sums(shard, k, ws, spec, metric: str):
-    """Kernel: raw sums of ``metric`` over split ``k``'s held-out rows, for each parameter vector in ``ws``.
+    """Kernel: raw sums of ``metric`` over split ``k``'s held-out rows, for each parameter vector in ``ws``
+    (a split seen through an affine map is refused: these sums would read the stored X).
 
     Weights are the shard's own sample weights (without class weights), as
     scikit-learn's scorers get them.  Returns an array (len(ws), m):
@@ -415,6 +553,8 @@ def heldout_sums(shard, k, ws, spec, metric: str):
     * ``"squared_error"``: weighted sum of squared errors, total weight;
     * ``"r2"``: squared errors, sum of w*y, sum of w*y**2, total weight.
     """
+    if _affine(shard, k) is not None:
+        raise ValueError(f"Split {k} sees X through an affine map: its held-out sums are scored on the client.")
     roles = shard.cache["cv_roles"][k]
     key = ("cv_test_rows", k)
     idx = shard.cache.get(key)

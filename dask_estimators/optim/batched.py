@@ -107,6 +107,10 @@ class _Proxy:
         obj = lockstep.objectives[i]
         self._lockstep, self._i = lockstep, i
         self.l1, self.l2, self.penalized, self.n_params = obj.l1, obj.l2, obj.penalized, obj.n_params
+        # what the Newton solvers and the bounds of L-BFGS-B read, where the objective has it
+        for name in ("newton_fixed", "quadratic", "positive"):
+            if hasattr(obj, name):
+                setattr(self, name, getattr(obj, name))
 
     def fun_and_grad(self, w):
         return self._lockstep.call(self._i, "fun_and_grad", np.array(w, dtype=np.float64))
@@ -121,7 +125,8 @@ class _Proxy:
 def minimize_lockstep(objectives, batch, x0s, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True):
     """Minimise every objective from its ``x0s[i]`` with ``solver``, their evaluations in shared rounds.
 
-    Returns the list of :class:`scipy.optimize.OptimizeResult`, one per
+    ``solver``, ``tol`` and ``max_iter`` are each one value for every run or
+    a sequence of one per run.  Returns the list of :class:`scipy.optimize.OptimizeResult`, one per
     objective, and raises the first run's error if any failed.
 
     Examples
@@ -145,9 +150,15 @@ def minimize_lockstep(objectives, batch, x0s, *, solver="lbfgs", tol=1e-4, max_i
     results: list = [None] * n
     errors: list = [None] * n
 
+    def per_run(value):
+        return list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value] * n
+
+    solvers, tols, max_iters = per_run(solver), per_run(tol), per_run(max_iter)
+
     def run(i):
         try:
-            results[i] = minimize(_Proxy(lock, i), x0s[i], solver=solver, tol=tol, max_iter=max_iter, warn=warn)
+            results[i] = minimize(_Proxy(lock, i), x0s[i], solver=solvers[i], tol=tols[i], max_iter=max_iters[i],
+                                  warn=warn)
         except BaseException as e:
             errors[i] = e
         finally:
@@ -166,8 +177,12 @@ def minimize_lockstep(objectives, batch, x0s, *, solver="lbfgs", tol=1e-4, max_i
     return results
 
 
-def minimize_many(evaluator, spec, folds, objectives, x0s, *, tol=1e-4, max_iter=100):
-    """:func:`minimize_lockstep` with L-BFGS for the cross-validation splits ``folds`` of a linear model.
+def minimize_many(evaluator, spec, folds, objectives, x0s, *, solver="lbfgs", tol=1e-4, max_iter=100):
+    """:func:`minimize_lockstep` for the cross-validation splits ``folds`` of a linear model (L-BFGS by default).
+
+    A split may appear more than once (several models on its rows, such as
+    the candidates of a grid search); ``solver``, ``tol`` and ``max_iter``
+    may be given per run.
 
     ``evaluator(kernel, *args)`` runs a kernel on the shards (an engine
     evaluator); one round evaluates every waiting split with
@@ -181,4 +196,4 @@ def minimize_many(evaluator, spec, folds, objectives, x0s, *, tol=1e-4, max_iter
         losses, grads = evaluator(fold_value_grad_many, [folds[i] for i in idx], points, spec)
         return np.atleast_1d(losses), np.atleast_2d(grads)
 
-    return minimize_lockstep(objectives, batch, x0s, solver="lbfgs", tol=tol, max_iter=max_iter)
+    return minimize_lockstep(objectives, batch, x0s, solver=solver, tol=tol, max_iter=max_iter)

@@ -21,7 +21,10 @@ from ..objectives.linear import LinearObjective
 from .batched import minimize_many
 from .scipy_driver import minimize
 
-__all__ = ["FoldProblem", "Penalties", "fold_paths", "paths_and_heldout"]
+__all__ = ["FoldProblem", "Penalties", "fold_paths", "independent_fits", "paths_and_heldout"]
+
+#: At most this many runs share one lockstep (each round's pass holds an (n_rows, runs) product per shard).
+LOCKSTEP_MAX_RUNS = 64
 
 
 class FoldProblem:
@@ -132,3 +135,38 @@ def paths_and_heldout(problem, paths, metric, *, tol=1e-4, max_iter=100):
         return coefs, n_iter, None
     sums = np.stack([[problem.heldout(k, coefs[m, k], metric) for k in folds] for m in range(len(out))])
     return coefs, n_iter, sums
+
+
+def independent_fits(problem, runs, *, batched=True):
+    """Fits that start from zero and ignore one another: one per ``(split, l2, l1, solver, tol, max_iter)`` of
+    ``runs`` (split None: all rows), such as every candidate of a grid search on every split.
+
+    ``batched``: the runs go in lockstep (:func:`~dask_estimators.optim.batched.minimize_many`, at most
+    :data:`LOCKSTEP_MAX_RUNS` at a time), one pass over X per round for all of them; each keeps the iterates,
+    line search and stopping test it would have alone, as one after the other (``batched`` False) does.  Every
+    evaluation goes through :func:`~dask_estimators.objectives.cv.fold_value_grad_many`, which evaluates a
+    split seen through an affine map.
+    Returns one ``(x, n_iter, solver)`` per run, ``solver`` the one that finished it (a Newton solver that
+    went on with L-BFGS says so).
+    """
+    n_params = problem.spec.n_params
+    objectives = []
+    for k, l2, l1, *_ in runs:
+        obj = problem.objective(k)
+        obj.l2, obj.l1 = float(l2), float(l1)
+        objectives.append(obj)
+    results = [None] * len(runs)
+    if batched:
+        for start in range(0, len(runs), LOCKSTEP_MAX_RUNS):
+            idx = range(start, min(start + LOCKSTEP_MAX_RUNS, len(runs)))
+            out = minimize_many(problem.evaluate, problem.spec, [runs[i][0] for i in idx],
+                                [objectives[i] for i in idx], np.zeros((len(idx), n_params)),
+                                solver=[runs[i][3] for i in idx], tol=[runs[i][4] for i in idx],
+                                max_iter=[runs[i][5] for i in idx])
+            for i, res in zip(idx, out):
+                results[i] = res
+    else:  # each alone, its evaluations still by fold_value_grad_many (a split may see X through an affine map)
+        for i, (k, _, _, solver, tol, max_iter) in enumerate(runs):
+            results[i] = minimize_many(problem.evaluate, problem.spec, [k], [objectives[i]], np.zeros((1, n_params)),
+                                       solver=solver, tol=tol, max_iter=max_iter)[0]
+    return [(np.asarray(r.x), int(r.nit), getattr(r, "solver", run[3])) for r, run in zip(results, runs)]

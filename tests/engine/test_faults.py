@@ -206,6 +206,33 @@ def test_worker_killed_mid_search_gives_the_undisturbed_search(fc, monkeypatch, 
     assert _nothing_held(fc, timeout=10) is True
 
 
+def test_worker_killed_mid_grid_search_gives_the_undisturbed_results(fc, monkeypatch):
+    """dask_estimators.model_selection.GridSearchCV over a pipeline: the lockstep round that meets the killed
+    worker runs again on the rebuilt shard, which gets the splits' roles, targets and scalers' maps replayed."""
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from dask_estimators.model_selection import GridSearchCV
+
+    X, y = _data("binary")
+    X = X * 3.0 + 5.0
+
+    def search():
+        pipe = Pipeline([("scale", StandardScaler()), ("clf", de.LogisticRegression(client=fc, **TIGHT))])
+        return GridSearchCV(pipe, {"clf__C": [0.01, 0.1, 1.0]}, cv=3, scoring="neg_log_loss").fit(X, y)
+
+    ref = search()
+    kill = KillBefore(monkeypatch, "fold_value_grad_many")
+    got = search()
+    assert kill.killed is not None, "the worker was not killed: the kernel never ran"
+    assert got.best_params_ == ref.best_params_
+    for key in ("mean_test_score", "split0_test_score", "split1_test_score", "split2_test_score"):
+        np.testing.assert_allclose(got.cv_results_[key], ref.cv_results_[key], rtol=1e-9, err_msg=key)
+    np.testing.assert_allclose(got.best_estimator_[-1].coef_, ref.best_estimator_[-1].coef_, rtol=1e-6, atol=1e-10)
+    gc.collect()
+    assert _nothing_held(fc, timeout=10) is True
+
+
 def _kill_in_the_solve_once(marker):
     """On a worker: the next solver run on this worker SIGKILLs its process after its first evaluation, unless
     ``marker`` exists (made then, so that one worker dies, once)."""

@@ -24,6 +24,7 @@ import types
 from dataclasses import dataclass, field
 
 import dask_estimators
+import dask_estimators.model_selection
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,14 @@ TARGETS = {
              ("sklearn.svm", "LinearSVC"): dask_estimators.LinearSVC,
              ("sklearn.neural_network", "MLPRegressor"): dask_estimators.MLPRegressor,
              ("sklearn.neural_network", "MLPClassifier"): dask_estimators.MLPClassifier},
+        ),
+        Target(
+            "sklearn.model_selection.tests.test_search",
+            {("sklearn.model_selection", "GridSearchCV"): dask_estimators.model_selection.GridSearchCV,
+             ("sklearn.model_selection", "RandomizedSearchCV"): dask_estimators.model_selection.RandomizedSearchCV,
+             # the searches over these take the placed path
+             ("sklearn.linear_model", "LogisticRegression"): dask_estimators.LogisticRegression,
+             ("sklearn.linear_model", "LinearRegression"): dask_estimators.LinearRegression},
         ),
         Target(
             "sklearn.svm.tests.test_sparse",

@@ -1,0 +1,264 @@
+"""Many independent fits of one linear model on one placement: the candidates of a search on its splits.
+
+A grid search fits each candidate on each split's training rows, from zero,
+as if alone.  :class:`PlacedRuns` places the data once, gives each shard its
+rows' roles in the splits (as the cross-validated estimators do,
+:mod:`dask_estimators.objectives.cv`), and runs every (candidate, split) fit
+in lockstep: each round evaluates every still-running fit in one pass over X
+(:func:`~dask_estimators.optim.cv_paths.independent_fits`), each fit with
+its own penalty, solver, tolerance, line search and stopping test.  What
+comes back is one fitted estimator per candidate and split, as the
+candidate's own ``fit`` on the split's training rows would have left it.
+
+A split may see X through a per-feature affine map (a pipeline's scaler,
+fitted on the split's training rows where they are placed:
+:meth:`PlacedRuns.fit_transformers`, :func:`affine_map`): its fits then
+run on the stored X in the scaler's coordinates, with no scaled copy.
+
+Models share one placement when they share everything that shapes the
+problem: the class, the loss, ``fit_intercept``, ``class_weight``; they may
+differ in ``C``/``alpha``, ``l1_ratio``, ``solver``, ``tol`` and
+``max_iter`` (:data:`PER_FIT`).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
+
+from ..objectives import LinearSpec
+from ..objectives import cv as CV
+from ..optim.cv_paths import FoldProblem, independent_fits
+from ..session import DataSession, prestart, stored_values
+from ._base import input_float_dtype
+from .linear import LinearRegression, LogisticRegression
+
+__all__ = ["PER_FIT", "PlacedRuns", "RejectedInput", "SplitLacksClass", "affine_map", "affine_transformer", "fit_candidates",
+           "grid_ready"]
+
+#: Parameters that may differ between the fits of one placement: each run of the lockstep has its own.
+PER_FIT = frozenset({"C", "alpha", "l1_ratio", "solver", "tol", "max_iter"})
+
+#: One-worker lockstep from this many stored values; below it the fits go one after the other (as the
+#: cross-validated estimators' paths: estimators/cv.py, _LOCKSTEP_ON_WORKER_FROM).
+_LOCKSTEP_ON_WORKER_FROM = 2**18
+
+#: Transformers whose fitted transform is ``a + s * x`` per feature, and which fit by ``partial_fit`` (row
+#: blocks in turn), so that a split's one is fitted where its rows are placed.
+_AFFINE_TRANSFORMERS = (StandardScaler, MinMaxScaler, MaxAbsScaler)
+
+#: An affine map is used only while its offset ``|a|`` is at most this (a mean this many standard deviations
+#: from zero): beyond it, evaluating on the stored X would cancel too many digits.
+_MAX_AFFINE_OFFSET = 1e4
+
+
+class RejectedInput(ValueError):
+    """The input failed the models' validation (its cause is the model's own error, in scikit-learn's words)."""
+
+
+class SplitLacksClass(ValueError):
+    """A split's training rows lack a class of y: its fits see fewer classes than the placement's."""
+
+
+def grid_ready(est) -> bool:
+    """Whether ``est`` (not fitted) can be one of :class:`PlacedRuns`' models.
+
+    Our ``LogisticRegression`` and ``LinearRegression`` (not their subclasses), fitted from zero by the
+    scipy solvers, with nothing shown or called per iteration and no per-split statistic in their objective:
+    ``class_weight="balanced"`` (a split's own class counts), ``positive``, ``warm_start``,
+    ``compute_inference``, ``verbose``, ``progress`` and scikit-learn callbacks keep the fit on its own.
+    """
+    if type(est) not in (LogisticRegression, LinearRegression):
+        return False
+    if getattr(est, "class_weight", None) == "balanced" or getattr(est, "positive", False):
+        return False
+    if est.warm_start or est.compute_inference or est.verbose or est.progress:
+        return False
+    return not getattr(est, "_skl_callbacks", None)
+
+
+def affine_transformer(step) -> bool:
+    """Whether ``step`` (not fitted) is a transformer :class:`PlacedRuns` fits on the workers and applies as an
+    affine map: scikit-learn's ``StandardScaler``, ``MaxAbsScaler`` or ``MinMaxScaler`` (without ``clip``)."""
+    return type(step) in _AFFINE_TRANSFORMERS and not getattr(step, "clip", False)
+
+
+def affine_map(transformer, n_features):
+    """``(a, s)`` of a fitted :func:`affine_transformer`, whose transform is ``a + s * x``, read from its own
+    ``transform`` of a row of zeros and a row of ones; None where ``a`` is too far from zero
+    (:data:`_MAX_AFFINE_OFFSET`)."""
+    transformer = copy.copy(transformer)
+    transformer.__dict__.pop("feature_names_in_", None)  # the probe rows have no column names
+    a = np.asarray(transformer.transform(np.zeros((1, n_features))), dtype=np.float64)[0]
+    s = np.asarray(transformer.transform(np.ones((1, n_features))), dtype=np.float64)[0] - a
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(s))) or np.max(np.abs(a), initial=0.0) > _MAX_AFFINE_OFFSET:
+        return None
+    return a, s
+
+
+class PlacedRuns:
+    """One placement of ``X``, ``y`` and ``sample_weight`` with the roles of its rows in ``splits`` (each
+    split's training rows), on which :meth:`fit` runs many fits of ``model``'s kind in lockstep.
+
+    A context manager: the placement is released on exit; input that fails the validation raises
+    :class:`RejectedInput` on entry, before anything is placed.  ``model`` gives the validation, the loss and the
+    shape of the problem (:func:`grid_ready`); ``splits`` None is one split of every row.  ``fits``: about
+    how many fits will run in one lockstep, for the session to choose whether they all run in one task on one
+    worker (a problem whose stored values times outputs times fits is small: each round's work is then less
+    than a round trip).
+    """
+
+    def __init__(self, model, X, y, sample_weight=None, splits=None, *, fits=1):
+        self.model = clone(model)
+        self.fits = max(int(fits), 1)
+        self._input = (X, y, sample_weight)
+        self.splits = splits
+        self._session = None
+
+    def __enter__(self):
+        base = self.model
+        prestart(base.client)
+        X, y, sample_weight = self._input
+        self._input = None
+        try:
+            self.dtype = input_float_dtype(X)
+            X, y, sample_weight, dask_input, labels = base._validate_input(X, y, sample_weight, return_classes=True)
+            if labels is not None:
+                base._check_classes(labels[0])
+        except (ValueError, TypeError) as e:
+            raise RejectedInput(str(e)) from e
+        if dask_input:
+            raise ValueError("PlacedRuns takes NumPy, pandas or scipy.sparse input.")
+        n = X.shape[0]
+        splits = [np.arange(n)] if self.splits is None else self.splits
+        self.splits = splits
+        y_placed, classes = y, None
+        if labels is not None:
+            classes, codes = labels
+            classes = base._check_classes(classes)
+            y_placed = np.searchsorted(classes, y) if codes is None else codes
+            for k, train in enumerate(splits):  # a split that lacks a class would fit a model of fewer classes
+                if np.unique(np.asarray(y_placed)[train]).size != len(classes):
+                    raise SplitLacksClass(f"The training rows of split {k} lack a class of y.")
+        self.y_shape = np.shape(y)
+        n_outputs = base._n_outputs(len(classes) if classes is not None else None, self.y_shape)
+        roles = np.zeros((len(splits), n), dtype=np.int8)
+        for k, train in enumerate(splits):
+            roles[k, np.asarray(train, dtype=np.int64)] = CV.TRAIN
+        self._session = DataSession(base.client, device=base.device, timeout=base.timeout).__enter__()
+        try:
+            data = self.data = self._session.data(
+                X=X, y=y_placed, sample_weight=sample_weight, outputs=n_outputs * self.fits,
+                check=base._block_check(base._y_loss(), dtype=base._stored(self.dtype)))
+            data.map_each(CV.set_roles, [(roles[:, CV._positions(r)],) for r in data.row_ranges])
+            n_classes, class_weight = None, None
+            if classes is not None:
+                base.classes_ = classes
+                n_classes = len(classes)
+                class_weight = base._class_weight_vector(data, n_classes)
+            loss = base._loss_name(n_classes)
+            self.spec = LinearSpec(loss, base.n_features_in_, n_outputs, base.fit_intercept,
+                                   float(getattr(base, "epsilon", 0.0)),
+                                   loss_params=tuple(sorted(base._loss_params().items())))
+            sums = np.asarray(data.map(CV.prepare, loss, n_outputs, class_weight)).sum(axis=0)
+            for k in range(len(splits)):
+                if not sums[1 + k, 0] > 0:
+                    raise ValueError(f"The training rows of split {k} have a zero sum of sample weights.")
+            self.problem = FoldProblem(data.evaluator(base.reduction), self.spec, sums, len(splits))
+            self._values = stored_values(X)
+            self._maps = [None] * len(splits)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        session, self._session = self._session, None
+        if session is not None:
+            session.__exit__(*exc)
+
+    def fit_transformers(self, pairs) -> list:
+        """Each ``(transformer, k)`` of ``pairs`` fitted on split k's training rows where they are placed: its
+        ``partial_fit`` on each shard's rows in turn (:func:`~dask_estimators.objectives.cv.partial_fit_on_folds`).
+
+        One round per shard: in each, every shard works on a different share of the transformers (each goes
+        round the shards from its own first one), so that all the workers fit at once.  Returns the fitted
+        transformers.
+        """
+        fitted = [clone(t) for t, _ in pairs]
+        order = list(np.argsort([min((r[0] for r in ranges), default=0) for ranges in self.data.row_ranges]))
+        n = len(order)
+        for r in range(n):
+            share = [[p for p in range(len(pairs)) if order[(p + r) % n] == i] for i in range(n)]
+            out = self.data.map_each(CV.partial_fit_on_folds,
+                                     [([(fitted[p], pairs[p][1]) for p in mine],) for mine in share])
+            for mine, got in zip(share, out):
+                for p, t in zip(mine, got):
+                    fitted[p] = t
+        names = getattr(self.model, "feature_names_in_", None)
+        for t in fitted:  # as fitted on the input's frame: its column names
+            if names is not None:
+                t.feature_names_in_ = names
+        return fitted
+
+    def set_maps(self, maps) -> None:
+        """Each split's affine map (:func:`affine_map`; None: X as stored): its fits see ``a + s * x``."""
+        self._maps = list(maps)
+        self.data.map(CV.set_affine, self._maps)
+
+    def fit(self, models, folds, *, feature_names=True) -> tuple[list, float]:
+        """Fit every model of ``models`` on every split of ``folds`` (indices into ``splits``), in lockstep.
+
+        ``models``: not fitted, :func:`grid_ready`, of one class and equal in every parameter but
+        :data:`PER_FIT`'s.  Returns ``(fitted, seconds)``:
+        ``fitted[i][j]`` a copy of ``models[i]`` fitted on split ``folds[j]``, with the attributes its own
+        ``fit`` on those rows sets, and the wall time of all the fits.  ``feature_names`` False: the fitted
+        models get no ``feature_names_in_`` (they stand after a scaler, whose output has none).
+        """
+        t0 = time.perf_counter()
+        for model in models:
+            model._validate_params()
+        spec, problem = self.spec, self.problem
+        runs = []
+        for model in models:
+            for k in folds:
+                l2, l1 = model._penalties(problem.objective(k).sw_sum)
+                solver = model._resolved_solver(spec.n_params, l1)
+                runs.append((k, l2, l1, solver, model.tol, model.max_iter))
+        if self.data.on_worker:
+            batched = self._values >= _LOCKSTEP_ON_WORKER_FROM
+            out, _ = self.data.run_on_worker(independent_fits, problem, (runs,), {"batched": batched}, stacklevel=3)
+        else:
+            out = independent_fits(problem, runs)
+        base, fitted, j = self.model, [], 0
+        for model in models:
+            row = []
+            for _ in folds:
+                x, n_iter, solver = out[j]
+                j += 1
+                est = clone(model)
+                for name in ("n_features_in_", "feature_names_in_", "classes_"):
+                    if hasattr(base, name) and (feature_names or name != "feature_names_in_"):
+                        setattr(est, name, getattr(base, name))
+                est._set_params_from(np.asarray(x, dtype=np.float64), spec, self.y_shape)
+                est._cast_params(self.dtype)
+                est.n_iter_ = est._format_n_iter(n_iter)
+                est.solver_ = solver
+                est.fit_stats_ = {"fitted_in_search": True, "fits_in_lockstep": len(runs),
+                                  "x_dtype": self.model._stored(self.dtype).name}
+                row.append(est)
+            fitted.append(row)
+        return fitted, time.perf_counter() - t0
+
+
+def fit_candidates(models, X, y, sample_weight=None, splits=None):
+    """Every model of ``models`` fitted on every split of ``splits`` on one :class:`PlacedRuns` placement:
+    ``(fitted, seconds)``, ``fitted[i][k]`` on split k."""
+    t0 = time.perf_counter()
+    with PlacedRuns(models[0], X, y, sample_weight, splits, fits=len(models) * len(splits or [None])) as runs:
+        fitted, _ = runs.fit(models, list(range(len(runs.splits))))
+    return fitted, time.perf_counter() - t0

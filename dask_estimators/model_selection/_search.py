@@ -1,0 +1,444 @@
+"""GridSearchCV and RandomizedSearchCV whose fits of our linear models share their placements.
+
+scikit-learn's searches fit each candidate on each split alone: a placement
+of the split's rows per fit.  These subclasses take the same parameters and
+give the same attributes; where every candidate's estimator is our
+``LogisticRegression`` or ``LinearRegression`` (alone or the last step of a
+``Pipeline``), the search goes differently:
+
+- **The candidates are grouped** by what shapes their problem (the class,
+  the loss, ``fit_intercept``, ``class_weight``, the pipeline's earlier
+  steps); within a group they differ only in ``C``/``alpha``, ``l1_ratio``,
+  ``solver``, ``tol`` and ``max_iter``
+  (:data:`~dask_estimators.estimators._grid.PER_FIT`).
+- **A group without earlier steps places X once** for all its candidates and
+  splits: each shard learns its rows' roles in the splits, and every
+  (candidate, split) fit runs in lockstep, one pass over X per round for all
+  of them, each with its own line search and stopping test
+  (:func:`~dask_estimators.estimators._grid.fit_candidates`).
+- **A group with earlier steps** (a scaler, an encoder) fits them once per
+  split, on the split's training rows, and places their output once for all
+  of the group's candidates.
+- **The scores** are scikit-learn's scorers, applied on the client to each
+  fitted model and the split's held-out rows (the input is on the client).
+
+Anything else (dask input, another estimator in the grid, metadata routing,
+``class_weight="balanced"``) runs scikit-learn's own search, unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import traceback
+import warnings
+from collections import defaultdict
+from contextlib import ExitStack
+from numbers import Integral
+
+import numpy as np
+from dask.base import is_dask_collection
+from sklearn import get_config
+from sklearn.base import _fit_context, clone, is_classifier
+
+try:  # scikit-learn's private scorer of several metrics: without it, scikit-learn's own search runs
+    from sklearn.metrics._scorer import _MultimetricScorer
+except ImportError:  # pragma: no cover - a future scikit-learn
+    _MultimetricScorer = None
+from sklearn.model_selection import GridSearchCV as _SkGridSearchCV
+from sklearn.model_selection import ParameterGrid, ParameterSampler
+from sklearn.model_selection import RandomizedSearchCV as _SkRandomizedSearchCV
+from sklearn.model_selection import check_cv
+from sklearn.pipeline import Pipeline
+from sklearn.utils import _safe_indexing, check_random_state
+from sklearn.utils.validation import indexable
+
+from ..estimators._grid import (
+    PER_FIT,
+    PlacedRuns,
+    RejectedInput,
+    SplitLacksClass,
+    affine_map,
+    affine_transformer,
+    fit_candidates,
+    grid_ready,
+)
+
+__all__ = ["GridSearchCV", "RandomizedSearchCV"]
+
+#: scikit-learn's private methods of its searches that the placed path calls (docs/private-apis.md): where one
+#: is missing, scikit-learn's own search runs.
+_SEARCH_INTERNALS = ("_format_results", "_select_best_index", "_get_scorers", "_check_refit_for_multimetric",
+                     "_check_scorers_accept_sample_weight")
+
+
+class _Plan:
+    """A search the placed path runs: its candidates, their groups, and where each fit's arguments go."""
+
+    def __init__(self, candidates, groups, last, fit_weight):
+        self.candidates, self.groups, self.last, self.fit_weight = candidates, groups, last, fit_weight
+
+
+class _PlacedSearch:
+    """The placed path of a search (see the module's docstring); scikit-learn's own ``fit`` otherwise."""
+
+    @_fit_context(prefer_skip_nested_validation=False)
+    def fit(self, X, y=None, **params):
+        """Run fit with all sets of parameters, as scikit-learn's search does.
+
+        Where every candidate is our ``LogisticRegression`` or
+        ``LinearRegression`` (alone or ending a ``Pipeline``) and X is NumPy,
+        pandas or scipy.sparse, the data is placed once per group of
+        candidates (and, with a pipeline's earlier steps, once per split), and
+        all the group's fits run in lockstep.  Otherwise this is
+        scikit-learn's search.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs), default=None
+        **params : dict
+            ``groups`` for the splitter, and the estimator's fit arguments
+            (``sample_weight``; ``<step>__sample_weight`` for a pipeline), as
+            scikit-learn's search takes them.
+
+        Returns
+        -------
+        self : object
+        """
+        draws = self._candidates(probe=True)
+        plan = self._placed_plan(X, y, params, draws)
+        if plan is None:
+            return self._sklearn_fit(X, y, params)
+        self._candidates(probe=False)  # the draws scikit-learn's search would have made (a RandomState moves on)
+        try:
+            return self._fit_placed(plan, X, y, params)
+        except RejectedInput as e:
+            if self.error_score == "raise":
+                raise e.__cause__ from None
+        # input the estimator refuses: scikit-learn's search records each fit's failure as error_score, and warns
+        return self._sklearn_fit(X, y, params)
+
+    def _sklearn_fit(self, X, y, params):
+        return super().fit(X, y, **params)
+
+    def _placed_plan(self, X, y, params, candidates):
+        """The plan of the placed path, or None where scikit-learn's search runs."""
+        if get_config().get("enable_metadata_routing", False) or getattr(self, "_skl_callbacks", None):
+            return None
+        if _MultimetricScorer is None or not all(hasattr(self, name) for name in _SEARCH_INTERNALS):
+            return None
+        if y is None or is_dask_collection(X) or is_dask_collection(y) or not candidates:
+            return None
+        est = self.estimator
+        if not grid_ready(_final(est)) and not any(
+                hasattr(v, "fit") for cand in candidates for v in cand.values()):  # no candidate brings ours
+            return None
+        last = est.steps[-1][0] if isinstance(est, Pipeline) else None
+        weight_key = "sample_weight" if last is None else f"{last}__sample_weight"
+        if set(params) - {"groups", weight_key}:
+            return None
+        groups = defaultdict(list)
+        for i, cand in enumerate(candidates):
+            try:
+                model = clone(est).set_params(**clone(cand, safe=False))
+            except Exception:  # scikit-learn's search meets it in its own words
+                return None
+            final = model.steps[-1][1] if isinstance(model, Pipeline) else model
+            if isinstance(model, Pipeline) and model.steps[-1][0] != last:
+                return None
+            if not grid_ready(final):
+                return None
+            try:  # a bad candidate fails in scikit-learn's search, with its error_score
+                final._validate_params()
+            except ValueError:
+                return None
+            shape = tuple(sorted((k, repr(v)) for k, v in cand.items() if not _per_fit(k, last)))
+            groups[shape].append((i, model))
+        return _Plan(candidates, list(groups.values()), last, params.get(weight_key))
+
+    def _fit_placed(self, plan, X, y, params):
+        self._validate_params()
+        scorers, refit_metric = self._get_scorers()
+        X, y = indexable(X, y)
+        groups = params.get("groups")
+        cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
+        self.n_splits_ = cv.get_n_splits(X, y, groups)
+        splits = list(cv.split(X, y, groups))
+        if len(splits) != self.n_splits_:
+            raise ValueError(f"cv.split and cv.get_n_splits return inconsistent results. Expected "
+                             f"{self.n_splits_} splits, got {len(splits)}")
+        n_cand, n_splits = len(plan.candidates), len(splits)
+        if self.verbose > 0:
+            print(f"Fitting {n_splits} folds for each of {n_cand} candidates, totalling {n_cand * n_splits} fits")
+        weight = plan.fit_weight
+        if weight is not None:
+            weight = np.asarray(weight)
+        score_weight = None
+        if weight is not None and plan.last is None and self._check_scorers_accept_sample_weight():
+            score_weight = weight
+        fitted = [[None] * n_splits for _ in range(n_cand)]
+        fit_time = np.zeros((n_cand, n_splits))
+        with ExitStack() as stack:
+            # one group: its placement also holds a split of every row, for the refit of its best candidate
+            keep = len(plan.groups) == 1 and bool(self.refit)
+            refit_on = None
+            for members in plan.groups:
+                refit_on = self._fit_group(members, X, y, weight, splits, fitted, fit_time, stack, keep)
+            out = self._scores(fitted, fit_time, scorers, X, y, splits, score_weight)
+            self.multimetric_ = isinstance(out[0]["test_scores"], dict)
+            if callable(self.scoring) and self.multimetric_:
+                self._check_refit_for_multimetric(out[0]["test_scores"])
+                refit_metric = self.refit
+            results = self._format_results(plan.candidates, n_splits, out)
+            if self.refit or not self.multimetric_:
+                self.best_index_ = self._select_best_index(self.refit, refit_metric, results)
+                if not callable(self.refit):
+                    self.best_score_ = results[f"mean_test_{refit_metric}"][self.best_index_]
+                self.best_params_ = results["params"][self.best_index_]
+            if self.refit:
+                t0 = time.perf_counter()
+                best = clone(self.estimator).set_params(**clone(self.best_params_, safe=False))
+                if refit_on is not None:
+                    best = refit_on(best)
+                else:
+                    key = "sample_weight" if plan.last is None else f"{plan.last}__sample_weight"
+                    best.fit(X, y, **({} if weight is None else {key: weight}))
+                self.refit_time_ = time.perf_counter() - t0
+                self.best_estimator_ = best
+                if hasattr(best, "feature_names_in_"):
+                    self.feature_names_in_ = best.feature_names_in_
+        self.scorer_ = scorers._scorers if isinstance(scorers, _MultimetricScorer) else scorers
+        self.cv_results_ = results
+        return self
+
+    def _fit_group(self, members, X, y, weight, splits, fitted, fit_time, stack, keep):
+        """Fit one group's candidates on every split, filling ``fitted`` and ``fit_time``.
+
+        Without earlier steps, or with one scaler (:func:`~dask_estimators.estimators._grid.affine_transformer`),
+        the group's data is placed once for all its splits (each split's scaler fitted
+        where its rows are, and applied as an affine map).  Otherwise (other earlier steps, or a split that
+        lacks a class) it is placed once per split, after the earlier steps fitted on the client.  ``keep``:
+        the placement stays in ``stack`` with a split of every row, and this returns the refit (a function of
+        the best candidate, not fitted); else None.
+        """
+        model0 = members[0][1]
+        finals = [_final(m) for _, m in members]
+        prefix = model0.steps[:-1] if isinstance(model0, Pipeline) else []
+        scaler = None
+        if len(prefix) == 1 and affine_transformer(prefix[0][1]) \
+                and not getattr(prefix[0][1], "_sklearn_output_config", None):
+            scaler = prefix[0][1]
+        if not prefix or scaler is not None:
+            rows = [train for train, _ in splits] + ([np.arange(len(y))] if keep else [])
+            runs = PlacedRuns(finals[0], X, y, weight, rows, fits=len(finals) * len(splits))
+            try:
+                stack.enter_context(runs)
+            except SplitLacksClass:
+                runs = None
+            if runs is not None:
+                t0 = time.perf_counter()
+                steps = [None] * len(rows)
+                if scaler is not None:
+                    scalers = runs.fit_transformers([(scaler, k) for k in range(len(rows))])
+                    maps = [affine_map(t, runs.model.n_features_in_) for t in scalers]
+                    if any(m is None for m in maps):  # an offset too large for the stored X: placed per split
+                        runs.__exit__(None, None, None)
+                        runs = None
+                    else:
+                        runs.set_maps(maps)
+                        steps = [[(prefix[0][0], t)] for t in scalers]
+            if runs is not None:
+                grid, _ = runs.fit(finals, list(range(len(splits))), feature_names=scaler is None)
+                seconds = time.perf_counter() - t0
+                for (i, model), row in zip(members, grid):
+                    for k, est in enumerate(row):
+                        fitted[i][k] = _with_final(model, steps[k], est)
+                        fit_time[i, k] = seconds / (len(members) * len(splits))
+                if not keep:  # the next group's placement goes in its place
+                    runs.__exit__(None, None, None)
+                    return None
+
+                def refit(best):
+                    est = runs.fit([_final(best)], [len(splits)], feature_names=scaler is None)[0][0][0]
+                    return _with_final(best, steps[-1], est)
+
+                return refit
+        for k, (train, _) in enumerate(splits):
+            t0 = time.perf_counter()
+            Xk, yk = _safe_indexing(X, train), _safe_indexing(y, train)
+            wk = None if weight is None else weight[train]
+            steps = None
+            if prefix:
+                earlier = clone(model0[:-1])
+                try:
+                    Xk = earlier.fit_transform(Xk, yk)
+                except (ValueError, TypeError) as e:  # as the model's own validation: each fit fails alike
+                    raise RejectedInput(str(e)) from e
+                steps = earlier.steps
+            grid, _ = fit_candidates(finals, Xk, yk, wk, None)
+            seconds = time.perf_counter() - t0
+            for (i, model), row in zip(members, grid):
+                fitted[i][k] = _with_final(model, steps, row[0])
+                fit_time[i, k] = seconds / len(members)
+        return None
+
+    def _scores(self, fitted, fit_time, scorers, X, y, splits, score_weight):
+        """scikit-learn's entry of each fit, candidate by candidate and split by split: its test (and train)
+        scores, times and test size.
+
+        Split by split, each split's rows are cut once for all candidates and, with scikit-learn's own
+        scorers (a name, or a list or dict of names), passed once through each fitted earlier step of a
+        pipeline: the scorer then gets the last step and the transformed rows, as it does through the
+        pipeline.
+        """
+        n_cand = len(fitted)
+        entries = [[None] * len(splits) for _ in range(n_cand)]
+        names = self.scoring
+        through = names is None or isinstance(names, str) or (
+            isinstance(names, (list, tuple, set)) and all(isinstance(v, str) for v in names)) or (
+            isinstance(names, dict) and all(isinstance(v, str) for v in names.values()))
+        for k, (train, test) in enumerate(splits):
+            held = {"test": _Rows(X, y, test, score_weight, through)}
+            if self.return_train_score:
+                held["train"] = _Rows(X, y, train, score_weight, through)
+            for i in range(n_cand):
+                t0 = time.perf_counter()
+                entry = {"fit_error": None, "n_test_samples": len(test), "fit_time": fit_time[i, k]}
+                entry["test_scores"] = self._score(fitted[i][k], scorers, held["test"])
+                entry["score_time"] = time.perf_counter() - t0
+                if self.return_train_score:
+                    entry["train_scores"] = self._score(fitted[i][k], scorers, held["train"])
+                entries[i][k] = entry
+        return [e for row in entries for e in row]
+
+    def _score(self, est, scorers, rows):
+        try:
+            est, Xr, yr, kwargs = rows.for_scoring(est)
+            scores = scorers(est, Xr, yr, **kwargs)
+        except Exception:
+            if self.error_score == "raise":
+                raise
+            warnings.warn(f"Scoring failed. The score on this train-test partition for these parameters will be set "
+                          f"to {self.error_score}. Details: \n{traceback.format_exc()}", UserWarning, stacklevel=2)
+            if isinstance(scorers, _MultimetricScorer):
+                return {name: self.error_score for name in scorers._scorers}
+            return self.error_score
+        if isinstance(scores, dict):
+            return {name: float(v) if np.ndim(v) == 0 else v for name, v in scores.items()}
+        return float(scores) if np.ndim(scores) == 0 else scores
+
+
+class _Rows:
+    """The rows ``rows`` of a search's input, cut once; with ``through``, also once per fitted earlier steps."""
+
+    def __init__(self, X, y, rows, weight, through):
+        self.X, self.y = _safe_indexing(X, rows), _safe_indexing(y, rows)
+        self.kwargs = {} if weight is None else {"sample_weight": weight[rows]}
+        self.through, self._seen = through, {}
+
+    def for_scoring(self, est):
+        """``(estimator, X, y, kwargs)`` to score ``est`` on these rows."""
+        if not (self.through and isinstance(est, Pipeline) and len(est.steps) > 1):
+            return est, self.X, self.y, self.kwargs
+        key = tuple(id(step) for _, step in est.steps[:-1])
+        if key not in self._seen:  # the steps stay referenced by the fitted candidates: their ids stay theirs
+            self._seen[key] = est[:-1].transform(self.X)
+        return est.steps[-1][1], self._seen[key], self.y, self.kwargs
+
+
+def _per_fit(key: str, last: str | None) -> bool:
+    """Whether a candidate's ``key`` is one each fit of a shared placement may have its own of."""
+    if last is None:
+        return key in PER_FIT
+    step, _, name = key.partition("__")
+    return step == last and name in PER_FIT
+
+
+def _final(model):
+    """A candidate's estimator: the last step of a pipeline."""
+    return model.steps[-1][1] if isinstance(model, Pipeline) else model
+
+
+def _with_final(model, steps, final):
+    """``model`` (a candidate: an estimator or a pipeline) fitted: ``final`` as its last step, after ``steps``
+    (the fitted earlier ``(name, step)`` pairs; None: none)."""
+    if not isinstance(model, Pipeline):
+        return final
+    out = clone(model)
+    out.steps = list(steps or []) + [(model.steps[-1][0], final)]
+    return out
+
+
+class GridSearchCV(_PlacedSearch, _SkGridSearchCV):
+    """scikit-learn's ``GridSearchCV``, whose fits of our linear models share their placements.
+
+    The same parameters, attributes and results as
+    ``sklearn.model_selection.GridSearchCV``.  Where every candidate is our
+    ``LogisticRegression`` or ``LinearRegression`` (alone or the last step of a
+    ``Pipeline``) on NumPy, pandas or scipy.sparse input, the data is placed
+    on the workers once per group of candidates that share a problem (once
+    per split with a pipeline's earlier steps), and every candidate's fit on
+    every split runs in lockstep: one pass over X per round for all of them,
+    each with its own line search and stopping test, as it would alone.
+    The scores are scikit-learn's scorers on the client.  Anything else
+    is scikit-learn's search (``n_jobs`` applies there).
+
+    Parameters
+    ----------
+    estimator, param_grid, scoring, n_jobs, refit, cv, verbose, pre_dispatch, error_score, return_train_score
+        As in ``sklearn.model_selection.GridSearchCV``.
+
+    Attributes
+    ----------
+    cv_results_, best_estimator_, best_score_, best_params_, best_index_, scorer_, n_splits_, refit_time_,
+    multimetric_, classes_, n_features_in_, feature_names_in_
+        As in ``sklearn.model_selection.GridSearchCV``.  ``fit_time`` in
+        ``cv_results_`` is, on the placed path, the group's wall time shared
+        evenly among its fits.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from dask_estimators import LogisticRegression
+    >>> from dask_estimators.model_selection import GridSearchCV
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> search = GridSearchCV(make_pipeline(StandardScaler(), LogisticRegression()),
+    ...                       {"logisticregression__C": [0.01, 0.1, 1.0]}, cv=3)
+    >>> search.fit(X, y).best_params_  # doctest: +SKIP
+    {'logisticregression__C': 0.1}
+    """
+
+    def _candidates(self, probe):
+        return list(ParameterGrid(self.param_grid))
+
+
+class RandomizedSearchCV(_PlacedSearch, _SkRandomizedSearchCV):
+    """scikit-learn's ``RandomizedSearchCV``, whose fits of our linear models share their placements.
+
+    The same parameters, attributes and results as
+    ``sklearn.model_selection.RandomizedSearchCV`` (the same candidates for
+    the same ``random_state``); the fits go as in :class:`GridSearchCV`.
+
+    Parameters
+    ----------
+    estimator, param_distributions, n_iter, scoring, n_jobs, refit, cv, verbose, pre_dispatch, random_state, \
+error_score, return_train_score
+        As in ``sklearn.model_selection.RandomizedSearchCV``.
+
+    Attributes
+    ----------
+    cv_results_, best_estimator_, best_score_, best_params_, best_index_, scorer_, n_splits_, refit_time_,
+    multimetric_, classes_, n_features_in_, feature_names_in_
+        As in ``sklearn.model_selection.RandomizedSearchCV``.
+    """
+
+    def _candidates(self, probe):
+        """The candidates scikit-learn's search draws.  ``probe``: draw them from a copy of the random state,
+        which stays where it was (scikit-learn's search, when it runs instead, draws the same)."""
+        state = self.random_state
+        if probe and not isinstance(state, Integral):
+            state = copy.deepcopy(check_random_state(state))
+        return list(ParameterSampler(self.param_distributions, self.n_iter, random_state=state))

@@ -1,0 +1,167 @@
+"""Splits that see X through a per-feature affine map (objectives.cv.set_affine), and the scalers fitted on the
+splits' rows where they are placed (objectives.cv.partial_fit_on_folds).
+
+A split's models are evaluated on the stored X in the map's coordinates: the
+loss and gradient must be those of the same models on ``a + s * X`` stored
+as such (both kernels, every loss kind, with and without an intercept), and
+the gradient that of the loss by finite differences.  A scaler chained over
+two shards' training rows must be the scaler scikit-learn fits on the split's
+rows.
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
+
+from dask_estimators.engine.data._worker import Shard, to_host
+from dask_estimators.objectives import LinearSpec
+from dask_estimators.objectives import cv as CV
+from dask_estimators.objectives import linear as lin
+
+N, D = 301, 6
+
+
+def _problem(loss, rng, weighted):
+    X = rng.normal(size=(N, D)) * np.arange(1, D + 1) + np.linspace(-20, 40, D)  # offsets and scales per feature
+    K = 3 if loss == "multinomial" else 1
+    if loss == "squared":
+        y = rng.normal(size=N)
+    elif K == 1:
+        y = rng.integers(0, 2, N).astype(float)
+    else:  # class codes, as placed
+        y = rng.integers(0, K, N)
+    arrays = {"X": X, "y": y}
+    if weighted:
+        arrays["sample_weight"] = rng.uniform(0.5, 2.0, N)
+    return arrays, K
+
+
+def _shard(arrays, loss, K, X=None):
+    shard = Shard(dict(arrays, **({} if X is None else {"X": X})), device="cpu")
+    CV.assign_kfold(shard, [(0, N)], N, 3)
+    CV.prepare(shard, loss, K)
+    return shard
+
+
+def _maps(rng):
+    return [(rng.normal(size=D), rng.uniform(0.2, 3.0, D)), None, (np.zeros(D), rng.uniform(0.5, 2.0, D))]
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("loss", ["binomial", "squared", "multinomial"])
+@pytest.mark.parametrize("intercept", [True, False], ids=["b", "nob"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["nosw", "sw"])
+def test_a_mapped_split_is_evaluated_as_on_its_mapped_rows(backend, loss, intercept, weighted):
+    import torch
+
+    rng = np.random.default_rng(3)
+    arrays, K = _problem(loss, rng, weighted)
+    maps = _maps(rng)
+    stored = _shard(arrays, loss, K)
+    CV.set_affine(stored, maps)
+    spec = LinearSpec(loss, D, K, intercept, backend=backend)
+    folds = [0, 1, 2, 0, None]
+    ws = torch.as_tensor(0.05 * rng.normal(size=(len(folds), spec.n_params)))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # "auto" takes the fused kernel on a one-thread worker where it can
+    try:
+        losses, grads = to_host(CV.fold_value_grad_many(stored, folds, ws, spec))
+        for i, k in enumerate(folds):
+            a, s = maps[k] if k is not None and maps[k] is not None else (np.zeros(D), np.ones(D))
+            mapped = _shard(arrays, loss, K, X=a + s * arrays["X"])
+            want_loss, want_grad = to_host(CV.on_fold(mapped, k, lin.value_grad, ws[i], spec))
+            np.testing.assert_allclose(losses[i], want_loss, rtol=1e-10)
+            np.testing.assert_allclose(grads[i], want_grad, rtol=1e-9, atol=1e-9)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("loss", ["binomial", "multinomial"])
+def test_a_mapped_splits_gradient_is_its_losss_by_finite_differences(loss):
+    rng = np.random.default_rng(5)
+    arrays, K = _problem(loss, rng, weighted=True)
+    shard = _shard(arrays, loss, K)
+    CV.set_affine(shard, _maps(rng))
+    spec = LinearSpec(loss, D, K, True)
+    w = 0.05 * rng.normal(size=spec.n_params)
+
+    def f(v):
+        out, g = to_host(CV.fold_value_grad_many(shard, [0], v[None, :], spec))
+        return float(out[0]), g[0]
+
+    _, g = f(w)
+    h = 1e-6
+    fd = np.array([(f(w + h * e)[0] - f(w - h * e)[0]) / (2 * h) for e in np.eye(spec.n_params)])
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss", ["binomial", "squared", "multinomial"])
+@pytest.mark.parametrize("intercept", [True, False], ids=["b", "nob"])
+def test_the_solvers_one_model_kernels_on_a_mapped_split_are_those_of_its_mapped_rows(loss, intercept):
+    """value_grad, hessp and hess on a mapped split (the solvers' own rounds, a Newton polish): the same
+    values as on ``a + s * X`` stored as such; any other kernel is refused there."""
+    rng = np.random.default_rng(6)
+    arrays, K = _problem(loss, rng, weighted=True)
+    maps = _maps(rng)
+    stored = _shard(arrays, loss, K)
+    CV.set_affine(stored, maps)
+    spec = LinearSpec(loss, D, K, intercept)
+    import torch
+
+    w = torch.as_tensor(0.05 * rng.normal(size=spec.n_params))  # as the rounds hand them to a kernel
+    p = torch.as_tensor(rng.normal(size=spec.n_params))
+    for k in (0, 2):
+        mapped = _shard(arrays, loss, K, X=maps[k][0] + maps[k][1] * arrays["X"])
+        got, want = [], []
+        for shard, out in ((stored, got), (mapped, want)):
+            loss_, g = to_host(CV.on_fold(shard, k, lin.value_grad, w, spec))
+            out += [loss_, g, to_host(CV.on_fold(shard, k, lin.hessp, p, spec)),
+                    to_host(CV.on_fold(shard, k, lin.hess, spec))]
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="affine map"):
+        CV.heldout_sums(stored, 0, w[None, :].numpy(), spec, "log_loss")
+
+
+def _two_shards(X, roles):
+    """Two shards of X's rows (as a placement cuts them), each with its rows' roles."""
+    cut = X.shape[0] // 2 + 7
+    shards = []
+    for rows in (slice(0, cut), slice(cut, None)):
+        shard = Shard({"X": X[rows], "y": np.zeros(X[rows].shape[0])}, device="cpu")
+        CV.set_roles(shard, roles[:, rows])
+        shards.append(shard)
+    return shards
+
+
+@pytest.mark.parametrize("kind", ["kfold", "shuffled"])
+@pytest.mark.parametrize("scaler", [StandardScaler(), MinMaxScaler(), MaxAbsScaler()], ids=lambda s: type(s).__name__)
+def test_scalers_chained_over_the_shards_are_the_scalers_of_the_splits_rows(kind, scaler):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(N, D)) * 3 + 10
+    if kind == "kfold":  # training rows in two runs on each shard: handed over as views
+        fold = np.arange(N) * 3 // N
+    else:  # scattered: one copy per shard
+        fold = rng.integers(0, 3, N)
+    roles = np.where(fold[None, :] == np.arange(3)[:, None], CV.TEST, CV.TRAIN).astype(np.int8)
+    shards = _two_shards(X, roles)
+    fitted = [(type(scaler)(**scaler.get_params()), k) for k in range(3)]
+    for shard in shards:
+        fitted = list(zip(CV.partial_fit_on_folds(shard, fitted), range(3)))
+    for t, k in fitted:
+        want = type(scaler)(**scaler.get_params()).fit(X[roles[k] == CV.TRAIN])
+        np.testing.assert_allclose(t.transform(X), want.transform(X), rtol=1e-12, atol=1e-12)
+
+
+def test_a_sparse_shards_scaler_sees_its_training_rows():
+    X = sp.random(N, D, density=0.3, format="csr", random_state=4) * 5
+    fold = np.arange(N) % 3
+    roles = np.where(fold[None, :] == np.arange(3)[:, None], CV.TEST, CV.TRAIN).astype(np.int8)
+    shards = _two_shards(X, roles)
+    fitted = [(MaxAbsScaler(), k) for k in range(3)]
+    for shard in shards:
+        fitted = list(zip(CV.partial_fit_on_folds(shard, fitted), range(3)))
+    for t, k in fitted:
+        want = MaxAbsScaler().fit(X[roles[k] == CV.TRAIN])
+        np.testing.assert_allclose(t.max_abs_, want.max_abs_, rtol=1e-12)
