@@ -481,6 +481,11 @@ def block_readme() -> str:
                      f"{label} {rate(mlp[anchor])}", f"{mlp['ours-ddp'] / mlp[anchor]:.2f}"])
     for label, ours, anchor, a in _float32_rows():
         rows.append([label, g3(ours), f"{anchor} {g3(a)}", g3(ours / a)])
+    search = load("search.json")
+    ours, a = (search["seconds"][k] for k in ("ours: dask_estimators.model_selection.GridSearchCV", "scikit-learn"))
+    rows.append([f"GridSearchCV(Pipeline(StandardScaler, LogisticRegression)), {len(search['Cs'])} C x "
+                 f"{search['folds']} folds, {search['rows']:,} x {search['cols']}, s", g3(ours),
+                 f"scikit-learn, `n_jobs=-1` {g3(a)}", g3(ours / a)])
     return table(["benchmark", "ours", "anchor", "ours / anchor"], rows)
 
 

@@ -23,7 +23,7 @@ from scipy.stats import loguniform
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
 from sklearn.exceptions import FitFailedWarning
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression
-from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import MinMaxScaler, PolynomialFeatures, StandardScaler
 from sklearn.svm import SVC
@@ -248,3 +248,42 @@ def test_without_scikit_learns_private_search_methods_its_own_search_runs(placem
     assert len(placements) == 2 * 3 + 1  # each fit placed its own rows: scikit-learn's search ran
     theirs = skms.GridSearchCV(pipe, {"clf__C": [0.1, 1.0]}, cv=3).fit(X, y)
     _same_results(ours, theirs, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("container", ["array", "frame"])
+def test_dask_input_stays_on_the_workers_and_scores_there(container, placements, placed_only, spread):
+    import dask.array as da
+    import dask.dataframe as dd
+
+    X, y = _scaled_cancer()
+    X = X * 3 + 2
+    w = np.random.default_rng(1).uniform(0.5, 2.0, len(y))
+    if container == "array":
+        Xd, yd, wd = da.from_array(X, chunks=(150, 30)), da.from_array(y, chunks=150), da.from_array(w, chunks=150)
+    else:
+        frame = pd.DataFrame(X, columns=[f"c{i}" for i in range(30)])
+        Xd = dd.from_pandas(frame, npartitions=4)
+        yd = dd.from_pandas(pd.Series(y, name="y"), npartitions=4)
+        w = None
+    pipe = Pipeline([("scale", StandardScaler()), ("clf", de.LogisticRegression(tol=1e-8, max_iter=500))])
+    grid = {"clf__C": [0.01, 0.1, 1.0], "clf__fit_intercept": [True, False]}
+    cv = StratifiedKFold(3, shuffle=True, random_state=0)
+    scoring = ["accuracy", "neg_log_loss"]
+    fit_params = {} if w is None else {"clf__sample_weight": wd}
+    ours = GridSearchCV(pipe, grid, cv=cv, scoring=scoring, refit="neg_log_loss").fit(Xd, yd, **fit_params)
+    assert len(placements) == 1  # kept by its keys: the other group and the refit find it placed
+    ref_params = {} if w is None else {"clf__sample_weight": w}
+    theirs = skms.GridSearchCV(pipe, grid, cv=cv, scoring=scoring, refit="neg_log_loss").fit(X, y, **ref_params)
+    # the scorers get no weights through a pipeline (their key is the step's): the same on both sides
+    _same_results(ours, theirs, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), atol=1e-6)
+    # a regressor's default score (r2) and its squared error, with the scorers' weights (a plain estimator)
+    Xr, yr = load_diabetes(return_X_y=True)
+    Xrd, yrd = da.from_array(Xr, chunks=(111, 10)), da.from_array(yr, chunks=111)
+    wr = np.random.default_rng(2).uniform(0.5, 2.0, len(yr))
+    grid = {"alpha": [0.0, 0.1, 1.0]}
+    for scoring in (None, "neg_mean_squared_error"):
+        ours = GridSearchCV(de.LinearRegression(), grid, cv=4, scoring=scoring).fit(
+            Xrd, yrd, sample_weight=da.from_array(wr, chunks=111))
+        theirs = skms.GridSearchCV(de.LinearRegression(), grid, cv=4, scoring=scoring).fit(Xr, yr, sample_weight=wr)
+        _same_results(ours, theirs, rtol=1e-8, atol=1e-8)

@@ -37,8 +37,8 @@ from ..session import DataSession, prestart, stored_values
 from ._base import input_float_dtype
 from .linear import LinearRegression, LogisticRegression
 
-__all__ = ["PER_FIT", "PlacedRuns", "RejectedInput", "SplitLacksClass", "affine_map", "affine_transformer", "fit_candidates",
-           "grid_ready"]
+__all__ = ["PER_FIT", "PlacedRuns", "RejectedInput", "SplitLacksClass", "affine_map", "affine_transformer",
+           "fit_candidates", "grid_ready"]
 
 #: Parameters that may differ between the fits of one placement: each run of the lockstep has its own.
 PER_FIT = frozenset({"C", "alpha", "l1_ratio", "solver", "tol", "max_iter"})
@@ -106,15 +106,19 @@ class PlacedRuns:
 
     A context manager: the placement is released on exit; input that fails the validation raises
     :class:`RejectedInput` on entry, before anything is placed.  ``model`` gives the validation, the loss and the
-    shape of the problem (:func:`grid_ready`); ``splits`` None is one split of every row.  ``fits``: about
+    shape of the problem (:func:`grid_ready`); ``splits`` None is one split of every row.  ``held_out``: each
+    split's held-out rows, for :meth:`heldout` (the scores of dask input, on the workers).  ``X`` may be a
+    dask collection (with ``y`` and the weights partitioned alike): its classes are found on the workers, and
+    the caller checks that each split's training rows hold every class.  ``fits``: about
     how many fits will run in one lockstep, for the session to choose whether they all run in one task on one
     worker (a problem whose stored values times outputs times fits is small: each round's work is then less
     than a round trip).
     """
 
-    def __init__(self, model, X, y, sample_weight=None, splits=None, *, fits=1):
+    def __init__(self, model, X, y, sample_weight=None, splits=None, *, held_out=None, fits=1):
         self.model = clone(model)
         self.fits = max(int(fits), 1)
+        self.held_out = held_out
         self._input = (X, y, sample_weight)
         self.splits = splits
         self._session = None
@@ -131,35 +135,37 @@ class PlacedRuns:
                 base._check_classes(labels[0])
         except (ValueError, TypeError) as e:
             raise RejectedInput(str(e)) from e
-        if dask_input:
-            raise ValueError("PlacedRuns takes NumPy, pandas or scipy.sparse input.")
-        n = X.shape[0]
-        splits = [np.arange(n)] if self.splits is None else self.splits
-        self.splits = splits
-        y_placed, classes = y, None
+        y_placed, classes, n_outputs = y, None, None
         if labels is not None:
             classes, codes = labels
-            classes = base._check_classes(classes)
             y_placed = np.searchsorted(classes, y) if codes is None else codes
-            for k, train in enumerate(splits):  # a split that lacks a class would fit a model of fewer classes
+            for k, train in enumerate(self.splits or []):  # a split that lacks a class: a model of fewer classes
                 if np.unique(np.asarray(y_placed)[train]).size != len(classes):
                     raise SplitLacksClass(f"The training rows of split {k} lack a class of y.")
-        self.y_shape = np.shape(y)
-        n_outputs = base._n_outputs(len(classes) if classes is not None else None, self.y_shape)
-        roles = np.zeros((len(splits), n), dtype=np.int8)
-        for k, train in enumerate(splits):
-            roles[k, np.asarray(train, dtype=np.int64)] = CV.TRAIN
+        if dask_input:  # each split's classes are its caller's to check (it has y's values)
+            self.y_shape = (None,) + tuple(y.shape[1:])
+        else:
+            self.y_shape = np.shape(y)
+            n_outputs = base._n_outputs(len(classes) if classes is not None else None, self.y_shape) * self.fits
         self._session = DataSession(base.client, device=base.device, timeout=base.timeout).__enter__()
         try:
             data = self.data = self._session.data(
-                X=X, y=y_placed, sample_weight=sample_weight, outputs=n_outputs * self.fits,
+                X=X, y=y_placed, sample_weight=sample_weight, outputs=n_outputs,
                 check=base._block_check(base._y_loss(), dtype=base._stored(self.dtype)))
+            n = data.n_samples
+            self.splits = splits = [np.arange(n)] if self.splits is None else self.splits
+            roles = np.zeros((len(splits), n), dtype=np.int8)
+            for k, train in enumerate(splits):
+                roles[k, np.asarray(train, dtype=np.int64)] = CV.TRAIN
+                if self.held_out is not None:
+                    roles[k, np.asarray(self.held_out[k], dtype=np.int64)] = CV.TEST
             data.map_each(CV.set_roles, [(roles[:, CV._positions(r)],) for r in data.row_ranges])
             n_classes, class_weight = None, None
-            if classes is not None:
-                base.classes_ = classes
-                n_classes = len(classes)
+            if self.model._is_classifier:
+                base.classes_ = base._dask_classes(data) if dask_input else base._check_classes(classes)
+                n_classes = len(base.classes_)
                 class_weight = base._class_weight_vector(data, n_classes)
+            n_outputs = base._n_outputs(n_classes, self.y_shape)
             loss = base._loss_name(n_classes)
             self.spec = LinearSpec(loss, base.n_features_in_, n_outputs, base.fit_intercept,
                                    float(getattr(base, "epsilon", 0.0)),
@@ -169,7 +175,7 @@ class PlacedRuns:
                 if not sums[1 + k, 0] > 0:
                     raise ValueError(f"The training rows of split {k} have a zero sum of sample weights.")
             self.problem = FoldProblem(data.evaluator(base.reduction), self.spec, sums, len(splits))
-            self._values = stored_values(X)
+            self._values = stored_values(X) or 0
             self._maps = [None] * len(splits)
         except BaseException:
             self.__exit__(None, None, None)
@@ -234,6 +240,7 @@ class PlacedRuns:
             out, _ = self.data.run_on_worker(independent_fits, problem, (runs,), {"batched": batched}, stacklevel=3)
         else:
             out = independent_fits(problem, runs)
+        self.solutions = [np.asarray(x, dtype=np.float64) for x, _, _ in out]  # as fitted, model by model
         base, fitted, j = self.model, [], 0
         for model in models:
             row = []
@@ -253,6 +260,13 @@ class PlacedRuns:
                 row.append(est)
             fitted.append(row)
         return fitted, time.perf_counter() - t0
+
+
+    def heldout(self, k, xs, metric, weighted=True) -> np.ndarray:
+        """The raw held-out sums of ``metric`` over split k's held-out rows (``held_out``), for each solution
+        of ``xs`` (:attr:`solutions`' vectors), in one round (``weighted`` False: without the sample weights):
+        see :func:`~dask_estimators.objectives.cv.heldout_sums`."""
+        return self.problem.heldout(k, np.stack(xs), metric, weighted)
 
 
 def fit_candidates(models, X, y, sample_weight=None, splits=None):

@@ -72,6 +72,27 @@ _SEARCH_INTERNALS = ("_format_results", "_select_best_index", "_get_scorers", "_
                      "_check_scorers_accept_sample_weight")
 
 
+#: scikit-learn's scorers whose held-out scores are sums on the workers (dask input): name -> (the sums'
+#: metric, :func:`~dask_estimators.objectives.cv.heldout_sums`'s, and the score of those sums).
+_WORKER_METRICS = {
+    "accuracy": ("accuracy", lambda s: s[0] / s[1]),
+    "neg_log_loss": ("log_loss", lambda s: -s[0] / s[1]),
+    "neg_mean_squared_error": ("squared_error", lambda s: -s[0] / s[1]),
+    "r2": ("r2", lambda s: _r2(*s)),
+}
+_CLASSIFIER_METRICS = ("accuracy", "neg_log_loss")
+_REGRESSOR_METRICS = ("r2", "neg_mean_squared_error")
+
+
+def _r2(sse, sy, syy, w):
+    """scikit-learn's ``r2_score`` from the weighted sums of the squared errors, of y and of y² (and their
+    weight): 1 where y is constant and predicted exactly, 0 where it is constant and not."""
+    total = syy - sy * sy / w
+    if total <= 0:
+        return 1.0 if sse == 0 else 0.0
+    return 1.0 - sse / total
+
+
 class _Plan:
     """A search the placed path runs: its candidates, their groups, and where each fit's arguments go."""
 
@@ -128,7 +149,7 @@ class _PlacedSearch:
             return None
         if _MultimetricScorer is None or not all(hasattr(self, name) for name in _SEARCH_INTERNALS):
             return None
-        if y is None or is_dask_collection(X) or is_dask_collection(y) or not candidates:
+        if y is None or not candidates:
             return None
         est = self.estimator
         if not grid_ready(_final(est)) and not any(
@@ -138,6 +159,10 @@ class _PlacedSearch:
         weight_key = "sample_weight" if last is None else f"{last}__sample_weight"
         if set(params) - {"groups", weight_key}:
             return None
+        on_workers = is_dask_collection(X)
+        if on_workers and (self._worker_metrics() is None or self.return_train_score or getattr(y, "ndim", 1) != 1
+                           or is_dask_collection(params.get("groups"))):
+            return None  # scored on the client, or split by dask metadata: scikit-learn's search
         groups = defaultdict(list)
         for i, cand in enumerate(candidates):
             try:
@@ -153,30 +178,67 @@ class _PlacedSearch:
                 final._validate_params()
             except ValueError:
                 return None
+            if on_workers and isinstance(model, Pipeline) and not (
+                    len(model.steps) == 2 and _scaler_of(model) is not None):  # other steps: fitted on the client
+                return None
             shape = tuple(sorted((k, repr(v)) for k, v in cand.items() if not _per_fit(k, last)))
             groups[shape].append((i, model))
-        return _Plan(candidates, list(groups.values()), last, params.get(weight_key))
+        plan = _Plan(candidates, list(groups.values()), last, params.get(weight_key))
+        plan.on_workers = on_workers
+        return plan
+
+    def _worker_metrics(self) -> dict | None:
+        """``{name: metric}`` of the held-out scores computed on the workers (:data:`_WORKER_METRICS`), for the
+        search's ``scoring``; None where a scorer runs on the client."""
+        classifier = is_classifier(self.estimator)
+        scoring = self.scoring
+        if scoring is None:
+            named = {"score": "accuracy" if classifier else "r2"}
+        elif isinstance(scoring, str):
+            named = {"score": scoring}
+        elif isinstance(scoring, (list, tuple, set)) and all(isinstance(v, str) for v in scoring):
+            named = {v: v for v in scoring}
+        elif isinstance(scoring, dict) and all(isinstance(v, str) for v in scoring.values()):
+            named = dict(scoring)
+        else:
+            return None
+        allowed = _CLASSIFIER_METRICS if classifier else _REGRESSOR_METRICS
+        if not all(v in allowed for v in named.values()):
+            return None
+        return named
 
     def _fit_placed(self, plan, X, y, params):
         self._validate_params()
         scorers, refit_metric = self._get_scorers()
-        X, y = indexable(X, y)
         groups = params.get("groups")
-        cv = check_cv(self.cv, y, classifier=is_classifier(self.estimator))
-        self.n_splits_ = cv.get_n_splits(X, y, groups)
-        splits = list(cv.split(X, y, groups))
+        if plan.on_workers:  # the splitter sees y's values and an X of no columns; the rows stay on the workers
+            y_split = np.asarray(y.compute()).reshape(-1)
+            X_split = np.empty((len(y_split), 0))
+        else:
+            X, y = indexable(X, y)
+            X_split, y_split = X, y
+        cv = check_cv(self.cv, y_split, classifier=is_classifier(self.estimator))
+        self.n_splits_ = cv.get_n_splits(X_split, y_split, groups)
+        splits = list(cv.split(X_split, y_split, groups))
         if len(splits) != self.n_splits_:
             raise ValueError(f"cv.split and cv.get_n_splits return inconsistent results. Expected "
                              f"{self.n_splits_} splits, got {len(splits)}")
         n_cand, n_splits = len(plan.candidates), len(splits)
         if self.verbose > 0:
             print(f"Fitting {n_splits} folds for each of {n_cand} candidates, totalling {n_cand * n_splits} fits")
+        if plan.on_workers and is_classifier(self.estimator):
+            classes = np.unique(y_split)
+            for k, (train, _) in enumerate(splits):
+                if np.unique(y_split[train]).size != classes.size:
+                    raise ValueError(f"The training rows of split {k} lack a class of y: with dask input every "
+                                     "split's training rows must hold every class (a stratified splitter does).")
         weight = plan.fit_weight
-        if weight is not None:
+        if weight is not None and not is_dask_collection(weight):
             weight = np.asarray(weight)
         score_weight = None
         if weight is not None and plan.last is None and self._check_scorers_accept_sample_weight():
             score_weight = weight
+        worker_scores = [[None] * len(splits) for _ in plan.candidates] if plan.on_workers else None
         fitted = [[None] * n_splits for _ in range(n_cand)]
         fit_time = np.zeros((n_cand, n_splits))
         with ExitStack() as stack:
@@ -184,8 +246,14 @@ class _PlacedSearch:
             keep = len(plan.groups) == 1 and bool(self.refit)
             refit_on = None
             for members in plan.groups:
-                refit_on = self._fit_group(members, X, y, weight, splits, fitted, fit_time, stack, keep)
-            out = self._scores(fitted, fit_time, scorers, X, y, splits, score_weight)
+                refit_on = self._fit_group(members, X, y, weight, splits, fitted, fit_time, stack, keep, len(y_split),
+                                           worker_scores)
+            if plan.on_workers:
+                out = [{"fit_error": None, "n_test_samples": len(test), "fit_time": fit_time[i, k],
+                        "score_time": worker_scores[i][k][1], "test_scores": worker_scores[i][k][0]}
+                       for i in range(n_cand) for k, (_, test) in enumerate(splits)]
+            else:
+                out = self._scores(fitted, fit_time, scorers, X, y, splits, score_weight)
             self.multimetric_ = isinstance(out[0]["test_scores"], dict)
             if callable(self.scoring) and self.multimetric_:
                 self._check_refit_for_multimetric(out[0]["test_scores"])
@@ -201,6 +269,8 @@ class _PlacedSearch:
                 best = clone(self.estimator).set_params(**clone(self.best_params_, safe=False))
                 if refit_on is not None:
                     best = refit_on(best)
+                elif plan.on_workers:  # dask input: the best candidate's placement again, scaler and all
+                    best = _refit_on_workers(best, X, y, weight, len(y_split))
                 else:
                     key = "sample_weight" if plan.last is None else f"{plan.last}__sample_weight"
                     best.fit(X, y, **({} if weight is None else {key: weight}))
@@ -212,7 +282,7 @@ class _PlacedSearch:
         self.cv_results_ = results
         return self
 
-    def _fit_group(self, members, X, y, weight, splits, fitted, fit_time, stack, keep):
+    def _fit_group(self, members, X, y, weight, splits, fitted, fit_time, stack, keep, n_rows, worker_scores=None):
         """Fit one group's candidates on every split, filling ``fitted`` and ``fit_time``.
 
         Without earlier steps, or with one scaler (:func:`~dask_estimators.estimators._grid.affine_transformer`),
@@ -220,18 +290,18 @@ class _PlacedSearch:
         where its rows are, and applied as an affine map).  Otherwise (other earlier steps, or a split that
         lacks a class) it is placed once per split, after the earlier steps fitted on the client.  ``keep``:
         the placement stays in ``stack`` with a split of every row, and this returns the refit (a function of
-        the best candidate, not fitted); else None.
+        the best candidate, not fitted); else None.  ``worker_scores`` (dask input): filled with each fit's
+        held-out scores, computed on the workers, and their seconds.
         """
         model0 = members[0][1]
         finals = [_final(m) for _, m in members]
         prefix = model0.steps[:-1] if isinstance(model0, Pipeline) else []
-        scaler = None
-        if len(prefix) == 1 and affine_transformer(prefix[0][1]) \
-                and not getattr(prefix[0][1], "_sklearn_output_config", None):
-            scaler = prefix[0][1]
+        scaler = _scaler_of(model0)
         if not prefix or scaler is not None:
-            rows = [train for train, _ in splits] + ([np.arange(len(y))] if keep else [])
-            runs = PlacedRuns(finals[0], X, y, weight, rows, fits=len(finals) * len(splits))
+            rows = [train for train, _ in splits] + ([np.arange(n_rows)] if keep else [])
+            held = [test for _, test in splits] + ([np.arange(0)] if keep else [])
+            runs = PlacedRuns(finals[0], X, y, weight, rows, held_out=held if worker_scores is not None else None,
+                              fits=len(finals) * len(splits))
             try:
                 stack.enter_context(runs)
             except SplitLacksClass:
@@ -245,6 +315,8 @@ class _PlacedSearch:
                     if any(m is None for m in maps):  # an offset too large for the stored X: placed per split
                         runs.__exit__(None, None, None)
                         runs = None
+                        if worker_scores is not None:
+                            raise ValueError(_FAR_MEAN)
                     else:
                         runs.set_maps(maps)
                         steps = [[(prefix[0][0], t)] for t in scalers]
@@ -255,6 +327,8 @@ class _PlacedSearch:
                     for k, est in enumerate(row):
                         fitted[i][k] = _with_final(model, steps[k], est)
                         fit_time[i, k] = seconds / (len(members) * len(splits))
+                if worker_scores is not None:
+                    self._worker_scores(runs, members, len(splits), worker_scores, weighted=not prefix)
                 if not keep:  # the next group's placement goes in its place
                     runs.__exit__(None, None, None)
                     return None
@@ -264,6 +338,8 @@ class _PlacedSearch:
                     return _with_final(best, steps[-1], est)
 
                 return refit
+        if worker_scores is not None:  # the split's rows would come to the client
+            raise ValueError("With dask input every split's training rows must hold every class.")
         for k, (train, _) in enumerate(splits):
             t0 = time.perf_counter()
             Xk, yk = _safe_indexing(X, train), _safe_indexing(y, train)
@@ -282,6 +358,26 @@ class _PlacedSearch:
                 fitted[i][k] = _with_final(model, steps, row[0])
                 fit_time[i, k] = seconds / len(members)
         return None
+
+    def _worker_scores(self, runs, members, n_splits, out, weighted):
+        """Each member's held-out scores on every split, as sums on the workers: one round per split and
+        metric for all of the group's fits.  Fills ``out[i][k]`` with ``(scores, seconds)``.  ``weighted``:
+        with the sample weights, as scikit-learn's search hands them to the scorer of a plain estimator (a
+        pipeline's are its step's alone)."""
+        named = self._worker_metrics()
+        solutions = runs.solutions  # member by member, split by split
+        for k in range(n_splits):
+            t0 = time.perf_counter()
+            xs = [solutions[j * n_splits + k] for j in range(len(members))]
+            values = {name: [] for name in named}
+            for name, scorer_name in named.items():
+                metric, score = _WORKER_METRICS[scorer_name]
+                sums = runs.heldout(k, xs, metric, weighted)
+                values[name] = [float(score(np.asarray(row, dtype=np.float64))) for row in sums]
+            seconds = (time.perf_counter() - t0) / len(members)
+            for j, (i, _) in enumerate(members):
+                scores = {name: v[j] for name, v in values.items()}
+                out[i][k] = (scores["score"] if set(scores) == {"score"} else scores, seconds)
 
     def _scores(self, fitted, fit_time, scorers, X, y, splits, score_weight):
         """scikit-learn's entry of each fit, candidate by candidate and split by split: its test (and train)
@@ -353,6 +449,38 @@ def _per_fit(key: str, last: str | None) -> bool:
         return key in PER_FIT
     step, _, name = key.partition("__")
     return step == last and name in PER_FIT
+
+
+_FAR_MEAN = ("A column's mean is more than 1e4 of its standard deviations from zero: the scaler cannot be applied "
+             "to the stored values of dask input without losing digits; center that column before the search.")
+
+
+def _refit_on_workers(best, X, y, weight, n_rows):
+    """``best`` (a candidate, not fitted) fitted on every row of dask input, its scaler fitted where the rows
+    are, without gathering them."""
+    final, scaler = _final(best), _scaler_of(best)
+    with PlacedRuns(final, X, y, weight, [np.arange(n_rows)]) as runs:
+        steps = None
+        if scaler is not None:
+            (t,) = runs.fit_transformers([(scaler, 0)])
+            mp = affine_map(t, runs.model.n_features_in_)
+            if mp is None:
+                raise ValueError(_FAR_MEAN)
+            runs.set_maps([mp])
+            steps = [(best.steps[0][0], t)]
+        est = runs.fit([final], [0], feature_names=scaler is None)[0][0][0]
+    return _with_final(best, steps, est)
+
+
+def _scaler_of(model):
+    """The scaler a pipeline's fits see X through (its one earlier step, an
+    :func:`~dask_estimators.estimators._grid.affine_transformer` without a set output), else None."""
+    if not isinstance(model, Pipeline) or len(model.steps) != 2:
+        return None
+    step = model.steps[0][1]
+    if affine_transformer(step) and not getattr(step, "_sklearn_output_config", None):
+        return step
+    return None
 
 
 def _final(model):

@@ -390,7 +390,8 @@ def fold_value_grad_many(shard, folds, ws, spec):
     ws = torch.as_tensor(np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, dtype=np.float64))
     identity = (torch.zeros(d, dtype=ws.dtype), torch.ones(d, dtype=ws.dtype))
     raw = torch.cat([_to_raw(ws[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
-    losses, g = _value_grad_many(shard, folds, raw.to(shard.get("X").device), dataclasses.replace(spec, fit_intercept=True))
+    raw_spec = dataclasses.replace(spec, fit_intercept=True)
+    losses, g = _value_grad_many(shard, folds, raw.to(shard.get("X").device), raw_spec)
     g = torch.as_tensor(g).cpu()
     grads = torch.cat([_from_raw(g[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
     return losses, grads
@@ -541,20 +542,19 @@ def _rows_product(X, idx, Wt):
     return out
 
 
-def heldout_sums(shard, k, ws, spec, metric: str):
+def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True):
     """Kernel: raw sums of ``metric`` over split ``k``'s held-out rows, for each parameter vector in ``ws``
-    (a split seen through an affine map is refused: these sums would read the stored X).
+    (of the split's models on ``a + s * x`` where it has an affine map, :func:`set_affine`).
 
     Weights are the shard's own sample weights (without class weights), as
-    scikit-learn's scorers get them.  Returns an array (len(ws), m):
+    scikit-learn's scorers get them (``weighted`` False: none, as a scorer
+    that is not given them).  Returns an array (len(ws), m):
 
     * ``"accuracy"``: weight of the correct predictions, total weight;
     * ``"log_loss"``: weighted log-loss sum, total weight;
     * ``"squared_error"``: weighted sum of squared errors, total weight;
     * ``"r2"``: squared errors, sum of w*y, sum of w*y**2, total weight.
     """
-    if _affine(shard, k) is not None:
-        raise ValueError(f"Split {k} sees X through an affine map: its held-out sums are scored on the client.")
     roles = shard.cache["cv_roles"][k]
     key = ("cv_test_rows", k)
     idx = shard.cache.get(key)
@@ -565,8 +565,14 @@ def heldout_sums(shard, k, ws, spec, metric: str):
     yt = shard.get("y")[idx]
     raw = shard.cache.get("cv_raw_weight")
     f64 = torch.float64
-    st = torch.ones(len(idx), dtype=f64, device=X.device) if raw is None else raw[idx].to(f64)
+    st = torch.ones(len(idx), dtype=f64, device=X.device) if raw is None or not weighted else raw[idx].to(f64)
     ws = torch.as_tensor(ws, dtype=f64, device=X.device).reshape(-1, spec.n_params)
+    mp = _affine(shard, k)
+    if mp is not None:  # the same predictions from the stored rows
+        import dataclasses
+
+        ws = _to_raw(ws.cpu(), spec, mp).to(X.device)
+        spec = dataclasses.replace(spec, fit_intercept=True)
     K, d = spec.n_outputs, spec.n_features
     # every parameter vector's predictions in one product (X read once for all of them)
     Z_all = _rows_product(X, idx, ws[:, : K * d].reshape(-1, d).T.contiguous())

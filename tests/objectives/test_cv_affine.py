@@ -99,8 +99,8 @@ def test_a_mapped_splits_gradient_is_its_losss_by_finite_differences(loss):
 @pytest.mark.parametrize("loss", ["binomial", "squared", "multinomial"])
 @pytest.mark.parametrize("intercept", [True, False], ids=["b", "nob"])
 def test_the_solvers_one_model_kernels_on_a_mapped_split_are_those_of_its_mapped_rows(loss, intercept):
-    """value_grad, hessp and hess on a mapped split (the solvers' own rounds, a Newton polish): the same
-    values as on ``a + s * X`` stored as such; any other kernel is refused there."""
+    """value_grad, hessp and hess on a mapped split (the solvers' own rounds, a Newton polish), and its held-out
+    sums: the same values as on ``a + s * X`` stored as such; any other kernel is refused there."""
     rng = np.random.default_rng(6)
     arrays, K = _problem(loss, rng, weighted=True)
     maps = _maps(rng)
@@ -118,10 +118,12 @@ def test_the_solvers_one_model_kernels_on_a_mapped_split_are_those_of_its_mapped
             loss_, g = to_host(CV.on_fold(shard, k, lin.value_grad, w, spec))
             out += [loss_, g, to_host(CV.on_fold(shard, k, lin.hessp, p, spec)),
                     to_host(CV.on_fold(shard, k, lin.hess, spec))]
+            for metric in ("log_loss", "accuracy") if loss != "squared" else ("r2", "squared_error"):
+                out.append(to_host(CV.heldout_sums(shard, k, np.stack([w.numpy(), p.numpy() * 0.01]), spec, metric)))
         for a, b in zip(got, want):
             np.testing.assert_allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=1e-9, atol=1e-9)
     with pytest.raises(ValueError, match="affine map"):
-        CV.heldout_sums(stored, 0, w[None, :].numpy(), spec, "log_loss")
+        CV.on_fold(stored, 0, lin.inference_sums, w, spec)
 
 
 def _two_shards(X, roles):
