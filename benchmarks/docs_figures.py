@@ -4,8 +4,8 @@
     python benchmarks/docs_figures.py --check   # exit 1 when a page or a plot differs from what it would write
 
 A generated block sits between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->`` on lines of their
-own, in ``docs/performance.md``, the cost model's section of ``docs/design-measurements.md`` or the
-performance section of ``README.md``; :data:`BLOCKS` says what writes each NAME.  Every figure comes
+own, in ``docs/performance.md``, ``docs/search.md``, the cost model's section of
+``docs/design-measurements.md`` or the performance section of ``README.md``; :data:`BLOCKS` says what writes each NAME.  Every figure comes
 from one results file of one run, formatted as the benchmark that wrote the file formats it in its own
 Markdown (``.3g`` for seconds and ratios unless said), so two pages that show a figure show the same
 digits.  The plots of ``docs/img/`` that stand for a results plot are byte copies of it (:data:`PLOTS`).
@@ -29,7 +29,7 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 
 #: The pages whose generated blocks this script writes.
-PAGES = ["docs/performance.md", "docs/design-measurements.md", "docs/sizing.md", "README.md"]
+PAGES = ["docs/performance.md", "docs/design-measurements.md", "docs/sizing.md", "docs/search.md", "README.md"]
 #: docs/img plot -> the results plot it stands for.
 PLOTS = {
     "docs/img/scaling.png": "benchmarks/results/scaling.png",
