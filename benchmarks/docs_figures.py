@@ -5,8 +5,9 @@
 
 A generated block sits between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->`` on lines of their
 own, in ``docs/performance.md``, ``docs/search.md``, the cost model's section of
-``docs/design-measurements.md`` or the performance section of ``README.md``; :data:`BLOCKS` says what writes each NAME.  Every figure comes
-from one results file of one run, formatted as the benchmark that wrote the file formats it in its own
+``docs/design-measurements.md`` or the performance section of ``README.md``; :data:`BLOCKS` says what
+writes each NAME.  Every figure comes from one results file of one run, formatted as the benchmark that
+wrote the file formats it in its own
 Markdown (``.3g`` for seconds and ratios unless said), so two pages that show a figure show the same
 digits.  The plots of ``docs/img/`` that stand for a results plot are byte copies of it (:data:`PLOTS`).
 
