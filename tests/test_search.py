@@ -287,3 +287,26 @@ def test_dask_input_stays_on_the_workers_and_scores_there(container, placements,
             Xrd, yrd, sample_weight=da.from_array(wr, chunks=111))
         theirs = skms.GridSearchCV(de.LinearRegression(), grid, cv=4, scoring=scoring).fit(Xr, yr, sample_weight=wr)
         _same_results(ours, theirs, rtol=1e-8, atol=1e-8)
+
+
+def test_float32_input_is_searched_in_float32(placed_only):
+    X, y = _scaled_cancer()
+    X32 = (X * 2 + 1).astype(np.float32)
+    pipe = Pipeline([("scale", StandardScaler()), ("clf", de.LogisticRegression(tol=1e-8, max_iter=500))])
+    grid = {"clf__C": [0.1, 1.0]}
+    ours = GridSearchCV(pipe, grid, cv=3).fit(X32, y)
+    assert ours.best_estimator_[-1].fit_stats_["x_dtype"] == "float32"
+    assert ours.best_estimator_[-1].coef_.dtype == np.float32  # as scikit-learn keeps X's dtype
+    theirs = skms.GridSearchCV(pipe, grid, cv=3).fit(X32, y)
+    _same_results(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_the_progress_bar_counts_every_fit_and_shows_the_best_score(capsys, placed_only):
+    X, y = _scaled_cancer()
+    grid = {"C": [0.1, 1.0, 10.0]}
+    search = GridSearchCV(de.LogisticRegression(), grid, cv=4, progress=True).fit(X, y)
+    err = capsys.readouterr().err
+    assert "12/12" in err and f"best={np.max(search.cv_results_['mean_test_score']):.4g}" in err
+    assert "_bar" not in search.__dict__
+    pickle.loads(pickle.dumps(search))
+    assert GridSearchCV(de.LogisticRegression(), grid).get_params()["progress"] is False

@@ -216,14 +216,15 @@ class PlacedRuns:
         self._maps = list(maps)
         self.data.map(CV.set_affine, self._maps)
 
-    def fit(self, models, folds, *, feature_names=True) -> tuple[list, float]:
+    def fit(self, models, folds, *, feature_names=True, on_done=None) -> tuple[list, float]:
         """Fit every model of ``models`` on every split of ``folds`` (indices into ``splits``), in lockstep.
 
         ``models``: not fitted, :func:`grid_ready`, of one class and equal in every parameter but
         :data:`PER_FIT`'s.  Returns ``(fitted, seconds)``:
         ``fitted[i][j]`` a copy of ``models[i]`` fitted on split ``folds[j]``, with the attributes its own
         ``fit`` on those rows sets, and the wall time of all the fits.  ``feature_names`` False: the fitted
-        models get no ``feature_names_in_`` (they stand after a scaler, whose output has none).
+        models get no ``feature_names_in_`` (they stand after a scaler, whose output has none).  ``on_done(n)``,
+        if given, is called as fits end (``n`` of them; all at once where they ran in one task on a worker).
         """
         t0 = time.perf_counter()
         for model in models:
@@ -238,8 +239,10 @@ class PlacedRuns:
         if self.data.on_worker:
             batched = self._values >= _LOCKSTEP_ON_WORKER_FROM
             out, _ = self.data.run_on_worker(independent_fits, problem, (runs,), {"batched": batched}, stacklevel=3)
+            if on_done is not None:
+                on_done(len(runs))
         else:
-            out = independent_fits(problem, runs)
+            out = independent_fits(problem, runs, on_done=None if on_done is None else (lambda: on_done(1)))
         self.solutions = [np.asarray(x, dtype=np.float64) for x, _, _ in out]  # as fitted, model by model
         base, fitted, j = self.model, [], 0
         for model in models:

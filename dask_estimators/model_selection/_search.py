@@ -53,6 +53,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.utils import _safe_indexing, check_random_state
 from sklearn.utils.validation import indexable
 
+from .._progress import check_progress, progress_bar
 from ..estimators._grid import (
     PER_FIT,
     PlacedRuns,
@@ -127,6 +128,7 @@ class _PlacedSearch:
         -------
         self : object
         """
+        check_progress(self.progress)  # a missing tqdm fails now
         draws = self._candidates(probe=True)
         plan = self._placed_plan(X, y, params, draws)
         if plan is None:
@@ -242,12 +244,19 @@ class _PlacedSearch:
         fitted = [[None] * n_splits for _ in range(n_cand)]
         fit_time = np.zeros((n_cand, n_splits))
         with ExitStack() as stack:
+            bar = None
+            if self.progress:
+                bar = stack.enter_context(progress_bar(n_cand * n_splits, type(self).__name__, "fit"))
+            self._bar = bar  # for the fits' ends (_fits_done); gone when the search ends
+            stack.callback(self.__dict__.pop, "_bar", None)
             # one group: its placement also holds a split of every row, for the refit of its best candidate
             keep = len(plan.groups) == 1 and bool(self.refit)
             refit_on = None
             for members in plan.groups:
                 refit_on = self._fit_group(members, X, y, weight, splits, fitted, fit_time, stack, keep, len(y_split),
                                            worker_scores)
+            if bar is not None:
+                bar.set_description(f"{type(self).__name__}, scoring")
             if plan.on_workers:
                 out = [{"fit_error": None, "n_test_samples": len(test), "fit_time": fit_time[i, k],
                         "score_time": worker_scores[i][k][1], "test_scores": worker_scores[i][k][0]}
@@ -259,6 +268,10 @@ class _PlacedSearch:
                 self._check_refit_for_multimetric(out[0]["test_scores"])
                 refit_metric = self.refit
             results = self._format_results(plan.candidates, n_splits, out)
+            if bar is not None:
+                key = "mean_test_score" if "mean_test_score" in results else f"mean_test_{refit_metric}"
+                if key in results:
+                    bar.set_postfix(best=f"{np.nanmax(results[key]):.4g}")
             if self.refit or not self.multimetric_:
                 self.best_index_ = self._select_best_index(self.refit, refit_metric, results)
                 if not callable(self.refit):
@@ -321,7 +334,8 @@ class _PlacedSearch:
                         runs.set_maps(maps)
                         steps = [[(prefix[0][0], t)] for t in scalers]
             if runs is not None:
-                grid, _ = runs.fit(finals, list(range(len(splits))), feature_names=scaler is None)
+                grid, _ = runs.fit(finals, list(range(len(splits))), feature_names=scaler is None,
+                                   on_done=self._fits_done)
                 seconds = time.perf_counter() - t0
                 for (i, model), row in zip(members, grid):
                     for k, est in enumerate(row):
@@ -353,11 +367,18 @@ class _PlacedSearch:
                     raise RejectedInput(str(e)) from e
                 steps = earlier.steps
             grid, _ = fit_candidates(finals, Xk, yk, wk, None)
+            self._fits_done(len(finals))
             seconds = time.perf_counter() - t0
             for (i, model), row in zip(members, grid):
                 fitted[i][k] = _with_final(model, steps, row[0])
                 fit_time[i, k] = seconds / len(members)
         return None
+
+    def _fits_done(self, n=1):
+        """``n`` fits have ended: the bar (``progress``) counts them."""
+        bar = getattr(self, "_bar", None)
+        if bar is not None:
+            bar.update(n)
 
     def _worker_scores(self, runs, members, n_splits, out, weighted):
         """Each member's held-out scores on every split, as sums on the workers: one round per split and
@@ -514,8 +535,34 @@ class GridSearchCV(_PlacedSearch, _SkGridSearchCV):
 
     Parameters
     ----------
-    estimator, param_grid, scoring, n_jobs, refit, cv, verbose, pre_dispatch, error_score, return_train_score
-        As in ``sklearn.model_selection.GridSearchCV``.
+    estimator : estimator object
+        The estimator (or pipeline) fitted for each candidate.
+    param_grid : dict or list of dicts
+        The candidates, as scikit-learn's ``ParameterGrid`` makes them.
+    scoring : str, callable, list, tuple, dict or None, default=None
+        As scikit-learn's: None is the estimator's ``score``.  With dask input
+        the placed path computes None, ``"accuracy"`` and ``"neg_log_loss"``
+        (classifiers), ``"r2"`` and ``"neg_mean_squared_error"``
+        (regressors) on the workers.
+    n_jobs : int or None, default=None
+        The jobs of scikit-learn's own search, where it runs; the placed path
+        runs its fits on the cluster.
+    refit : bool, str or callable, default=True
+        As scikit-learn's.
+    cv : int, cross-validation generator or iterable, default=None
+        As scikit-learn's (5 stratified or plain folds for None).
+    verbose : int, default=0
+        As scikit-learn's.
+    pre_dispatch : int or str, default="2*n_jobs"
+        As scikit-learn's (its own search only).
+    error_score : "raise" or numeric, default=np.nan
+        The score of a fit that fails, as scikit-learn's.
+    return_train_score : bool, default=False
+        As scikit-learn's.
+    progress : bool, default=False
+        A tqdm bar of the placed path's fits (candidates x splits) as they
+        end, then of the best mean test score (needs tqdm).
+        scikit-learn's own search shows ``verbose``'s lines.
 
     Attributes
     ----------
@@ -539,6 +586,14 @@ class GridSearchCV(_PlacedSearch, _SkGridSearchCV):
     {'logisticregression__C': 0.1}
     """
 
+    _parameter_constraints = {**_SkGridSearchCV._parameter_constraints, "progress": ["boolean"]}
+
+    def __init__(self, estimator, param_grid, *, scoring=None, n_jobs=None, refit=True, cv=None, verbose=0,
+                 pre_dispatch="2*n_jobs", error_score=np.nan, return_train_score=False, progress=False):
+        super().__init__(estimator, param_grid, scoring=scoring, n_jobs=n_jobs, refit=refit, cv=cv, verbose=verbose,
+                         pre_dispatch=pre_dispatch, error_score=error_score, return_train_score=return_train_score)
+        self.progress = progress
+
     def _candidates(self, probe):
         return list(ParameterGrid(self.param_grid))
 
@@ -552,9 +607,37 @@ class RandomizedSearchCV(_PlacedSearch, _SkRandomizedSearchCV):
 
     Parameters
     ----------
-    estimator, param_distributions, n_iter, scoring, n_jobs, refit, cv, verbose, pre_dispatch, random_state, \
-error_score, return_train_score
-        As in ``sklearn.model_selection.RandomizedSearchCV``.
+    estimator : estimator object
+        The estimator (or pipeline) fitted for each candidate.
+    param_distributions : dict or list of dicts
+        The candidates' distributions, as scikit-learn's ``ParameterSampler``
+        draws them.
+    n_iter : int, default=10
+        The number of candidates drawn.
+    scoring : str, callable, list, tuple, dict or None, default=None
+        As scikit-learn's: None is the estimator's ``score``.  With dask input
+        the placed path computes None, ``"accuracy"`` and ``"neg_log_loss"``
+        (classifiers), ``"r2"`` and ``"neg_mean_squared_error"``
+        (regressors) on the workers.
+    n_jobs : int or None, default=None
+        The jobs of scikit-learn's own search, where it runs; the placed path
+        runs its fits on the cluster.
+    refit : bool, str or callable, default=True
+        As scikit-learn's.
+    cv : int, cross-validation generator or iterable, default=None
+        As scikit-learn's (5 stratified or plain folds for None).
+    verbose : int, default=0
+        As scikit-learn's.
+    pre_dispatch : int or str, default="2*n_jobs"
+        As scikit-learn's (its own search only).
+    random_state : int, RandomState instance or None, default=None
+        The draws' random state, as scikit-learn's.
+    error_score : "raise" or numeric, default=np.nan
+        The score of a fit that fails, as scikit-learn's.
+    return_train_score : bool, default=False
+        As scikit-learn's.
+    progress : bool, default=False
+        As in :class:`GridSearchCV`.
 
     Attributes
     ----------
@@ -562,6 +645,16 @@ error_score, return_train_score
     multimetric_, classes_, n_features_in_, feature_names_in_
         As in ``sklearn.model_selection.RandomizedSearchCV``.
     """
+
+    _parameter_constraints = {**_SkRandomizedSearchCV._parameter_constraints, "progress": ["boolean"]}
+
+    def __init__(self, estimator, param_distributions, *, n_iter=10, scoring=None, n_jobs=None, refit=True, cv=None,
+                 verbose=0, pre_dispatch="2*n_jobs", random_state=None, error_score=np.nan, return_train_score=False,
+                 progress=False):
+        super().__init__(estimator, param_distributions, n_iter=n_iter, scoring=scoring, n_jobs=n_jobs, refit=refit,
+                         cv=cv, verbose=verbose, pre_dispatch=pre_dispatch, random_state=random_state,
+                         error_score=error_score, return_train_score=return_train_score)
+        self.progress = progress
 
     def _candidates(self, probe):
         """The candidates scikit-learn's search draws.  ``probe``: draw them from a copy of the random state,

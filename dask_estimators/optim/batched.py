@@ -122,11 +122,12 @@ class _Proxy:
         return self._lockstep.call(self._i, "hess", np.array(w, dtype=np.float64))
 
 
-def minimize_lockstep(objectives, batch, x0s, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True):
+def minimize_lockstep(objectives, batch, x0s, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True, on_done=None):
     """Minimise every objective from its ``x0s[i]`` with ``solver``, their evaluations in shared rounds.
 
     ``solver``, ``tol`` and ``max_iter`` are each one value for every run or
-    a sequence of one per run.  Returns the list of :class:`scipy.optimize.OptimizeResult`, one per
+    a sequence of one per run.  ``on_done(i)``, if given, is called (in the
+    run's thread) as each run ends.  Returns the list of :class:`scipy.optimize.OptimizeResult`, one per
     objective, and raises the first run's error if any failed.
 
     Examples
@@ -163,6 +164,8 @@ def minimize_lockstep(objectives, batch, x0s, *, solver="lbfgs", tol=1e-4, max_i
             errors[i] = e
         finally:
             lock.done(i)
+            if on_done is not None:
+                on_done(i)
 
     if n == 1:
         run(0)
@@ -177,12 +180,12 @@ def minimize_lockstep(objectives, batch, x0s, *, solver="lbfgs", tol=1e-4, max_i
     return results
 
 
-def minimize_many(evaluator, spec, folds, objectives, x0s, *, solver="lbfgs", tol=1e-4, max_iter=100):
+def minimize_many(evaluator, spec, folds, objectives, x0s, *, solver="lbfgs", tol=1e-4, max_iter=100, on_done=None):
     """:func:`minimize_lockstep` for the cross-validation splits ``folds`` of a linear model (L-BFGS by default).
 
     A split may appear more than once (several models on its rows, such as
     the candidates of a grid search); ``solver``, ``tol`` and ``max_iter``
-    may be given per run.
+    may be given per run, and ``on_done`` is :func:`minimize_lockstep`'s.
 
     ``evaluator(kernel, *args)`` runs a kernel on the shards (an engine
     evaluator); one round evaluates every waiting split with
@@ -196,4 +199,4 @@ def minimize_many(evaluator, spec, folds, objectives, x0s, *, solver="lbfgs", to
         losses, grads = evaluator(fold_value_grad_many, [folds[i] for i in idx], points, spec)
         return np.atleast_1d(losses), np.atleast_2d(grads)
 
-    return minimize_lockstep(objectives, batch, x0s, solver=solver, tol=tol, max_iter=max_iter)
+    return minimize_lockstep(objectives, batch, x0s, solver=solver, tol=tol, max_iter=max_iter, on_done=on_done)

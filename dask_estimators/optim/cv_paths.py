@@ -139,7 +139,7 @@ def paths_and_heldout(problem, paths, metric, *, tol=1e-4, max_iter=100):
     return coefs, n_iter, sums
 
 
-def independent_fits(problem, runs, *, batched=True):
+def independent_fits(problem, runs, *, batched=True, on_done=None):
     """Fits that start from zero and ignore one another: one per ``(split, l2, l1, solver, tol, max_iter)`` of
     ``runs`` (split None: all rows), such as every candidate of a grid search on every split.
 
@@ -149,7 +149,7 @@ def independent_fits(problem, runs, *, batched=True):
     evaluation goes through :func:`~dask_estimators.objectives.cv.fold_value_grad_many`, which evaluates a
     split seen through an affine map.
     Returns one ``(x, n_iter, solver)`` per run, ``solver`` the one that finished it (a Newton solver that
-    went on with L-BFGS says so).
+    went on with L-BFGS says so).  ``on_done()``, if given, is called as each run ends.
     """
     n_params = problem.spec.n_params
     objectives = []
@@ -164,11 +164,14 @@ def independent_fits(problem, runs, *, batched=True):
             out = minimize_many(problem.evaluate, problem.spec, [runs[i][0] for i in idx],
                                 [objectives[i] for i in idx], np.zeros((len(idx), n_params)),
                                 solver=[runs[i][3] for i in idx], tol=[runs[i][4] for i in idx],
-                                max_iter=[runs[i][5] for i in idx])
+                                max_iter=[runs[i][5] for i in idx],
+                                on_done=None if on_done is None else (lambda i: on_done()))
             for i, res in zip(idx, out):
                 results[i] = res
     else:  # each alone, its evaluations still by fold_value_grad_many (a split may see X through an affine map)
         for i, (k, _, _, solver, tol, max_iter) in enumerate(runs):
             results[i] = minimize_many(problem.evaluate, problem.spec, [k], [objectives[i]], np.zeros((1, n_params)),
                                        solver=solver, tol=tol, max_iter=max_iter)[0]
+            if on_done is not None:
+                on_done()
     return [(np.asarray(r.x), int(r.nit), getattr(r, "solver", run[3])) for r, run in zip(results, runs)]
