@@ -376,6 +376,10 @@ class DistributedEstimator(BaseEstimator):
             adopt_sender(*sender)
 
 
+#: Rows of a float32 X that :meth:`DistributedLinearModel._decision` widens to float64 at a time.
+_DECISION_BLOCK_ROWS = 1 << 14
+
+
 def _is_fitted(estimator) -> bool:
     """scikit-learn's own rule (``check_is_fitted``, so ``__sklearn_is_fitted__`` counts), as a bool."""
     try:
@@ -660,13 +664,22 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         """
         from sklearn.utils.extmath import safe_sparse_dot
 
-        Xa = X.astype(np.float64, copy=False) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
         coef = self.coef_ if sp.issparse(self.coef_) else np.atleast_2d(self.coef_).astype(np.float64, copy=False)
         if sp.issparse(coef):
             coef = coef.astype(np.float64, copy=False)
+        intercept = np.reshape(self.intercept_, (1, -1)).astype(np.float64, copy=False)
+        if not sp.issparse(X) and np.asarray(X).dtype == np.float32 and X.shape[0] > _DECISION_BLOCK_ROWS:
+            # float32 rows widened a block at a time: float64 products without a float64 copy of X
+            X = np.asarray(X)
+            z = np.empty((X.shape[0], coef.shape[0]))
+            for start in range(0, X.shape[0], _DECISION_BLOCK_ROWS):
+                rows = slice(start, start + _DECISION_BLOCK_ROWS)
+                z[rows] = safe_sparse_dot(X[rows].astype(np.float64), coef.T, dense_output=True)
+            return z + intercept
+        Xa = X.astype(np.float64, copy=False) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
         z = safe_sparse_dot(Xa, coef.T, dense_output=True)
         z = np.asarray(z.toarray() if sp.issparse(z) else z, dtype=np.float64)
-        return z + np.reshape(self.intercept_, (1, -1)).astype(np.float64, copy=False)
+        return z + intercept
 
     def _param_dtype(self):
         return np.dtype(self.coef_.dtype)

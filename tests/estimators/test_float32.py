@@ -187,3 +187,27 @@ def test_linear_regression_cv_reads_float32(solver, form):
     assert b.alpha_ == pytest.approx(a.alpha_, rel=1e-6)
     np.testing.assert_allclose(b.mse_path_, a.mse_path_, rtol=1e-4)
     assert _rel(b.coef_, a.coef_) < RTOL
+
+
+def test_predicting_float32_rows_makes_no_float64_copy_of_them():
+    """decision_function, predict_proba and predict on float32 X: the float64 products of X's rows, widened a
+    block of rows at a time (the peak is a fraction of X's own bytes), the same values as on a float64 copy."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60_000, 40)).astype(np.float32)
+    y = rng.integers(0, 3, len(X))
+    clf = LogisticRegression(max_iter=5).fit(X[:3000], y[:3000])
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        z = clf.decision_function(X)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < X.nbytes  # a float64 copy of X would be twice its bytes
+    X64 = X.astype(np.float64)
+    np.testing.assert_allclose(z, clf.decision_function(X64), rtol=1e-6, atol=1e-6)
+    assert z.dtype == np.float32  # scikit-learn's dtype for float32 input
+    np.testing.assert_array_equal(clf.predict(X), clf.predict(X64))
+    np.testing.assert_allclose(clf.predict_proba(X), clf.predict_proba(X64), rtol=1e-5, atol=1e-6)
