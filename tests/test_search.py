@@ -60,9 +60,10 @@ def placed_only(monkeypatch):
     monkeypatch.setattr(_search._PlacedSearch, "_sklearn_fit", refused)
 
 
-def _scaled_cancer():
+def _cancer(scaled=False):
+    """Breast cancer's rows: raw (for the pipelines' scalers) or standardised (for a plain estimator)."""
     X, y = load_breast_cancer(return_X_y=True)
-    return X, y
+    return (StandardScaler().fit_transform(X) if scaled else X), y
 
 
 def _same_results(ours, theirs, rtol=1e-6, atol=1e-8, same_best=True):
@@ -82,7 +83,7 @@ def _same_results(ours, theirs, rtol=1e-6, atol=1e-8, same_best=True):
 
 
 def test_a_pipelines_grid_is_placed_once_and_scores_as_each_fit_alone(placements, placed_only, spread):
-    X, y = _scaled_cancer()
+    X, y = _cancer()
     pipe = Pipeline([("scale", StandardScaler()), ("clf", de.LogisticRegression(tol=1e-8, max_iter=500))])
     grid = {"clf__C": [0.01, 0.1, 1.0, 10.0]}
     ours = GridSearchCV(pipe, grid, cv=3, return_train_score=True).fit(X, y)
@@ -103,7 +104,7 @@ def test_a_pipelines_grid_is_placed_once_and_scores_as_each_fit_alone(placements
 
 
 def test_against_scikit_learns_own_estimator_the_best_candidate_and_scores_agree():
-    X, y = _scaled_cancer()
+    X, y = _cancer()
     grid = {"clf__C": [0.01, 0.1, 1.0, 10.0]}
     ours = GridSearchCV(Pipeline([("scale", StandardScaler()), ("clf", de.LogisticRegression(max_iter=1000))]),
                         grid, cv=5).fit(X, y)
@@ -148,7 +149,7 @@ def test_a_scaled_regressions_newton_solvers_run_in_the_scalers_coordinates(plac
 
 
 def test_other_earlier_steps_are_fitted_per_split_and_placed_per_split(placements, placed_only, spread):
-    X, y = _scaled_cancer()
+    X, y = _cancer()
     X = X[:300, :6]
     y = y[:300]
     pipe = Pipeline([("poly", PolynomialFeatures(2)), ("scale", StandardScaler()),
@@ -161,7 +162,7 @@ def test_other_earlier_steps_are_fitted_per_split_and_placed_per_split(placement
 
 
 def test_a_frames_column_names_and_weights_go_where_scikit_learns_search_puts_them(placed_only):
-    X, y = _scaled_cancer()
+    X, y = _cancer()
     frame = pd.DataFrame(X, columns=[f"c{i}" for i in range(X.shape[1])])
     w = np.random.default_rng(0).uniform(0.5, 2.0, len(y))
     pipe = Pipeline([("scale", MinMaxScaler()), ("clf", de.LogisticRegression(tol=1e-6, max_iter=2000))])
@@ -195,7 +196,7 @@ def test_a_split_that_lacks_a_class_is_placed_on_its_own(placements, placed_only
 
 @pytest.mark.parametrize("state", [0, "instance"])
 def test_a_randomized_search_draws_scikit_learns_candidates(state, placed_only):
-    X, y = _scaled_cancer()
+    X, y = _cancer()
     pipe = Pipeline([("scale", StandardScaler()), ("clf", de.LogisticRegression(max_iter=1000))])
     dist = {"clf__C": loguniform(1e-3, 1e2), "clf__tol": [1e-4, 1e-6]}
 
@@ -212,8 +213,7 @@ def test_a_randomized_search_draws_scikit_learns_candidates(state, placed_only):
 
 
 def test_anything_else_is_scikit_learns_search():
-    X, y = _scaled_cancer()
-    X = StandardScaler().fit_transform(X)
+    X, y = _cancer(scaled=True)
     grid = [{"kernel": ["linear"], "C": [0.1, 1.0]}]
     ours = GridSearchCV(SVC(), grid, cv=3).fit(X, y)
     theirs = skms.GridSearchCV(SVC(), grid, cv=3).fit(X, y)
@@ -227,7 +227,7 @@ def test_anything_else_is_scikit_learns_search():
 
 
 def test_a_bad_candidate_fails_as_in_scikit_learns_search():
-    X, y = _scaled_cancer()
+    X, y = _cancer(scaled=True)
     grid = {"C": [1.0, -1.0]}
     with pytest.warns(FitFailedWarning, match="fits failed"):
         ours = GridSearchCV(de.LogisticRegression(), grid, cv=3).fit(X, y)
@@ -241,7 +241,7 @@ def test_a_bad_candidate_fails_as_in_scikit_learns_search():
 
 
 def test_without_scikit_learns_private_search_methods_its_own_search_runs(placements, monkeypatch):
-    X, y = _scaled_cancer()
+    X, y = _cancer()
     pipe = Pipeline([("scale", StandardScaler()), ("clf", de.LogisticRegression(tol=1e-8))])
     monkeypatch.setattr(_search, "_SEARCH_INTERNALS", _search._SEARCH_INTERNALS + ("_gone_in_a_future_release",))
     ours = GridSearchCV(pipe, {"clf__C": [0.1, 1.0]}, cv=3).fit(X, y)
@@ -255,7 +255,7 @@ def test_dask_input_stays_on_the_workers_and_scores_there(container, placements,
     import dask.array as da
     import dask.dataframe as dd
 
-    X, y = _scaled_cancer()
+    X, y = _cancer()
     X = X * 3 + 2
     w = np.random.default_rng(1).uniform(0.5, 2.0, len(y))
     if container == "array":
@@ -290,7 +290,7 @@ def test_dask_input_stays_on_the_workers_and_scores_there(container, placements,
 
 
 def test_float32_input_is_searched_in_float32(placed_only):
-    X, y = _scaled_cancer()
+    X, y = _cancer()
     X32 = (X * 2 + 1).astype(np.float32)
     pipe = Pipeline([("scale", StandardScaler()), ("clf", de.LogisticRegression(tol=1e-8, max_iter=500))])
     grid = {"clf__C": [0.1, 1.0]}
@@ -302,7 +302,7 @@ def test_float32_input_is_searched_in_float32(placed_only):
 
 
 def test_the_progress_bar_counts_every_fit_and_shows_the_best_score(capsys, placed_only):
-    X, y = _scaled_cancer()
+    X, y = _cancer(scaled=True)
     grid = {"C": [0.1, 1.0, 10.0]}
     search = GridSearchCV(de.LogisticRegression(), grid, cv=4, progress=True).fit(X, y)
     err = capsys.readouterr().err
@@ -310,3 +310,27 @@ def test_the_progress_bar_counts_every_fit_and_shows_the_best_score(capsys, plac
     assert "_bar" not in search.__dict__
     pickle.loads(pickle.dumps(search))
     assert GridSearchCV(de.LogisticRegression(), grid).get_params()["progress"] is False
+
+
+def test_the_lockstep_takes_as_many_fits_as_its_memory_share_allows(monkeypatch, placed_only, spread):
+    import dask
+
+    from dask_estimators.estimators import _grid
+
+    widths = []
+    run = _grid.independent_fits
+
+    def counted(problem, runs, **kwargs):
+        widths.append((len(runs), kwargs["max_runs"]))
+        return run(problem, runs, **kwargs)
+
+    monkeypatch.setattr(_grid, "independent_fits", counted)
+    X, y = _cancer(scaled=True)
+    search = lambda: GridSearchCV(de.LogisticRegression(max_iter=300), {"C": [0.01, 0.1, 1.0]},  # noqa: E731
+                                  cv=3)
+    # a shard of about 285 rows x 30 float64 holds 68 kB of X; each fit in lockstep 24 bytes a row: 6.8 kB
+    with dask.config.set({"dask-estimators.search-lockstep-memory": 0.1}):
+        narrow = search().fit(X, y)
+    wide = search().fit(X, y)
+    assert widths == [(9, 1), (1, 1), (9, 10), (1, 10)]  # the 9 fits, then the refit
+    _same_results(narrow, wide, rtol=1e-9, atol=1e-12)

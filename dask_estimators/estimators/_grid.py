@@ -33,6 +33,7 @@ from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
 from ..objectives import LinearSpec
 from ..objectives import cv as CV
 from ..optim.cv_paths import FoldProblem, independent_fits
+from .. import config as _config
 from ..session import DataSession, prestart, stored_values
 from ._base import input_float_dtype
 from .linear import LinearRegression, LogisticRegression
@@ -236,13 +237,16 @@ class PlacedRuns:
                 l2, l1 = model._penalties(problem.objective(k).sw_sum)
                 solver = model._resolved_solver(spec.n_params, l1)
                 runs.append((k, l2, l1, solver, model.tol, model.max_iter))
+        width = self._lockstep_width()
         if self.data.on_worker:
             batched = self._values >= _LOCKSTEP_ON_WORKER_FROM
-            out, _ = self.data.run_on_worker(independent_fits, problem, (runs,), {"batched": batched}, stacklevel=3)
+            out, _ = self.data.run_on_worker(independent_fits, problem, (runs,),
+                                             {"batched": batched, "max_runs": width}, stacklevel=3)
             if on_done is not None:
                 on_done(len(runs))
         else:
-            out = independent_fits(problem, runs, on_done=None if on_done is None else (lambda: on_done(1)))
+            out = independent_fits(problem, runs, on_done=None if on_done is None else (lambda: on_done(1)),
+                                   max_runs=width)
         self.solutions = [np.asarray(x, dtype=np.float64) for x, _, _ in out]  # as fitted, model by model
         base, fitted, j = self.model, [], 0
         for model in models:
@@ -264,6 +268,18 @@ class PlacedRuns:
             fitted.append(row)
         return fitted, time.perf_counter() - t0
 
+
+    def _lockstep_width(self) -> int:
+        """How many fits one lockstep takes: each holds three float64 values a row on every shard (targets,
+        weights, curvature), within ``dask-estimators.search-lockstep-memory`` times the largest shard's X
+        bytes (at least one fit)."""
+        rows = max(self.data.n_rows, default=0)
+        total = sum(self.data.n_rows)
+        if rows == 0 or total == 0:
+            return 1
+        x_bytes = self._values * np.dtype(self.model._stored(self.dtype)).itemsize * rows / total
+        share = float(_config.get("search-lockstep-memory"))
+        return max(1, int(share * x_bytes // (3 * 8 * rows)))
 
     def heldout(self, k, xs, metric, weighted=True) -> np.ndarray:
         """The raw held-out sums of ``metric`` over split k's held-out rows (``held_out``), for each solution

@@ -139,13 +139,14 @@ def paths_and_heldout(problem, paths, metric, *, tol=1e-4, max_iter=100):
     return coefs, n_iter, sums
 
 
-def independent_fits(problem, runs, *, batched=True, on_done=None):
+def independent_fits(problem, runs, *, batched=True, on_done=None, max_runs=LOCKSTEP_MAX_RUNS):
     """Fits that start from zero and ignore one another: one per ``(split, l2, l1, solver, tol, max_iter)`` of
     ``runs`` (split None: all rows), such as every candidate of a grid search on every split.
 
     ``batched``: the runs go in lockstep (:func:`~dask_estimators.optim.batched.minimize_many`, at most
-    :data:`LOCKSTEP_MAX_RUNS` at a time), one pass over X per round for all of them; each keeps the iterates,
-    line search and stopping test it would have alone, as one after the other (``batched`` False) does.  Every
+    ``max_runs`` and :data:`LOCKSTEP_MAX_RUNS` at a time), one pass over X per round for all of them; each
+    keeps the iterates, line search and stopping test it would have alone, as one after the other
+    (``batched`` False) does.  Every
     evaluation goes through :func:`~dask_estimators.objectives.cv.fold_value_grad_many`, which evaluates a
     split seen through an affine map.
     Returns one ``(x, n_iter, solver)`` per run, ``solver`` the one that finished it (a Newton solver that
@@ -159,8 +160,9 @@ def independent_fits(problem, runs, *, batched=True, on_done=None):
         objectives.append(obj)
     results = [None] * len(runs)
     if batched:
-        for start in range(0, len(runs), LOCKSTEP_MAX_RUNS):
-            idx = range(start, min(start + LOCKSTEP_MAX_RUNS, len(runs)))
+        width = max(1, min(int(max_runs), LOCKSTEP_MAX_RUNS))
+        for start in range(0, len(runs), width):
+            idx = range(start, min(start + width, len(runs)))
             out = minimize_many(problem.evaluate, problem.spec, [runs[i][0] for i in idx],
                                 [objectives[i] for i in idx], np.zeros((len(idx), n_params)),
                                 solver=[runs[i][3] for i in idx], tol=[runs[i][4] for i in idx],
