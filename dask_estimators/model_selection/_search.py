@@ -519,6 +519,25 @@ def _with_final(model, steps, final):
     return out
 
 
+#: The parameters both searches document alike (formatted into their docstrings below).
+_SEARCH_PARAMS = """scoring : str, callable, list, tuple, dict or None, default=None
+        As scikit-learn's: None is the estimator's ``score``.  With dask input
+        the placed path computes None, ``"accuracy"`` and ``"neg_log_loss"``
+        (classifiers), ``"r2"`` and ``"neg_mean_squared_error"``
+        (regressors) on the workers.
+    n_jobs : int or None, default=None
+        The jobs of scikit-learn's own search, where it runs; the placed path
+        runs its fits on the cluster.
+    refit : bool, str or callable, default=True
+        As scikit-learn's.
+    cv : int, cross-validation generator or iterable, default=None
+        As scikit-learn's (5 stratified or plain folds for None).
+    verbose : int, default=0
+        As scikit-learn's.
+    pre_dispatch : int or str, default="2*n_jobs"
+        As scikit-learn's (its own search only)."""
+
+
 class GridSearchCV(_PlacedSearch, _SkGridSearchCV):
     """scikit-learn's ``GridSearchCV``, whose fits of our linear models share their placements.
 
@@ -539,22 +558,7 @@ class GridSearchCV(_PlacedSearch, _SkGridSearchCV):
         The estimator (or pipeline) fitted for each candidate.
     param_grid : dict or list of dicts
         The candidates, as scikit-learn's ``ParameterGrid`` makes them.
-    scoring : str, callable, list, tuple, dict or None, default=None
-        As scikit-learn's: None is the estimator's ``score``.  With dask input
-        the placed path computes None, ``"accuracy"`` and ``"neg_log_loss"``
-        (classifiers), ``"r2"`` and ``"neg_mean_squared_error"``
-        (regressors) on the workers.
-    n_jobs : int or None, default=None
-        The jobs of scikit-learn's own search, where it runs; the placed path
-        runs its fits on the cluster.
-    refit : bool, str or callable, default=True
-        As scikit-learn's.
-    cv : int, cross-validation generator or iterable, default=None
-        As scikit-learn's (5 stratified or plain folds for None).
-    verbose : int, default=0
-        As scikit-learn's.
-    pre_dispatch : int or str, default="2*n_jobs"
-        As scikit-learn's (its own search only).
+    {search_params}
     error_score : "raise" or numeric, default=np.nan
         The score of a fit that fails, as scikit-learn's.
     return_train_score : bool, default=False
@@ -614,22 +618,7 @@ class RandomizedSearchCV(_PlacedSearch, _SkRandomizedSearchCV):
         draws them.
     n_iter : int, default=10
         The number of candidates drawn.
-    scoring : str, callable, list, tuple, dict or None, default=None
-        As scikit-learn's: None is the estimator's ``score``.  With dask input
-        the placed path computes None, ``"accuracy"`` and ``"neg_log_loss"``
-        (classifiers), ``"r2"`` and ``"neg_mean_squared_error"``
-        (regressors) on the workers.
-    n_jobs : int or None, default=None
-        The jobs of scikit-learn's own search, where it runs; the placed path
-        runs its fits on the cluster.
-    refit : bool, str or callable, default=True
-        As scikit-learn's.
-    cv : int, cross-validation generator or iterable, default=None
-        As scikit-learn's (5 stratified or plain folds for None).
-    verbose : int, default=0
-        As scikit-learn's.
-    pre_dispatch : int or str, default="2*n_jobs"
-        As scikit-learn's (its own search only).
+    {search_params}
     random_state : int, RandomState instance or None, default=None
         The draws' random state, as scikit-learn's.
     error_score : "raise" or numeric, default=np.nan
@@ -663,3 +652,7 @@ class RandomizedSearchCV(_PlacedSearch, _SkRandomizedSearchCV):
         if probe and not isinstance(state, Integral):
             state = copy.deepcopy(check_random_state(state))
         return list(ParameterSampler(self.param_distributions, self.n_iter, random_state=state))
+
+
+for _cls in (GridSearchCV, RandomizedSearchCV):
+    _cls.__doc__ = _cls.__doc__.replace("{search_params}", _SEARCH_PARAMS)
