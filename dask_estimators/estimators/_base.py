@@ -550,10 +550,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             y_shape = (None,) + data.map(T.trailing_shape)[0]
         n_outputs = self._n_outputs(n_classes, y_shape)
         loss = self._loss_name(n_classes)
-        spec = LinearSpec(
-            loss, self.n_features_in_, n_outputs, self.fit_intercept, float(getattr(self, "epsilon", 0.0)),
-            loss_params=tuple(sorted(self._loss_params().items())),
-        )
+        spec = self._linear_spec(loss, n_outputs)
         inference = bool(getattr(self, "compute_inference", False))
         if inference:
             _check_inference(spec)
@@ -605,6 +602,12 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             stats["evaluations_on_worker"] = on_worker_stats["rounds"]
             stats["seconds_on_worker"] = on_worker_stats["seconds"]
         return stats
+
+    def _linear_spec(self, loss: str, n_outputs: int) -> LinearSpec:
+        """What the kernels need to know of this model: its loss (with ``epsilon`` and the loss's parameters),
+        its features, its outputs and whether it fits an intercept."""
+        return LinearSpec(loss, self.n_features_in_, n_outputs, self.fit_intercept,
+                          float(getattr(self, "epsilon", 0.0)), loss_params=tuple(sorted(self._loss_params().items())))
 
     def _format_n_iter(self, nit):
         return nit
@@ -668,9 +671,10 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         if sp.issparse(coef):
             coef = coef.astype(np.float64, copy=False)
         intercept = np.reshape(self.intercept_, (1, -1)).astype(np.float64, copy=False)
-        if not sp.issparse(X) and np.asarray(X).dtype == np.float32 and X.shape[0] > _DECISION_BLOCK_ROWS:
-            # float32 rows widened a block at a time: float64 products without a float64 copy of X
+        if not sp.issparse(X):
             X = np.asarray(X)
+        if not sp.issparse(X) and X.dtype == np.float32 and X.shape[0] > _DECISION_BLOCK_ROWS:
+            # float32 rows widened a block at a time: float64 products without a float64 copy of X
             z = np.empty((X.shape[0], coef.shape[0]))
             for start in range(0, X.shape[0], _DECISION_BLOCK_ROWS):
                 rows = slice(start, start + _DECISION_BLOCK_ROWS)

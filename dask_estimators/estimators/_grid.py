@@ -24,18 +24,17 @@ differ in ``C``/``alpha``, ``l1_ratio``, ``solver``, ``tol`` and
 from __future__ import annotations
 
 import copy
-import time
 
 import numpy as np
 from sklearn.base import clone
 from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
 
-from ..objectives import LinearSpec
+from .. import config as _config
 from ..objectives import cv as CV
 from ..optim.cv_paths import FoldProblem, independent_fits
-from .. import config as _config
 from ..session import DataSession, prestart, stored_values
 from ._base import input_float_dtype
+from .cv import place_roles, prepared_sums
 from .linear import LinearRegression, LogisticRegression
 
 __all__ = ["PER_FIT", "PlacedRuns", "RejectedInput", "SplitLacksClass", "affine_map", "affine_transformer",
@@ -153,28 +152,17 @@ class PlacedRuns:
             data = self.data = self._session.data(
                 X=X, y=y_placed, sample_weight=sample_weight, outputs=n_outputs,
                 check=base._block_check(base._y_loss(), dtype=base._stored(self.dtype)))
-            n = data.n_samples
-            self.splits = splits = [np.arange(n)] if self.splits is None else self.splits
-            roles = np.zeros((len(splits), n), dtype=np.int8)
-            for k, train in enumerate(splits):
-                roles[k, np.asarray(train, dtype=np.int64)] = CV.TRAIN
-                if self.held_out is not None:
-                    roles[k, np.asarray(self.held_out[k], dtype=np.int64)] = CV.TEST
-            data.map_each(CV.set_roles, [(roles[:, CV._positions(r)],) for r in data.row_ranges])
+            self.splits = splits = [np.arange(data.n_samples)] if self.splits is None else self.splits
+            place_roles(data, splits, self.held_out)
             n_classes, class_weight = None, None
-            if self.model._is_classifier:
-                base.classes_ = base._dask_classes(data) if dask_input else base._check_classes(classes)
+            if base._is_classifier:
+                base.classes_ = base._dask_classes(data) if dask_input else classes
                 n_classes = len(base.classes_)
                 class_weight = base._class_weight_vector(data, n_classes)
             n_outputs = base._n_outputs(n_classes, self.y_shape)
             loss = base._loss_name(n_classes)
-            self.spec = LinearSpec(loss, base.n_features_in_, n_outputs, base.fit_intercept,
-                                   float(getattr(base, "epsilon", 0.0)),
-                                   loss_params=tuple(sorted(base._loss_params().items())))
-            sums = np.asarray(data.map(CV.prepare, loss, n_outputs, class_weight)).sum(axis=0)
-            for k in range(len(splits)):
-                if not sums[1 + k, 0] > 0:
-                    raise ValueError(f"The training rows of split {k} have a zero sum of sample weights.")
+            self.spec = base._linear_spec(loss, n_outputs)
+            sums = prepared_sums(data, loss, n_outputs, class_weight, len(splits))
             self.problem = FoldProblem(data.evaluator(base.reduction), self.spec, sums, len(splits))
             self._values = stored_values(X) or 0
             self._maps = [None] * len(splits)
@@ -217,17 +205,15 @@ class PlacedRuns:
         self._maps = list(maps)
         self.data.map(CV.set_affine, self._maps)
 
-    def fit(self, models, folds, *, feature_names=True, on_done=None) -> tuple[list, float]:
+    def fit(self, models, folds, *, feature_names=True, on_done=None) -> list:
         """Fit every model of ``models`` on every split of ``folds`` (indices into ``splits``), in lockstep.
 
         ``models``: not fitted, :func:`grid_ready`, of one class and equal in every parameter but
-        :data:`PER_FIT`'s.  Returns ``(fitted, seconds)``:
-        ``fitted[i][j]`` a copy of ``models[i]`` fitted on split ``folds[j]``, with the attributes its own
-        ``fit`` on those rows sets, and the wall time of all the fits.  ``feature_names`` False: the fitted
+        :data:`PER_FIT`'s.  Returns ``fitted``, ``fitted[i][j]`` a copy of ``models[i]`` fitted on split
+        ``folds[j]``, with the attributes its own ``fit`` on those rows sets.  ``feature_names`` False: the fitted
         models get no ``feature_names_in_`` (they stand after a scaler, whose output has none).  ``on_done(n)``,
         if given, is called as fits end (``n`` of them; all at once where they ran in one task on a worker).
         """
-        t0 = time.perf_counter()
         for model in models:
             model._validate_params()
         spec, problem = self.spec, self.problem
@@ -252,13 +238,14 @@ class PlacedRuns:
         for model in models:
             row = []
             for _ in folds:
-                x, n_iter, solver = out[j]
+                _, n_iter, solver = out[j]
+                x = self.solutions[j]
                 j += 1
                 est = clone(model)
                 for name in ("n_features_in_", "feature_names_in_", "classes_"):
                     if hasattr(base, name) and (feature_names or name != "feature_names_in_"):
                         setattr(est, name, getattr(base, name))
-                est._set_params_from(np.asarray(x, dtype=np.float64), spec, self.y_shape)
+                est._set_params_from(x, spec, self.y_shape)
                 est._cast_params(self.dtype)
                 est.n_iter_ = est._format_n_iter(n_iter)
                 est.solver_ = solver
@@ -266,8 +253,7 @@ class PlacedRuns:
                                   "x_dtype": self.model._stored(self.dtype).name}
                 row.append(est)
             fitted.append(row)
-        return fitted, time.perf_counter() - t0
-
+        return fitted
 
     def _lockstep_width(self) -> int:
         """How many fits one lockstep takes: each holds three float64 values a row on every shard (targets,
@@ -290,8 +276,6 @@ class PlacedRuns:
 
 def fit_candidates(models, X, y, sample_weight=None, splits=None):
     """Every model of ``models`` fitted on every split of ``splits`` on one :class:`PlacedRuns` placement:
-    ``(fitted, seconds)``, ``fitted[i][k]`` on split k."""
-    t0 = time.perf_counter()
+    ``fitted[i][k]`` on split k."""
     with PlacedRuns(models[0], X, y, sample_weight, splits, fits=len(models) * len(splits or [None])) as runs:
-        fitted, _ = runs.fit(models, list(range(len(runs.splits))))
-    return fitted, time.perf_counter() - t0
+        return runs.fit(models, list(range(len(runs.splits))))

@@ -32,7 +32,6 @@ from sklearn.utils import metadata_routing
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 
-from ..objectives import LinearSpec
 from ..objectives import cv as CV
 from ..optim import SOLVERS
 from ..optim.cv_paths import FoldProblem, Penalties, paths_and_heldout
@@ -164,11 +163,8 @@ class _PlacedSearchMixin:
             n_splits = self._set_splits(data, splits, n_classes)
             loss = loss_of(n_classes)
             n_outputs = n_outputs_of(n_classes)
-            sums = np.asarray(data.map(CV.prepare, loss, n_outputs, class_weight)).sum(axis=0)
-            for k in range(n_splits):
-                if not sums[1 + k, 0] > 0:
-                    raise ValueError(f"The training rows of split {k} have a zero sum of sample weights.")
-            spec = LinearSpec(loss, self.n_features_in_, n_outputs, self.fit_intercept)
+            sums = prepared_sums(data, loss, n_outputs, class_weight, n_splits)
+            spec = self._linear_spec(loss, n_outputs)
             evaluator = data.evaluator(self.reduction)
             search = _Search(data, evaluator, spec, sums, n_splits)
             search.splits, search.scores_on_workers = splits, on_workers
@@ -233,11 +229,7 @@ class _PlacedSearchMixin:
             else:
                 data.map_each(CV.assign_kfold, [(r, n, cv) for r in ranges])
             return cv
-        roles = np.zeros((len(splits), n), dtype=np.int8)
-        for k, (train, test) in enumerate(splits):
-            roles[k, np.asarray(train, dtype=np.int64)] = CV.TRAIN
-            roles[k, np.asarray(test, dtype=np.int64)] = CV.TEST
-        data.map_each(CV.set_roles, [(roles[:, CV._positions(r)],) for r in ranges])
+        place_roles(data, [train for train, _ in splits], [test for _, test in splits])
         return len(splits)
 
     def _paths(self, search, paths, metric):
@@ -924,6 +916,28 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = False
         return tags
+
+
+def place_roles(data, trains, tests=None) -> None:
+    """Each shard of ``data`` told its rows' roles in the splits given on the client: split k's training rows
+    ``trains[k]`` and, with ``tests``, its held-out rows ``tests[k]`` (global positions)."""
+    roles = np.zeros((len(trains), data.n_samples), dtype=np.int8)
+    for k, train in enumerate(trains):
+        roles[k, np.asarray(train, dtype=np.int64)] = CV.TRAIN
+        if tests is not None:
+            roles[k, np.asarray(tests[k], dtype=np.int64)] = CV.TEST
+    data.map_each(CV.set_roles, [(roles[:, CV._positions(r)],) for r in data.row_ranges])
+
+
+def prepared_sums(data, loss, n_outputs, class_weight, n_splits) -> np.ndarray:
+    """The targets encoded for ``loss`` on every shard (:func:`~dask_estimators.objectives.cv.prepare`) and the
+    weight sums, all rows' and each split's training rows'; a split whose training weights sum to zero is an
+    error."""
+    sums = np.asarray(data.map(CV.prepare, loss, n_outputs, class_weight)).sum(axis=0)
+    for k in range(n_splits):
+        if not sums[1 + k, 0] > 0:
+            raise ValueError(f"The training rows of split {k} have a zero sum of sample weights.")
+    return sums
 
 
 def _rows_of(params, n, idx):

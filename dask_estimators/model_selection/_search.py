@@ -95,10 +95,12 @@ def _r2(sse, sy, syy, w):
 
 
 class _Plan:
-    """A search the placed path runs: its candidates, their groups, and where each fit's arguments go."""
+    """A search the placed path runs: its candidates, their groups, the name of the fit's weights (a
+    pipeline's last step's), the weights, and whether the input stays on the workers (dask)."""
 
-    def __init__(self, candidates, groups, last, fit_weight):
-        self.candidates, self.groups, self.last, self.fit_weight = candidates, groups, last, fit_weight
+    def __init__(self, candidates, groups, weight_key, fit_weight, on_workers):
+        self.candidates, self.groups, self.weight_key = candidates, groups, weight_key
+        self.fit_weight, self.on_workers = fit_weight, on_workers
 
 
 class _PlacedSearch:
@@ -171,7 +173,7 @@ class _PlacedSearch:
                 model = clone(est).set_params(**clone(cand, safe=False))
             except Exception:  # scikit-learn's search meets it in its own words
                 return None
-            final = model.steps[-1][1] if isinstance(model, Pipeline) else model
+            final = _final(model)
             if isinstance(model, Pipeline) and model.steps[-1][0] != last:
                 return None
             if not grid_ready(final):
@@ -185,27 +187,28 @@ class _PlacedSearch:
                 return None
             shape = tuple(sorted((k, repr(v)) for k, v in cand.items() if not _per_fit(k, last)))
             groups[shape].append((i, model))
-        plan = _Plan(candidates, list(groups.values()), last, params.get(weight_key))
-        plan.on_workers = on_workers
-        return plan
+        return _Plan(candidates, list(groups.values()), weight_key, params.get(weight_key), on_workers)
+
+    def _scorer_names(self) -> dict | None:
+        """``{result name: scikit-learn scorer name}`` where ``scoring`` names scikit-learn's own scorers (None:
+        the estimator's default, as ``"score"``); None where it holds a callable."""
+        scoring = self.scoring
+        if scoring is None:
+            return {"score": "accuracy" if is_classifier(self.estimator) else "r2"}
+        if isinstance(scoring, str):
+            return {"score": scoring}
+        if isinstance(scoring, (list, tuple, set)) and all(isinstance(v, str) for v in scoring):
+            return {v: v for v in scoring}
+        if isinstance(scoring, dict) and all(isinstance(v, str) for v in scoring.values()):
+            return dict(scoring)
+        return None
 
     def _worker_metrics(self) -> dict | None:
         """``{name: metric}`` of the held-out scores computed on the workers (:data:`_WORKER_METRICS`), for the
         search's ``scoring``; None where a scorer runs on the client."""
-        classifier = is_classifier(self.estimator)
-        scoring = self.scoring
-        if scoring is None:
-            named = {"score": "accuracy" if classifier else "r2"}
-        elif isinstance(scoring, str):
-            named = {"score": scoring}
-        elif isinstance(scoring, (list, tuple, set)) and all(isinstance(v, str) for v in scoring):
-            named = {v: v for v in scoring}
-        elif isinstance(scoring, dict) and all(isinstance(v, str) for v in scoring.values()):
-            named = dict(scoring)
-        else:
-            return None
-        allowed = _CLASSIFIER_METRICS if classifier else _REGRESSOR_METRICS
-        if not all(v in allowed for v in named.values()):
+        named = self._scorer_names()
+        allowed = _CLASSIFIER_METRICS if is_classifier(self.estimator) else _REGRESSOR_METRICS
+        if named is None or not all(v in allowed for v in named.values()):
             return None
         return named
 
@@ -238,7 +241,7 @@ class _PlacedSearch:
         if weight is not None and not is_dask_collection(weight):
             weight = np.asarray(weight)
         score_weight = None
-        if weight is not None and plan.last is None and self._check_scorers_accept_sample_weight():
+        if weight is not None and plan.weight_key == "sample_weight" and self._check_scorers_accept_sample_weight():
             score_weight = weight
         worker_scores = [[None] * len(splits) for _ in plan.candidates] if plan.on_workers else None
         fitted = [[None] * n_splits for _ in range(n_cand)]
@@ -285,8 +288,7 @@ class _PlacedSearch:
                 elif plan.on_workers:  # dask input: the best candidate's placement again, scaler and all
                     best = _refit_on_workers(best, X, y, weight, len(y_split))
                 else:
-                    key = "sample_weight" if plan.last is None else f"{plan.last}__sample_weight"
-                    best.fit(X, y, **({} if weight is None else {key: weight}))
+                    best.fit(X, y, **({} if weight is None else {plan.weight_key: weight}))
                 self.refit_time_ = time.perf_counter() - t0
                 self.best_estimator_ = best
                 if hasattr(best, "feature_names_in_"):
@@ -323,18 +325,14 @@ class _PlacedSearch:
                 t0 = time.perf_counter()
                 steps = [None] * len(rows)
                 if scaler is not None:
-                    scalers = runs.fit_transformers([(scaler, k) for k in range(len(rows))])
-                    maps = [affine_map(t, runs.model.n_features_in_) for t in scalers]
-                    if any(m is None for m in maps):  # an offset too large for the stored X: placed per split
+                    steps = _scaled(runs, prefix[0][0], scaler)
+                    if steps is None:  # an offset too large for the stored X: placed per split
                         runs.__exit__(None, None, None)
                         runs = None
                         if worker_scores is not None:
                             raise ValueError(_FAR_MEAN)
-                    else:
-                        runs.set_maps(maps)
-                        steps = [[(prefix[0][0], t)] for t in scalers]
             if runs is not None:
-                grid, _ = runs.fit(finals, list(range(len(splits))), feature_names=scaler is None,
+                grid = runs.fit(finals, list(range(len(splits))), feature_names=scaler is None,
                                    on_done=self._fits_done)
                 seconds = time.perf_counter() - t0
                 for (i, model), row in zip(members, grid):
@@ -348,7 +346,7 @@ class _PlacedSearch:
                     return None
 
                 def refit(best):
-                    est = runs.fit([_final(best)], [len(splits)], feature_names=scaler is None)[0][0][0]
+                    est = runs.fit([_final(best)], [len(splits)], feature_names=scaler is None)[0][0]
                     return _with_final(best, steps[-1], est)
 
                 return refit
@@ -366,7 +364,7 @@ class _PlacedSearch:
                 except (ValueError, TypeError) as e:  # as the model's own validation: each fit fails alike
                     raise RejectedInput(str(e)) from e
                 steps = earlier.steps
-            grid, _ = fit_candidates(finals, Xk, yk, wk, None)
+            grid = fit_candidates(finals, Xk, yk, wk, None)
             self._fits_done(len(finals))
             seconds = time.perf_counter() - t0
             for (i, model), row in zip(members, grid):
@@ -411,10 +409,7 @@ class _PlacedSearch:
         """
         n_cand = len(fitted)
         entries = [[None] * len(splits) for _ in range(n_cand)]
-        names = self.scoring
-        through = names is None or isinstance(names, str) or (
-            isinstance(names, (list, tuple, set)) and all(isinstance(v, str) for v in names)) or (
-            isinstance(names, dict) and all(isinstance(v, str) for v in names.values()))
+        through = self._scorer_names() is not None
         for k, (train, test) in enumerate(splits):
             held = {"test": _Rows(X, y, test, score_weight, through)}
             if self.return_train_score:
@@ -481,16 +476,25 @@ def _refit_on_workers(best, X, y, weight, n_rows):
     are, without gathering them."""
     final, scaler = _final(best), _scaler_of(best)
     with PlacedRuns(final, X, y, weight, [np.arange(n_rows)]) as runs:
-        steps = None
+        steps = [None]
         if scaler is not None:
-            (t,) = runs.fit_transformers([(scaler, 0)])
-            mp = affine_map(t, runs.model.n_features_in_)
-            if mp is None:
+            steps = _scaled(runs, best.steps[0][0], scaler)
+            if steps is None:
                 raise ValueError(_FAR_MEAN)
-            runs.set_maps([mp])
-            steps = [(best.steps[0][0], t)]
-        est = runs.fit([final], [0], feature_names=scaler is None)[0][0][0]
-    return _with_final(best, steps, est)
+        est = runs.fit([final], [0], feature_names=scaler is None)[0][0]
+    return _with_final(best, steps[0], est)
+
+
+def _scaled(runs, name, scaler):
+    """``scaler`` fitted on each split of ``runs`` where its rows are, and each split's fits set to see X
+    through it: each split's fitted earlier steps ``[(name, its scaler)]``; None (and nothing set) where a
+    split's affine map is out of reach (:func:`~dask_estimators.estimators._grid.affine_map`)."""
+    fitted = runs.fit_transformers([(scaler, k) for k in range(len(runs.splits))])
+    maps = [affine_map(t, runs.model.n_features_in_) for t in fitted]
+    if any(m is None for m in maps):
+        return None
+    runs.set_maps(maps)
+    return [[(name, t)] for t in fitted]
 
 
 def _scaler_of(model):

@@ -34,7 +34,7 @@ import numpy as np
 
 from .._lazy import lazy_module
 from . import linear as _linear
-from ._sparse import is_sparse, take_rows
+from ._sparse import csr_parts, is_sparse, take_rows
 
 torch = lazy_module("torch")
 
@@ -266,21 +266,18 @@ def on_fold(shard, k, kernel, *args):
     mp = _affine(shard, k)
     if mp is None:
         return kernel(view, *args)
-    import dataclasses
-
     device = shard.get("X").device
     if kernel is _linear.value_grad:
         w, spec = args
-        raw = _to_raw(_as_rows(w), spec, mp)[0].to(device)
-        loss, g = kernel(view, raw, dataclasses.replace(spec, fit_intercept=True))
+        loss, g = kernel(view, _to_raw(_as_rows(w), spec, mp)[0].to(device), _raw_spec(spec))
         return loss, _from_raw(_as_rows(g), spec, mp)[0]
     if kernel is _linear.hessp:
         p, spec = args
-        hp = kernel(view, _to_raw(_as_rows(p), spec, mp)[0].to(device), dataclasses.replace(spec, fit_intercept=True))
+        hp = kernel(view, _to_raw(_as_rows(p), spec, mp)[0].to(device), _raw_spec(spec))
         return _from_raw(_as_rows(hp), spec, mp)[0]
     if kernel is _linear.hess:
         (spec,) = args
-        H = torch.as_tensor(kernel(view, dataclasses.replace(spec, fit_intercept=True)), dtype=torch.float64)
+        H = torch.as_tensor(kernel(view, _raw_spec(spec)), dtype=torch.float64)
         J = _to_raw(torch.eye(spec.n_params, dtype=torch.float64), spec, mp).T  # raw = J @ w
         return J.T @ H.cpu() @ J
     raise ValueError(f"Split {k} sees X through an affine map: {kernel.__name__} cannot evaluate it.")
@@ -288,6 +285,14 @@ def on_fold(shard, k, kernel, *args):
 
 def _as_rows(v):
     return torch.as_tensor(np.asarray(v.cpu() if hasattr(v, "cpu") else v, dtype=np.float64)).reshape(1, -1)
+
+
+def _raw_spec(spec):
+    """The spec of a mapped split's models as evaluated on the stored X: with an intercept (the map's offset
+    becomes one even where the model has none)."""
+    import dataclasses
+
+    return dataclasses.replace(spec, fit_intercept=True)
 
 
 def _to_raw(ws, spec, mp):
@@ -368,9 +373,10 @@ def _training_blocks(X, train):
 
 
 def _as_scipy(X):
+    """A CPU sparse CSR tensor as a scipy.sparse CSR matrix over the same arrays."""
     import scipy.sparse as sp
 
-    return sp.csr_matrix((X.values().numpy(), X.col_indices().numpy(), X.crow_indices().numpy()), shape=tuple(X.shape))
+    return sp.csr_matrix(csr_parts(X), shape=tuple(X.shape))
 
 
 def fold_value_grad_many(shard, folds, ws, spec):
@@ -384,14 +390,11 @@ def fold_value_grad_many(shard, folds, ws, spec):
     maps = [_affine(shard, k) for k in folds]
     if all(m is None for m in maps):
         return _value_grad_many(shard, folds, ws, spec)
-    import dataclasses
-
     d = spec.n_features
     ws = torch.as_tensor(np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, dtype=np.float64))
     identity = (torch.zeros(d, dtype=ws.dtype), torch.ones(d, dtype=ws.dtype))
     raw = torch.cat([_to_raw(ws[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
-    raw_spec = dataclasses.replace(spec, fit_intercept=True)
-    losses, g = _value_grad_many(shard, folds, raw.to(shard.get("X").device), raw_spec)
+    losses, g = _value_grad_many(shard, folds, raw.to(shard.get("X").device), _raw_spec(spec))
     g = torch.as_tensor(g).cpu()
     grads = torch.cat([_from_raw(g[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
     return losses, grads
@@ -569,10 +572,8 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True):
     ws = torch.as_tensor(ws, dtype=f64, device=X.device).reshape(-1, spec.n_params)
     mp = _affine(shard, k)
     if mp is not None:  # the same predictions from the stored rows
-        import dataclasses
-
         ws = _to_raw(ws.cpu(), spec, mp).to(X.device)
-        spec = dataclasses.replace(spec, fit_intercept=True)
+        spec = _raw_spec(spec)
     K, d = spec.n_outputs, spec.n_features
     # every parameter vector's predictions in one product (X read once for all of them)
     Z_all = _rows_product(X, idx, ws[:, : K * d].reshape(-1, d).T.contiguous())
