@@ -276,7 +276,8 @@ def test_dask_input_stays_on_the_workers_and_scores_there(container, placements,
     theirs = skms.GridSearchCV(pipe, grid, cv=cv, scoring=scoring, refit="neg_log_loss").fit(X, y, **ref_params)
     # the scorers get no weights through a pipeline (their key is the step's): the same on both sides
     _same_results(ours, theirs, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), atol=1e-6)
+    Xp = X if container == "array" else frame  # as fitted: a frame's column names
+    np.testing.assert_allclose(ours.predict_proba(Xp), theirs.predict_proba(X), atol=1e-6)
     # a regressor's default score (r2) and its squared error, with the scorers' weights (a plain estimator)
     Xr, yr = load_diabetes(return_X_y=True)
     Xrd, yrd = da.from_array(Xr, chunks=(111, 10)), da.from_array(yr, chunks=111)

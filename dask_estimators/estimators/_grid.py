@@ -56,6 +56,53 @@ _AFFINE_TRANSFORMERS = (StandardScaler, MinMaxScaler, MaxAbsScaler)
 _MAX_AFFINE_OFFSET = 1e4
 
 
+#: The row-group statistics (:func:`~dask_estimators.objectives.cv.role_group_stats`) each scaler is made from.
+_STATS_KIND = {StandardScaler: "moments", MinMaxScaler: "range", MaxAbsScaler: "maxabs"}
+
+
+def _scaler_helpers():
+    """scikit-learn's ``_is_constant_feature`` and ``_handle_zeros_in_scale`` (private: docs/private-apis.md),
+    with which ``StandardScaler`` turns its variances into scales; None where they are gone."""
+    try:
+        from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
+    except ImportError:  # pragma: no cover - a scikit-learn without them: the scalers' own partial_fit
+        return None
+    return _is_constant_feature, _handle_zeros_in_scale
+
+
+def _scaler_from_stats(transformer, n, stats, n_features, dtype):
+    """``transformer`` (an :func:`affine_transformer`, not fitted) as if fitted on ``n`` rows of statistics
+    ``stats`` (:func:`~dask_estimators.objectives.cv.combine_group_stats`), X of ``dtype``.
+
+    The scaler's own ``partial_fit`` on one or two rows made from the statistics (each feature's minimum and
+    maximum; its largest absolute value; its mean plus and minus its standard deviation) sets every
+    attribute and its type; the row count, and a ``StandardScaler``'s mean, variance and scale, are then set
+    from the statistics (its scale as scikit-learn's own makes it from the variance).
+    """
+    out = clone(transformer)
+    if n == 0:
+        raise ValueError("Found array with 0 sample(s) (shape=(0, %d)) while a minimum of 1 is required by %s."
+                         % (n_features, type(out).__name__))
+    if isinstance(out, MinMaxScaler):
+        out.partial_fit(np.stack(stats).astype(dtype))
+    elif isinstance(out, MaxAbsScaler):
+        out.partial_fit(stats[0][None, :].astype(dtype))
+    else:
+        mean, m2 = stats
+        var = m2 / n
+        sd = np.sqrt(var)
+        out.partial_fit(np.stack([mean - sd, mean + sd]).astype(dtype))
+        if out.mean_ is not None:
+            out.mean_ = mean.astype(out.mean_.dtype)
+        if out.var_ is not None:
+            out.var_ = var.astype(out.var_.dtype)
+            is_constant, zeros_to_one = _scaler_helpers()
+            seen = type(out.n_samples_seen_)(n)
+            out.scale_ = zeros_to_one(np.sqrt(out.var_), copy=False, constant_mask=is_constant(out.var_, out.mean_, seen))
+    out.n_samples_seen_ = type(out.n_samples_seen_)(n)
+    return out
+
+
 class RejectedInput(ValueError):
     """The input failed the models' validation (its cause is the model's own error, in scikit-learn's words)."""
 
@@ -177,13 +224,44 @@ class PlacedRuns:
             session.__exit__(*exc)
 
     def fit_transformers(self, pairs) -> list:
-        """Each ``(transformer, k)`` of ``pairs`` fitted on split k's training rows where they are placed: its
-        ``partial_fit`` on each shard's rows in turn (:func:`~dask_estimators.objectives.cv.partial_fit_on_folds`).
+        """Each ``(transformer, k)`` of ``pairs`` fitted on split k's training rows where they are placed.
 
-        One round per shard: in each, every shard works on a different share of the transformers (each goes
+        Dense X and scikit-learn's three affine scalers (:func:`affine_transformer`, one kind in ``pairs``):
+        one round gives every shard's statistics of its row groups
+        (:func:`~dask_estimators.objectives.cv.role_group_stats`, one pass over X for all the splits), and
+        each split's scaler is made from their sums (:func:`_scaler_from_stats`).  Otherwise its
+        ``partial_fit`` on each shard's rows in turn (:func:`~dask_estimators.objectives.cv.partial_fit_on_folds`):
+        one round per shard, in each every shard working on a different share of the transformers (each goes
         round the shards from its own first one), so that all the workers fit at once.  Returns the fitted
         transformers.
         """
+        fitted = self._fit_from_stats(pairs)
+        if fitted is None:
+            fitted = self._fit_in_turn(pairs)
+        names = getattr(self.model, "feature_names_in_", None)
+        for t in fitted:  # as fitted on the input's frame: its column names
+            if names is not None:
+                t.feature_names_in_ = names
+        return fitted
+
+    def _fit_from_stats(self, pairs):
+        """:meth:`fit_transformers` from the shards' row-group statistics; None where that does not apply."""
+        kinds = {_STATS_KIND.get(type(t)) for t, _ in pairs}
+        if len(kinds) != 1 or None in kinds or not all(affine_transformer(t) for t, _ in pairs):
+            return None
+        if _scaler_helpers() is None:  # scikit-learn's scale helpers gone: each scaler's own partial_fit
+            return None
+        kind = kinds.pop()
+        per_shard = self.data.map(CV.role_group_stats, kind)
+        if any(got is None for got in per_shard):  # sparse X
+            return None
+        groups = [g for got in per_shard for g in got]
+        n_features = self.model.n_features_in_
+        dtype = self.model._stored(self.dtype)
+        return [_scaler_from_stats(t, *CV.combine_group_stats(kind, groups, k), n_features, dtype)
+                for t, k in pairs]
+
+    def _fit_in_turn(self, pairs) -> list:
         fitted = [clone(t) for t, _ in pairs]
         order = list(np.argsort([min((r[0] for r in ranges), default=0) for ranges in self.data.row_ranges]))
         n = len(order)
@@ -194,10 +272,6 @@ class PlacedRuns:
             for mine, got in zip(share, out):
                 for p, t in zip(mine, got):
                     fitted[p] = t
-        names = getattr(self.model, "feature_names_in_", None)
-        for t in fitted:  # as fitted on the input's frame: its column names
-            if names is not None:
-                t.feature_names_in_ = names
         return fitted
 
     def set_maps(self, maps) -> None:

@@ -41,7 +41,7 @@ torch = lazy_module("torch")
 __all__ = [
     "TRAIN", "TEST", "FoldView", "on_fold", "assign_kfold", "class_runs", "stratified_plan", "assign_stratified",
     "set_roles", "prepare", "fold_weight_sums", "fold_value_grad_many", "heldout_sums", "drop_fold_state",
-    "gram_sums", "set_affine", "partial_fit_on_folds",
+    "gram_sums", "set_affine", "partial_fit_on_folds", "role_group_stats", "combine_group_stats",
 ]
 
 #: A row's role in a split.
@@ -351,6 +351,76 @@ def partial_fit_on_folds(shard, pairs):
             transformer.partial_fit(rows)
         out.append(transformer)
     return out
+
+
+def role_group_stats(shard, kind: str) -> list:
+    """Kernel: per-feature statistics of the shard's dense rows, grouped by the set of splits they train
+    (rows of one group train the same splits: an unshuffled k-fold's shard has at most k + 1 groups), in one
+    pass over X.
+
+    Returns ``[(trains, n, stats)]``, one entry per group that trains some split: ``trains`` a boolean array
+    of n_splits, ``n`` its rows and ``stats``, by ``kind``, a tuple of float64 arrays of n_features:
+    ``"moments"`` (mean, sum of squared deviations from it), ``"range"`` (min, max) or ``"maxabs"`` (max |x|).
+    :func:`combine_group_stats` adds the groups of a split's training rows up.
+    None for sparse X (its transformers go round the shards, :func:`partial_fit_on_folds`).
+    """
+    X = shard.get("X")
+    if is_sparse(X):
+        return None
+    train = shard.cache["cv_roles"] == TRAIN
+    n_splits = train.shape[0]
+    if n_splits <= 62:
+        codes = (train.astype(np.int64) << np.arange(n_splits, dtype=np.int64)[:, None]).sum(axis=0)
+        keys, inverse = np.unique(codes, return_inverse=True)
+        groups = [((key >> np.arange(n_splits)) & 1).astype(bool) for key in keys]
+    else:  # pragma: no cover - a search of more than 62 splits
+        groups_, inverse = np.unique(train.T, axis=0, return_inverse=True)
+        groups = list(groups_)
+    out = []
+    for g, trains in enumerate(groups):
+        if not trains.any():
+            continue
+        blocks = _training_blocks(X, inverse.reshape(-1) == g)
+        parts = [(b.shape[0], _block_stats(b, kind)) for b in blocks]
+        n, stats = parts[0]
+        for m, more in parts[1:]:
+            n, stats = _merge_stats(kind, n, stats, m, more)
+        out.append((trains, n, stats))
+    return out
+
+
+def _block_stats(B, kind):
+    if kind == "moments":
+        mean = B.mean(axis=0, dtype=np.float64)
+        d = B - mean
+        return mean, np.einsum("ij,ij->j", d, d)
+    if kind == "range":
+        return B.min(axis=0).astype(np.float64), B.max(axis=0).astype(np.float64)
+    if kind == "maxabs":
+        return (np.maximum(np.abs(B.min(axis=0)), np.abs(B.max(axis=0))).astype(np.float64),)
+    raise ValueError(f"Unknown statistics kind {kind!r}.")
+
+
+def _merge_stats(kind, n, a, m, b):
+    """The statistics of two row groups' union, ``n`` and ``m`` rows (Chan's pairwise update for the moments)."""
+    if kind == "moments":
+        total = n + m
+        delta = b[0] - a[0]
+        return total, (a[0] + delta * (m / total), a[1] + b[1] + delta * delta * (n * m / total))
+    if kind == "range":
+        return n + m, (np.minimum(a[0], b[0]), np.maximum(a[1], b[1]))
+    return n + m, (np.maximum(a[0], b[0]),)
+
+
+def combine_group_stats(kind: str, groups, k: int):
+    """``(n, stats)`` over split k's training rows, from the shards' :func:`role_group_stats` (``groups``: all
+    their entries); ``(0, None)`` when no group trains split k."""
+    n, stats = 0, None
+    for trains, m, more in groups:
+        if not trains[k]:
+            continue
+        n, stats = (m, more) if stats is None else _merge_stats(kind, n, stats, m, more)
+    return n, stats
 
 
 #: Training rows in at most this many runs are handed to ``partial_fit`` run by run, as views.

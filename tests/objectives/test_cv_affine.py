@@ -167,3 +167,55 @@ def test_a_sparse_shards_scaler_sees_its_training_rows():
     for t, k in fitted:
         want = MaxAbsScaler().fit(X[roles[k] == CV.TRAIN])
         np.testing.assert_allclose(t.max_abs_, want.max_abs_, rtol=1e-12)
+
+
+_SCALERS = [StandardScaler(), StandardScaler(with_mean=False), StandardScaler(with_std=False),
+            StandardScaler(with_mean=False, with_std=False), MinMaxScaler(), MinMaxScaler(feature_range=(-2, 3)),
+            MaxAbsScaler()]
+
+
+def _same_fitted(got, want, rtol):
+    """Every fitted attribute of two scalers alike: the same names, types, dtypes and values."""
+    assert sorted(vars(got)) == sorted(vars(want))
+    for name, value in vars(want).items():
+        other = getattr(got, name)
+        assert type(other) is type(value), name
+        if isinstance(value, np.ndarray):
+            assert other.dtype == value.dtype, name
+            np.testing.assert_allclose(other, value, rtol=rtol, atol=0, err_msg=name)
+        elif isinstance(value, (float, np.floating, int, np.integer)):
+            np.testing.assert_allclose(other, value, rtol=rtol, err_msg=name)
+        else:
+            assert other == value, name
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("kind", ["kfold", "shuffled"])
+@pytest.mark.parametrize("scaler", _SCALERS, ids=lambda s: repr(s))
+def test_scalers_made_from_row_group_statistics_are_those_fitted_on_the_splits_rows(dtype, kind, scaler):
+    """One pass over each shard's row groups (role_group_stats), summed per split (combine_group_stats), makes
+    each split's scaler: every attribute as scikit-learn's fit on the split's rows, constant and
+    nearly constant features included; with a fourth split of every row (a search's refit)."""
+    from dask_estimators.estimators._grid import _STATS_KIND, _scaler_from_stats
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(N, D)) * np.arange(1, D + 1) + np.linspace(-20, 40, D)
+    X[:, 1] = 7.25  # constant: scale 1
+    X[:, 2] = 1e8 + rng.normal(size=N) * 1e-9  # constant to the precision: scale 1
+    X = X.astype(dtype)
+    fold = np.arange(N) * 3 // N if kind == "kfold" else rng.integers(0, 3, N)
+    roles = np.where(fold[None, :] == np.arange(3)[:, None], CV.TEST, CV.TRAIN).astype(np.int8)
+    roles = np.vstack([roles, np.full((1, N), CV.TRAIN, dtype=np.int8)])
+    stat = _STATS_KIND[type(scaler)]
+    groups = [g for shard in _two_shards(X, roles) for g in CV.role_group_stats(shard, stat)]
+    for k in range(4):
+        got = _scaler_from_stats(scaler, *CV.combine_group_stats(stat, groups, k), D, dtype)
+        want = type(scaler)(**scaler.get_params()).fit(X[roles[k] == CV.TRAIN])
+        _same_fitted(got, want, rtol=1e-12 if dtype == np.float64 else 1e-5)
+        np.testing.assert_allclose(got.transform(X), want.transform(X), rtol=1e-5, atol=1e-6)
+
+
+def test_row_group_statistics_leave_sparse_shards_to_partial_fit():
+    X = sp.random(N, D, density=0.3, format="csr", random_state=4)
+    roles = np.full((2, N), CV.TRAIN, dtype=np.int8)
+    assert all(CV.role_group_stats(shard, "maxabs") is None for shard in _two_shards(X, roles))
