@@ -15,7 +15,16 @@ array with the same content five times.  Rows, in this one process, on one
   fold, each fold's scaled rows placed once, and the five candidates' fits on it in lockstep;
 * ``ours, data kept``: the search over ours (``n_jobs=None``), the default ``dask-estimators.keep-placed``:
   each fold is placed once and the other candidates' fits find it by its content;
-* ``ours, placed for every fit``: the same with ``keep-placed`` at 0, as every fit placed before.
+* ``ours, placed for every fit``: the same with ``keep-placed`` at 0, as every fit placed before;
+* ``scikit-learn's own work, around DummyClassifier``: scikit-learn's search (``n_jobs=None``) around an
+  estimator that does nothing: each fit's rows cut and scaled, and the scores.  No search around any
+  estimator, ours included, goes below it (one candidate at a time).
+
+Then an MLP grid, ``GridSearchCV(MLPClassifier(max_iter=5), {hidden_layer_sizes: (50,), (100,); alpha: 1e-4,
+1e-2}, cv=3)`` on ``make_classification(40000, 100)`` (``--mlp-rows``): scikit-learn's search over its MLP
+with ``n_jobs=-1`` (the anchor), ours over ours, and ``ours, training rounds alone``: the sum of our 13 fits'
+(12 and the refit) training seconds (``fit_stats_["seconds"]``) on the same rows, what a search could reach if
+placement, set-up and scoring cost nothing.  Written to ``search_mlp.json`` and ``search_mlp.md``.
 
 Ours send the folds to the workers as to workers on other hosts (``dask-estimators.shared-memory`` false):
 on the client's host NumPy input is handed over in shared memory, lives in the shards' actors, and is not
@@ -28,21 +37,24 @@ scikit-learn.  The same ``best_params_`` is checked, and ``mean_test_score`` to 
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import run_record, shape_main, write_results  # noqa: E402
+from bench_engine import RESULTS, run_record, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CS = [0.001, 0.01, 0.1, 1.0, 10.0]
 
 
-def _search(estimator, n_jobs, ours=False):
+def _search(estimator, n_jobs, ours=False, grid=None):
     from sklearn.model_selection import GridSearchCV
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
@@ -50,13 +62,14 @@ def _search(estimator, n_jobs, ours=False):
     if ours:
         from dask_estimators.model_selection import GridSearchCV
     pipe = Pipeline([("scale", StandardScaler()), ("clf", estimator)])
-    return GridSearchCV(pipe, {"clf__C": CS}, cv=5, n_jobs=n_jobs)
+    return GridSearchCV(pipe, grid or {"clf__C": CS}, cv=5, n_jobs=n_jobs)
 
 
 def run(rows, cols, repeat, out_dir):
     import dask
     import distributed
     from sklearn.datasets import make_classification
+    from sklearn.dummy import DummyClassifier
     from sklearn.linear_model import LogisticRegression as SkLogistic
 
     import dask_estimators as de
@@ -70,6 +83,8 @@ def run(rows, cols, repeat, out_dir):
                                                                                 None, ours=True),
         "ours, data kept": lambda: _search(de.LogisticRegression(max_iter=1000), None),
         "ours, placed for every fit": lambda: _search(de.LogisticRegression(max_iter=1000), None),
+        "scikit-learn's own work, around DummyClassifier": lambda: _search(DummyClassifier(), None, grid={
+            "clf__strategy": ["prior"] * len(CS)}),
     }
     times = {k: [] for k in rows_of}
     fitted = {}
@@ -87,6 +102,8 @@ def run(rows, cols, repeat, out_dir):
                 release_kept()
     sk = fitted["scikit-learn"]
     for name, s in fitted.items():
+        if "DummyClassifier" in name:
+            continue
         assert s.best_params_ == sk.best_params_, (name, s.best_params_, sk.best_params_)
         np.testing.assert_allclose(s.cv_results_["mean_test_score"], sk.cv_results_["mean_test_score"], atol=1e-4)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -102,8 +119,73 @@ def run(rows, cols, repeat, out_dir):
     write_results(out_dir, "search", record, lines)
 
 
+MLP_GRID = {"hidden_layer_sizes": [(50,), (100,)], "alpha": [1e-4, 1e-2]}
+
+
+def run_mlp(rows, repeat, out_dir):
+    import distributed
+    from sklearn.base import clone
+    from sklearn.datasets import make_classification
+    from sklearn.model_selection import GridSearchCV as SkSearch
+    from sklearn.model_selection import ParameterGrid, StratifiedKFold
+    from sklearn.neural_network import MLPClassifier as SkMLP
+
+    import dask_estimators as de
+    from dask_estimators.model_selection import GridSearchCV
+
+    X, y = make_classification(rows, 100, n_informative=20, random_state=0)
+    ours = de.MLPClassifier(max_iter=5, random_state=0)
+    times = {"scikit-learn": [], "ours: dask_estimators.model_selection.GridSearchCV": [],
+             "ours, training rounds alone": []}
+    fitted = {}
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 5 epochs, as the grid asks
+        SkSearch(SkMLP(max_iter=1), MLP_GRID, cv=3, n_jobs=-1).fit(X[:3000], y[:3000])  # loky's processes
+        GridSearchCV(ours, MLP_GRID, cv=3).fit(X[:3000], y[:3000])  # kernels
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fitted["scikit-learn"] = SkSearch(SkMLP(max_iter=5, random_state=0), MLP_GRID, cv=3, n_jobs=-1).fit(X, y)
+            times["scikit-learn"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            fitted["ours"] = GridSearchCV(ours, MLP_GRID, cv=3).fit(X, y)
+            times["ours: dask_estimators.model_selection.GridSearchCV"].append(time.perf_counter() - t0)
+            rounds = 0.0
+            for params in ParameterGrid(MLP_GRID):
+                for train, _ in StratifiedKFold(3).split(X, y):
+                    rounds += clone(ours).set_params(**params).fit(X[train], y[train]).fit_stats_["seconds"]
+            best = fitted["ours"].best_params_
+            rounds += clone(ours).set_params(**best).fit(X, y).fit_stats_["seconds"]
+            times["ours, training rounds alone"].append(rounds)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    best = {k: {p: str(v) for p, v in s.best_params_.items()} for k, s in fitted.items()}
+    scores = {k: [float(v) for v in s.cv_results_["mean_test_score"]] for k, s in fitted.items()}
+    record = run_record("bench_search.py", mlp_rows=rows, repeat=repeat, workers=2, threads_per_worker=1,
+                        grid={k: [str(v) for v in vs] for k, vs in MLP_GRID.items()}, folds=3, epochs=5,
+                        best_params=best, mean_test_score=scores, seconds=med, all_seconds=times)
+    lines = [f"# GridSearchCV(MLPClassifier(max_iter=5)), 2 hidden sizes x 2 alpha x 3 folds, {rows:,} x 100", "",
+             f"`{record['command']}` at {record['commit']}, {record['machine']}, 2 workers x 1 thread; medians of "
+             f"{repeat}.", "", "| search over | s | / scikit-learn (n_jobs=-1) |", "|---|---|---|"]
+    for name, s in med.items():
+        lines.append(f"| {name} | {s:.2f} | {s / med['scikit-learn']:.2f} |")
+    lines += ["", "| | best candidate | mean test scores |", "|---|---|---|"]
+    for k in fitted:
+        lines.append(f"| {k} | {best[k]} | {', '.join(f'{v:.4f}' for v in scores[k])} |")
+    write_results(out_dir, "search_mlp", record, lines)
+
+
 def main(argv=None):
-    shape_main(run, __doc__, rows=200_000, argv=argv)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--cols", type=int, default=100)
+    ap.add_argument("--mlp-rows", type=int, default=40_000, help="the MLP grid's rows; 0 leaves it out")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    run(args.rows, args.cols, args.repeat, args.out)
+    if args.mlp_rows:
+        run_mlp(args.mlp_rows, args.repeat, args.out)
 
 
 if __name__ == "__main__":
