@@ -281,10 +281,26 @@ def block_search() -> str:
              "ours: dask_estimators.model_selection.GridSearchCV":
                  "`dask_estimators.model_selection.GridSearchCV` over ours: placed once, the fits in lockstep",
              "ours, data kept": "scikit-learn's over ours, folds sent once (the default)",
-             "ours, placed for every fit": "scikit-learn's over ours, `keep-placed` 0 (each fit sends its fold)"}
+             "ours, placed for every fit": "scikit-learn's over ours, `keep-placed` 0 (each fit sends its fold)",
+             "scikit-learn's own work, around DummyClassifier":
+                 "scikit-learn's over `DummyClassifier`: its own work alone (cutting, scaling, scoring)"}
     rows = [[label[k], f"{v:.1f}", f"{v / sk:.2f}"] for k, v in s["seconds"].items()]
     return table([f"`GridSearchCV(Pipeline(StandardScaler, LogisticRegression))`, {len(s['Cs'])} C x "
                   f"{s['folds']} folds, {s['rows']:,} x {s['cols']}: search, over", "s", "/ scikit-learn"], rows)
+
+
+def block_search_mlp() -> str:
+    s = load("search_mlp.json")
+    sk = s["seconds"]["scikit-learn"]
+    label = {"scikit-learn": "scikit-learn's over its `MLPClassifier`, `n_jobs=-1`",
+             "ours: dask_estimators.model_selection.GridSearchCV":
+                 "`dask_estimators.model_selection.GridSearchCV` over ours (each candidate's fits one by one)",
+             "ours, training rounds alone": "ours: the 13 fits' training rounds alone"}
+    rows = [[label[k], f"{v:.2f}", f"{v / sk:.2f}"] for k, v in s["seconds"].items()]
+    grid = s["grid"]
+    return table([f"`GridSearchCV(MLPClassifier(max_iter={s['epochs']}))`, hidden sizes "
+                  f"{' and '.join(grid['hidden_layer_sizes'])} x alpha {' and '.join(grid['alpha'])} x "
+                  f"{s['folds']} folds, {s['mlp_rows']:,} x 100: search", "s", "/ scikit-learn"], rows)
 
 
 def block_cv() -> str:
@@ -504,6 +520,7 @@ BLOCKS = {
     "cv": block_cv,
     "small-searches": block_small_searches,
     "search": block_search,
+    "search-mlp": block_search_mlp,
     "float32": block_float32,
     "mlp-throughput": block_mlp_throughput,
     "mlp-matrix-summary": block_mlp_matrix_summary,
