@@ -335,3 +335,62 @@ def test_the_lockstep_takes_as_many_fits_as_its_memory_share_allows(monkeypatch,
     wide = search().fit(X, y)
     assert widths == [(9, 1), (1, 1), (9, 10), (1, 10)]  # the 9 fits, then the refit
     _same_results(narrow, wide, rtol=1e-9, atol=1e-12)
+
+
+@pytest.fixture
+def cut_on_client(monkeypatch):
+    """The splits whose held-out rows the search cuts on the client to score there (each a _Rows)."""
+    cut = []
+    init = _search._Rows.__init__
+
+    def counted(self, X, y, rows, *args):
+        cut.append(len(rows))
+        init(self, X, y, rows, *args)
+
+    monkeypatch.setattr(_search._Rows, "__init__", counted)
+    return cut
+
+
+@pytest.mark.parametrize("dask_input", [False, True], ids=["numpy", "dask"])
+def test_held_out_scores_are_summed_on_the_workers_also_for_numpy_input(dask_input, cut_on_client, placed_only,
+                                                                        spread):
+    """The named scorers' held-out scores are the workers' sums for NumPy input too (no split's rows cut on
+    the client), equal to scikit-learn's scorers: weighted accuracy and log-loss of a plain classifier, and r2
+    of targets whose mean is a million of their standard deviations (the sums are taken about each split's
+    mean: about zero, a split's total sum of squares would be lost to rounding)."""
+    import dask.array as da
+
+    X, y = _cancer(scaled=True)
+    w = np.random.default_rng(3).uniform(0.5, 2.0, len(y))
+    Xr, yr = load_diabetes(return_X_y=True)
+    yr = yr * 1e-1 + 1e7
+    if dask_input:
+        data = (da.from_array(X, chunks=(150, 30)), da.from_array(y, chunks=150), da.from_array(w, chunks=150))
+        reg = (da.from_array(Xr, chunks=(111, 10)), da.from_array(yr, chunks=111))
+    else:
+        data, reg = (X, y, w), (Xr, yr)
+    cv = StratifiedKFold(4, shuffle=True, random_state=1)
+    grid = {"C": [0.01, 1.0], "fit_intercept": [True, False]}
+    est = de.LogisticRegression(tol=1e-10, max_iter=1000)
+    scoring = ["accuracy", "neg_log_loss"]
+    ours = GridSearchCV(est, grid, cv=cv, scoring=scoring, refit="accuracy").fit(data[0], data[1],
+                                                                               sample_weight=data[2])
+    theirs = skms.GridSearchCV(est, grid, cv=cv, scoring=scoring, refit="accuracy").fit(X, y, sample_weight=w)
+    _same_results(ours, theirs, rtol=1e-7, atol=1e-9)
+    grid = {"alpha": [0.0, 1.0]}
+    reg_est = de.LinearRegression(tol=1e-8)
+    ours = GridSearchCV(reg_est, grid, cv=3).fit(*reg)
+    theirs = skms.GridSearchCV(reg_est, grid, cv=3).fit(Xr, yr)
+    _same_results(ours, theirs, rtol=1e-7, atol=1e-9)
+    assert 0.3 < ours.best_score_ < 0.6  # diabetes' r2, not the noise of two large sums
+    assert cut_on_client == []
+
+
+def test_a_group_placed_per_split_is_scored_on_the_client_beside_worker_scored_ones(cut_on_client, placed_only):
+    X, y = _cancer(scaled=True)
+    pipe = Pipeline([("prep", StandardScaler()), ("clf", de.LogisticRegression(tol=1e-8, max_iter=1000))])
+    grid = {"prep": [StandardScaler(), PolynomialFeatures(1)], "clf__C": [0.1, 1.0]}
+    ours = GridSearchCV(pipe, grid, cv=3).fit(X, y)
+    assert len(cut_on_client) == 3  # the PolynomialFeatures group's splits
+    theirs = skms.GridSearchCV(pipe, grid, cv=3).fit(X, y)
+    _same_results(ours, theirs, rtol=1e-5, atol=1e-6, same_best=False)

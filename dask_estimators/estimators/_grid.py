@@ -341,11 +341,12 @@ class PlacedRuns:
         share = float(_config.get("search-lockstep-memory"))
         return max(1, int(share * x_bytes // (3 * 8 * rows)))
 
-    def heldout(self, k, xs, metric, weighted=True) -> np.ndarray:
+    def heldout(self, k, xs, metric, weighted=True, shift=0.0) -> np.ndarray:
         """The raw held-out sums of ``metric`` over split k's held-out rows (``held_out``), for each solution
-        of ``xs`` (:attr:`solutions`' vectors), in one round (``weighted`` False: without the sample weights):
-        see :func:`~dask_estimators.objectives.cv.heldout_sums`."""
-        return self.problem.heldout(k, np.stack(xs), metric, weighted)
+        of ``xs`` (:attr:`solutions`' vectors), in one round (``weighted`` False: without the sample weights;
+        ``shift``, near y's mean, subtracted from y in r2's sums): see
+        :func:`~dask_estimators.objectives.cv.heldout_sums`."""
+        return self.problem.heldout(k, np.stack(xs), metric, weighted, shift)
 
 
 def fit_candidates(models, X, y, sample_weight=None, splits=None):

@@ -16,14 +16,19 @@ give the same attributes; where every candidate's estimator is our
   (candidate, split) fit runs in lockstep, one pass over X per round for all
   of them, each with its own line search and stopping test
   (:func:`~dask_estimators.estimators._grid.fit_candidates`).
-- **A group with earlier steps** (a scaler, an encoder) fits them once per
-  split, on the split's training rows, and places their output once for all
-  of the group's candidates.
-- **The scores** are scikit-learn's scorers, applied on the client to each
-  fitted model and the split's held-out rows (the input is on the client).
+- **A pipeline's scaler** is fitted for every split from the workers' sums
+  over their rows, and the fits see X through it as an affine map; **other
+  earlier steps** (an encoder, several steps) are fitted once per split on
+  the client, their output placed once for all of the group's candidates.
+- **The scores** of scikit-learn's accuracy, log-loss, r2 and squared-error
+  scorers are sums over the held-out rows on the workers
+  (:data:`_WORKER_METRICS`); other scorers, training scores and groups
+  placed per split are scored on the client with scikit-learn's scorers.
+  Dask input stays on the workers throughout.
 
-Anything else (dask input, another estimator in the grid, metadata routing,
-``class_weight="balanced"``) runs scikit-learn's own search, unchanged.
+Anything else (another estimator in the grid, metadata routing,
+``class_weight="balanced"``, dask input with other scorers) runs
+scikit-learn's own search, unchanged.
 """
 
 from __future__ import annotations
@@ -203,6 +208,20 @@ class _PlacedSearch:
             return dict(scoring)
         return None
 
+    def _worker_scored(self, y) -> bool:
+        """Whether the held-out scores of NumPy, pandas or sparse input are summed on the workers too (its
+        fits' placement holds each split's held-out rows): with :meth:`_worker_metrics`' scorers, 1-D ``y`` and
+        no training scores."""
+        return self._worker_metrics() is not None and not self.return_train_score and np.ndim(y) == 1
+
+    def _r2_shifts(self, y, splits) -> list | None:
+        """Each split's mean of its held-out ``y``, subtracted from y in r2's sums (the total sum of squares
+        is then not the difference of two large sums); None where r2 is not scored."""
+        if "r2" not in (self._worker_metrics() or {}).values():
+            return None
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        return [float(y[test].mean()) if len(test) else 0.0 for _, test in splits]
+
     def _worker_metrics(self) -> dict | None:
         """``{name: metric}`` of the held-out scores computed on the workers (:data:`_WORKER_METRICS`), for the
         search's ``scoring``; None where a scorer runs on the client."""
@@ -243,7 +262,9 @@ class _PlacedSearch:
         score_weight = None
         if weight is not None and plan.weight_key == "sample_weight" and self._check_scorers_accept_sample_weight():
             score_weight = weight
-        worker_scores = [[None] * len(splits) for _ in plan.candidates] if plan.on_workers else None
+        on_workers = plan.on_workers or self._worker_scored(y_split)
+        worker_scores = [[None] * len(splits) for _ in plan.candidates] if on_workers else None
+        shifts = self._r2_shifts(y_split, splits) if on_workers else None
         fitted = [[None] * n_splits for _ in range(n_cand)]
         fit_time = np.zeros((n_cand, n_splits))
         with ExitStack() as stack:
@@ -257,15 +278,10 @@ class _PlacedSearch:
             refit_on = None
             for members in plan.groups:
                 refit_on = self._fit_group(members, X, y, weight, splits, fitted, fit_time, stack, keep, len(y_split),
-                                           worker_scores)
+                                           worker_scores, shifts, plan.on_workers)
             if bar is not None:
                 bar.set_description(f"{type(self).__name__}, scoring")
-            if plan.on_workers:
-                out = [{"fit_error": None, "n_test_samples": len(test), "fit_time": fit_time[i, k],
-                        "score_time": worker_scores[i][k][1], "test_scores": worker_scores[i][k][0]}
-                       for i in range(n_cand) for k, (_, test) in enumerate(splits)]
-            else:
-                out = self._scores(fitted, fit_time, scorers, X, y, splits, score_weight)
+            out = self._scores(fitted, fit_time, scorers, X, y, splits, score_weight, worker_scores)
             self.multimetric_ = isinstance(out[0]["test_scores"], dict)
             if callable(self.scoring) and self.multimetric_:
                 self._check_refit_for_multimetric(out[0]["test_scores"])
@@ -297,7 +313,8 @@ class _PlacedSearch:
         self.cv_results_ = results
         return self
 
-    def _fit_group(self, members, X, y, weight, splits, fitted, fit_time, stack, keep, n_rows, worker_scores=None):
+    def _fit_group(self, members, X, y, weight, splits, fitted, fit_time, stack, keep, n_rows, worker_scores=None,
+                   shifts=None, on_workers=False):
         """Fit one group's candidates on every split, filling ``fitted`` and ``fit_time``.
 
         Without earlier steps, or with one scaler (:func:`~dask_estimators.estimators._grid.affine_transformer`),
@@ -305,8 +322,10 @@ class _PlacedSearch:
         where its rows are, and applied as an affine map).  Otherwise (other earlier steps, or a split that
         lacks a class) it is placed once per split, after the earlier steps fitted on the client.  ``keep``:
         the placement stays in ``stack`` with a split of every row, and this returns the refit (a function of
-        the best candidate, not fitted); else None.  ``worker_scores`` (dask input): filled with each fit's
-        held-out scores, computed on the workers, and their seconds.
+        the best candidate, not fitted); else None.  ``worker_scores``: filled with each fit's held-out
+        scores, computed on the workers, and their seconds, where the group's data is placed once (``shifts``:
+        each split's for r2, :meth:`_r2_shifts`).  ``on_workers`` (dask input): the rows must not come to the
+        client, so a group that cannot be placed once is an error.
         """
         model0 = members[0][1]
         finals = [_final(m) for _, m in members]
@@ -329,7 +348,7 @@ class _PlacedSearch:
                     if steps is None:  # an offset too large for the stored X: placed per split
                         runs.__exit__(None, None, None)
                         runs = None
-                        if worker_scores is not None:
+                        if on_workers:
                             raise ValueError(_FAR_MEAN)
             if runs is not None:
                 grid = runs.fit(finals, list(range(len(splits))), feature_names=scaler is None,
@@ -340,7 +359,7 @@ class _PlacedSearch:
                         fitted[i][k] = _with_final(model, steps[k], est)
                         fit_time[i, k] = seconds / (len(members) * len(splits))
                 if worker_scores is not None:
-                    self._worker_scores(runs, members, len(splits), worker_scores, weighted=not prefix)
+                    self._worker_scores(runs, members, len(splits), worker_scores, not prefix, shifts)
                 if not keep:  # the next group's placement goes in its place
                     runs.__exit__(None, None, None)
                     return None
@@ -350,7 +369,7 @@ class _PlacedSearch:
                     return _with_final(best, steps[-1], est)
 
                 return refit
-        if worker_scores is not None:  # the split's rows would come to the client
+        if on_workers:  # the split's rows would come to the client
             raise ValueError("With dask input every split's training rows must hold every class.")
         for k, (train, _) in enumerate(splits):
             t0 = time.perf_counter()
@@ -378,11 +397,11 @@ class _PlacedSearch:
         if bar is not None:
             bar.update(n)
 
-    def _worker_scores(self, runs, members, n_splits, out, weighted):
+    def _worker_scores(self, runs, members, n_splits, out, weighted, shifts):
         """Each member's held-out scores on every split, as sums on the workers: one round per split and
         metric for all of the group's fits.  Fills ``out[i][k]`` with ``(scores, seconds)``.  ``weighted``:
         with the sample weights, as scikit-learn's search hands them to the scorer of a plain estimator (a
-        pipeline's are its step's alone)."""
+        pipeline's are its step's alone).  ``shifts[k]``: split k's for r2 (:meth:`_r2_shifts`)."""
         named = self._worker_metrics()
         solutions = runs.solutions  # member by member, split by split
         for k in range(n_splits):
@@ -391,32 +410,39 @@ class _PlacedSearch:
             values = {name: [] for name in named}
             for name, scorer_name in named.items():
                 metric, score = _WORKER_METRICS[scorer_name]
-                sums = runs.heldout(k, xs, metric, weighted)
+                sums = runs.heldout(k, xs, metric, weighted, shifts[k] if metric == "r2" else 0.0)
                 values[name] = [float(score(np.asarray(row, dtype=np.float64))) for row in sums]
             seconds = (time.perf_counter() - t0) / len(members)
             for j, (i, _) in enumerate(members):
                 scores = {name: v[j] for name, v in values.items()}
                 out[i][k] = (scores["score"] if set(scores) == {"score"} else scores, seconds)
 
-    def _scores(self, fitted, fit_time, scorers, X, y, splits, score_weight):
+    def _scores(self, fitted, fit_time, scorers, X, y, splits, score_weight, done=None):
         """scikit-learn's entry of each fit, candidate by candidate and split by split: its test (and train)
         scores, times and test size.
 
-        Split by split, each split's rows are cut once for all candidates and, with scikit-learn's own
-        scorers (a name, or a list or dict of names), passed once through each fitted earlier step of a
-        pipeline: the scorer then gets the last step and the transformed rows, as it does through the
-        pipeline.
+        ``done[i][k]``, where not None: the fit's ``(scores, seconds)``, summed on the workers
+        (:meth:`_worker_scores`).  The others are scored here.  Split by split, each split's rows are cut
+        once for all candidates and, with scikit-learn's own scorers (a name, or a list or dict of names),
+        passed once through each fitted earlier step of a pipeline: the scorer then gets the last step and the
+        transformed rows, as it does through the pipeline.
         """
         n_cand = len(fitted)
         entries = [[None] * len(splits) for _ in range(n_cand)]
         through = self._scorer_names() is not None
         for k, (train, test) in enumerate(splits):
-            held = {"test": _Rows(X, y, test, score_weight, through)}
-            if self.return_train_score:
-                held["train"] = _Rows(X, y, train, score_weight, through)
+            held = None
             for i in range(n_cand):
-                t0 = time.perf_counter()
                 entry = {"fit_error": None, "n_test_samples": len(test), "fit_time": fit_time[i, k]}
+                if done is not None and done[i][k] is not None:
+                    entry["test_scores"], entry["score_time"] = done[i][k]
+                    entries[i][k] = entry
+                    continue
+                if held is None:
+                    held = {"test": _Rows(X, y, test, score_weight, through)}
+                    if self.return_train_score:
+                        held["train"] = _Rows(X, y, train, score_weight, through)
+                t0 = time.perf_counter()
                 entry["test_scores"] = self._score(fitted[i][k], scorers, held["test"])
                 entry["score_time"] = time.perf_counter() - t0
                 if self.return_train_score:
@@ -553,8 +579,10 @@ class GridSearchCV(_PlacedSearch, _SkGridSearchCV):
     per split with a pipeline's earlier steps), and every candidate's fit on
     every split runs in lockstep: one pass over X per round for all of them,
     each with its own line search and stopping test, as it would alone.
-    The scores are scikit-learn's scorers on the client.  Anything else
-    is scikit-learn's search (``n_jobs`` applies there).
+    The held-out scores of scikit-learn's accuracy, log-loss, r2 and
+    squared-error scorers are summed on the workers, others' computed by
+    scikit-learn's scorers on the client.  Anything else is scikit-learn's
+    search (``n_jobs`` applies there).
 
     Parameters
     ----------

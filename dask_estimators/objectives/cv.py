@@ -615,7 +615,7 @@ def _rows_product(X, idx, Wt):
     return out
 
 
-def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True):
+def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True, shift: float = 0.0):
     """Kernel: raw sums of ``metric`` over split ``k``'s held-out rows, for each parameter vector in ``ws``
     (of the split's models on ``a + s * x`` where it has an affine map, :func:`set_affine`).
 
@@ -626,7 +626,8 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True):
     * ``"accuracy"``: weight of the correct predictions, total weight;
     * ``"log_loss"``: weighted log-loss sum, total weight;
     * ``"squared_error"``: weighted sum of squared errors, total weight;
-    * ``"r2"``: squared errors, sum of w*y, sum of w*y**2, total weight.
+    * ``"r2"``: squared errors, sum of w*(y - shift), sum of w*(y - shift)**2, total weight (``shift`` near
+      y's mean, so that the total sum of squares is not the difference of two large sums).
     """
     roles = shard.cache["cv_roles"][k]
     key = ("cv_test_rows", k)
@@ -668,7 +669,7 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True):
             r2 = ((yt - z) ** 2).sum(1)
             parts = [(st * r2).sum()]
             if metric == "r2":
-                yy = yt[:, 0]
+                yy = yt[:, 0] - shift
                 parts += [(st * yy).sum(), (st * yy * yy).sum()]
             out.append(torch.stack(parts + [st.sum()]))
         else:

@@ -46,11 +46,11 @@ class FoldProblem:
             return LinearObjective(self.evaluate, self.spec, weight_sums=tuple(self.full_sums))
         return LinearObjective(_OnFold(self.evaluate, k), self.spec, weight_sums=tuple(self.fold_sums[k]))
 
-    def heldout(self, k, ws, metric: str, weighted: bool = True) -> np.ndarray:
+    def heldout(self, k, ws, metric: str, weighted: bool = True, shift: float = 0.0) -> np.ndarray:
         """Split k's held-out sums at each row of ``ws`` (:func:`~dask_estimators.objectives.cv.heldout_sums`;
-        ``weighted`` False: without the sample weights)."""
+        ``weighted`` False: without the sample weights; ``shift``: subtracted from y in r2's sums)."""
         return np.asarray(self.evaluate(CV.heldout_sums, k, np.asarray(ws, dtype=np.float64), self.spec, metric,
-                                        weighted))
+                                        weighted, shift))
 
     def with_evaluator(self, evaluate) -> FoldProblem:
         """A plain :class:`FoldProblem` of the same splits that evaluates through ``evaluate`` (None: one to send
