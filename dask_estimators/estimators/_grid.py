@@ -278,6 +278,7 @@ class PlacedRuns:
         """Each split's affine map (:func:`affine_map`; None: X as stored): its fits see ``a + s * x``."""
         self._maps = list(maps)
         self.data.map(CV.set_affine, self._maps)
+        self.problem.forget_hessians()
 
     def fit(self, models, folds, *, feature_names=True, on_done=None) -> list:
         """Fit every model of ``models`` on every split of ``folds`` (indices into ``splits``), in lockstep.

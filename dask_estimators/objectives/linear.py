@@ -496,6 +496,9 @@ class LinearObjective:
         self.penalized = np.zeros(self.n_params, dtype=bool)
         self.penalized[: spec.n_outputs * spec.n_features] = True
         self._state_at = None
+        #: A dict shared by the objectives of one set of rows (a search's split), where a quadratic's Hessian,
+        #: the same at every point and for every penalty, is kept once computed (None: not kept)
+        self.hessian_cache = None
 
     def with_evaluator(self, evaluate):
         """A copy of this objective (spec, penalties, weight sums, bounds) that evaluates through ``evaluate``.
@@ -568,9 +571,19 @@ class LinearObjective:
         return self.evaluate(hessp, p, self.spec) / self.sw_sum + self.l2 * (p * self.penalized)
 
     def hess(self, w):
-        """Dense Hessian of the smooth part at ``w`` (tree-summed over the shards)."""
-        self._ensure_state(w)
-        H = self.evaluate(hess, self.spec) / self.sw_sum
+        """Dense Hessian of the smooth part at ``w`` (tree-summed over the shards).
+
+        A quadratic's (the squared loss) does not depend on ``w`` nor on the penalty: with a
+        :attr:`hessian_cache` it is computed once for all the objectives that share the cache.
+        """
+        cache = self.hessian_cache if self.quadratic else None
+        raw = None if cache is None else cache.get("H")
+        if raw is None:
+            self._ensure_state(w)
+            raw = np.asarray(self.evaluate(hess, self.spec), dtype=np.float64)
+            if cache is not None:
+                cache["H"] = raw
+        H = raw / self.sw_sum
         H[np.diag_indices_from(H)] += self.l2 * self.penalized
         return H
 

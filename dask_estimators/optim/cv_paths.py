@@ -39,12 +39,23 @@ class FoldProblem:
         self.evaluate, self.spec = evaluate, spec
         self.full_sums, self.fold_sums = sums[0], sums[1:]
         self.n_splits = n_splits
+        self._hessians = {}  # a quadratic's Hessian of each split's rows, shared by its fits (forget_hessians)
 
     def objective(self, k) -> LinearObjective:
-        """The normalised objective of split k's training rows (k None: all rows); penalties set by the caller."""
+        """The normalised objective of split k's training rows (k None: all rows); penalties set by the caller.
+
+        The objectives of one split share its :attr:`~dask_estimators.objectives.linear.LinearObjective.hessian_cache`.
+        """
         if k is None:
-            return LinearObjective(self.evaluate, self.spec, weight_sums=tuple(self.full_sums))
-        return LinearObjective(_OnFold(self.evaluate, k), self.spec, weight_sums=tuple(self.fold_sums[k]))
+            obj = LinearObjective(self.evaluate, self.spec, weight_sums=tuple(self.full_sums))
+        else:
+            obj = LinearObjective(_OnFold(self.evaluate, k), self.spec, weight_sums=tuple(self.fold_sums[k]))
+        obj.hessian_cache = self._hessians.setdefault(k, {})
+        return obj
+
+    def forget_hessians(self) -> None:
+        """Drop the splits' kept Hessians (the rows' roles or maps changed)."""
+        self._hessians = {}
 
     def heldout(self, k, ws, metric: str, weighted: bool = True, shift: float = 0.0) -> np.ndarray:
         """Split k's held-out sums at each row of ``ws`` (:func:`~dask_estimators.objectives.cv.heldout_sums`;

@@ -1,0 +1,69 @@
+"""Independent fits on the splits of one placement (optim.cv_paths), in process over two CPU shards.
+
+A squared loss's Hessian is the same at every point and for every penalty: the fits of one split compute it
+once between them, and each fit's result is the one it reaches alone.  Other losses' Hessians are computed at
+each of their points.
+"""
+
+import numpy as np
+import pytest
+
+from dask_estimators.engine import LocalEvaluator
+from dask_estimators.engine.data._worker import Shard
+from dask_estimators.objectives import LinearSpec
+from dask_estimators.objectives import cv as CV
+from dask_estimators.objectives import linear as lin
+from dask_estimators.optim.cv_paths import FoldProblem, independent_fits
+
+N, D, K = 240, 5, 3
+
+
+class _Counting(LocalEvaluator):
+    """A LocalEvaluator that counts the Hessians it computes on a split's rows."""
+
+    def __init__(self, shards):
+        super().__init__(shards)
+        self.hessians = 0
+
+    def __call__(self, fn, *args):
+        if fn is CV.on_fold and args[1] is lin.hess:
+            self.hessians += 1
+        return super().__call__(fn, *args)
+
+
+def _problem(loss):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N, D)) + 3.0
+    z = X @ rng.normal(size=D)
+    y = z + rng.normal(size=N) if loss == "squared" else (z + rng.normal(size=N) > np.median(z)).astype(float)
+    shards = []
+    for rows in (slice(0, 130), slice(130, None)):
+        shard = Shard({"X": X[rows], "y": y[rows], "sample_weight": rng.uniform(0.5, 2.0, N)[rows]}, device="cpu")
+        shards.append(shard)
+    starts = (0, 130)
+    for shard, start in zip(shards, starts):
+        CV.assign_kfold(shard, [(start, start + shard.n_rows)], N, K)
+    evaluate = _Counting(shards)
+    sums = evaluate(CV.prepare, loss, 1)
+    return evaluate, FoldProblem(evaluate, LinearSpec(loss, D), sums, K)
+
+
+@pytest.mark.parametrize("loss", ["squared", "binomial"])
+def test_a_squared_losss_hessian_is_computed_once_per_split(loss):
+    alphas = [1e-3, 1e-1, 1.0]
+    runs = [(k, a, 0.0, "newton-cholesky", 1e-10, 50) for a in alphas for k in range(K)]
+    evaluate, problem = _problem(loss)
+    together = independent_fits(problem, runs)
+    shared = evaluate.hessians
+    alone = []
+    for run in runs:  # each fit on a problem of its own: nothing shared
+        evaluate, problem = _problem(loss)
+        alone.append(independent_fits(problem, [run])[0])
+        assert evaluate.hessians >= 1
+    for (x, n_iter, solver), (x_alone, n_alone, _) in zip(together, alone):
+        np.testing.assert_allclose(x, x_alone, rtol=1e-10, atol=1e-12)
+        assert n_iter == n_alone and solver == "newton-cholesky"
+    if loss == "squared":
+        assert shared == K  # one per split, for its three fits
+    else:
+        assert shared == sum(int(n) for _, n, _ in together)  # one at each Newton iteration of each fit
