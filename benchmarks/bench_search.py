@@ -20,6 +20,11 @@ array with the same content five times.  Rows, in this one process, on one
   estimator that does nothing: each fit's rows cut and scaled, and the scores.  No search around any
   estimator, ours included, goes below it (one candidate at a time).
 
+Then a regression search, ``GridSearchCV(Pipeline(MinMaxScaler, LinearRegression))`` over 5 alphas x 5 folds
+on ``make_regression(rows, cols)``, against scikit-learn's over ``Ridge`` with the same penalties
+(``Ridge(alpha * n_train)``) and ``n_jobs=-1``; the same best alpha and mean test scores to 1e-4 are checked.
+Written to ``search_regression.json`` and ``search_regression.md``.
+
 Then an MLP grid, ``GridSearchCV(MLPClassifier(max_iter=5), {hidden_layer_sizes: (50,), (100,); alpha: 1e-4,
 1e-2}, cv=3)`` on ``make_classification(40000, 100)`` (``--mlp-rows``): scikit-learn's search over its MLP
 with ``n_jobs=-1`` (the anchor), ours over ours, and ``ours, training rounds alone``: the sum of our 13 fits'
@@ -119,6 +124,61 @@ def run(rows, cols, repeat, out_dir):
     write_results(out_dir, "search", record, lines)
 
 
+ALPHAS = [1e-4, 1e-3, 1e-2, 1e-1, 1.0]
+
+
+def run_regression(rows, cols, repeat, out_dir):
+    """``GridSearchCV(Pipeline(MinMaxScaler, LinearRegression))`` over 5 alphas x 5 folds against scikit-learn's
+    search over ``Ridge`` with the same penalties (``Ridge(alpha * n_train)``), ``n_jobs=-1``."""
+    import distributed
+    from sklearn.datasets import make_regression
+    from sklearn.linear_model import Ridge
+    from sklearn.model_selection import GridSearchCV as SkSearch
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import MinMaxScaler
+
+    import dask_estimators as de
+    from dask_estimators.model_selection import GridSearchCV
+
+    X, y = make_regression(rows, cols, n_informative=cols // 2, noise=30.0, random_state=0)
+    y = y + 500.0
+    n_train = rows - rows // 5
+
+    def ours():
+        return GridSearchCV(Pipeline([("scale", MinMaxScaler()), ("reg", de.LinearRegression())]),
+                            {"reg__alpha": ALPHAS}, cv=5)
+
+    def theirs():
+        return SkSearch(Pipeline([("scale", MinMaxScaler()), ("reg", Ridge())]),
+                        {"reg__alpha": [a * n_train for a in ALPHAS]}, cv=5, n_jobs=-1)
+
+    times = {"scikit-learn (Ridge)": [], "ours: dask_estimators.model_selection.GridSearchCV": []}
+    fitted = {}
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster):
+        ours().fit(X[:5000], y[:5000])
+        theirs().fit(X[:5000], y[:5000])
+        for _ in range(repeat):
+            for name, make in zip(times, (theirs, ours)):
+                t0 = time.perf_counter()
+                fitted[name] = make().fit(X, y)
+                times[name].append(time.perf_counter() - t0)
+    sk, us = (fitted[k] for k in times)
+    assert sk.best_index_ == us.best_index_, (sk.best_index_, us.best_index_)
+    np.testing.assert_allclose(us.cv_results_["mean_test_score"], sk.cv_results_["mean_test_score"], atol=1e-4)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    record = run_record("bench_search.py", rows=rows, cols=cols, repeat=repeat, workers=2, threads_per_worker=1,
+                        alphas=ALPHAS, folds=5, best_alpha=ALPHAS[us.best_index_], seconds=med, all_seconds=times)
+    lines = [f"# GridSearchCV(Pipeline(MinMaxScaler, LinearRegression)), {len(ALPHAS)} alpha x 5 folds, "
+             f"{rows:,} x {cols}", "",
+             f"`{record['command']}` at {record['commit']}, {record['machine']}, 2 workers x 1 thread; medians of "
+             f"{repeat}.", "", "| search over | s | / scikit-learn (n_jobs=-1) |", "|---|---|---|"]
+    first = next(iter(med))
+    for name, v in med.items():
+        lines.append(f"| {name} | {v:.2f} | {v / med[first]:.2f} |")
+    write_results(out_dir, "search_regression", record, lines)
+
+
 MLP_GRID = {"hidden_layer_sizes": [(50,), (100,)], "alpha": [1e-4, 1e-2]}
 
 
@@ -184,6 +244,7 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     run(args.rows, args.cols, args.repeat, args.out)
+    run_regression(args.rows, args.cols, args.repeat, args.out)
     if args.mlp_rows:
         run_mlp(args.mlp_rows, args.repeat, args.out)
 

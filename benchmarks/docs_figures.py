@@ -289,6 +289,17 @@ def block_search() -> str:
                   f"{s['folds']} folds, {s['rows']:,} x {s['cols']}: search, over", "s", "/ scikit-learn"], rows)
 
 
+def block_search_regression() -> str:
+    s = load("search_regression.json")
+    sk = s["seconds"]["scikit-learn (Ridge)"]
+    label = {"scikit-learn (Ridge)": "scikit-learn's over its `Ridge` (the same penalties), `n_jobs=-1`",
+             "ours: dask_estimators.model_selection.GridSearchCV":
+                 "`dask_estimators.model_selection.GridSearchCV` over our `LinearRegression`"}
+    rows = [[label[k], f"{v:.2f}", f"{v / sk:.2f}"] for k, v in s["seconds"].items()]
+    return table([f"`GridSearchCV(Pipeline(MinMaxScaler, LinearRegression))`, {len(s['alphas'])} alpha x "
+                  f"{s['folds']} folds, {s['rows']:,} x {s['cols']}: search", "s", "/ scikit-learn"], rows)
+
+
 def block_search_mlp() -> str:
     s = load("search_mlp.json")
     sk = s["seconds"]["scikit-learn"]
@@ -521,6 +532,7 @@ BLOCKS = {
     "small-searches": block_small_searches,
     "search": block_search,
     "search-mlp": block_search_mlp,
+    "search-regression": block_search_regression,
     "float32": block_float32,
     "mlp-throughput": block_mlp_throughput,
     "mlp-matrix-summary": block_mlp_matrix_summary,
