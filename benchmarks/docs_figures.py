@@ -274,44 +274,46 @@ def block_float32() -> str:
 
 # ---- searches ----------------------------------------------------------------------------------------
 
+def _search_table(s, anchor, label, header, digits=2) -> str:
+    """A search benchmark's seconds (``s["seconds"]``) as rows ``label[k]``, each against the ``anchor`` row's."""
+    rows = [[label[k], f"{v:.{digits}f}", f"{v / s['seconds'][anchor]:.2f}"] for k, v in s["seconds"].items()]
+    return table([header, "s", "/ scikit-learn"], rows)
+
+
+_OURS = "ours: dask_estimators.model_selection.GridSearchCV"
+
+
 def block_search() -> str:
     s = load("search.json")
-    sk = s["seconds"]["scikit-learn"]
     label = {"scikit-learn": "scikit-learn, `n_jobs=-1`", "scikit-learn, n_jobs=None": "scikit-learn, `n_jobs=None`",
-             "ours: dask_estimators.model_selection.GridSearchCV":
-                 "`dask_estimators.model_selection.GridSearchCV` over ours: placed once, the fits in lockstep",
+             _OURS: "`dask_estimators.model_selection.GridSearchCV` over ours: placed once, the fits in lockstep",
              "ours, data kept": "scikit-learn's over ours, folds sent once (the default)",
              "ours, placed for every fit": "scikit-learn's over ours, `keep-placed` 0 (each fit sends its fold)",
              "scikit-learn's own work, around DummyClassifier":
                  "scikit-learn's over `DummyClassifier`: its own work alone (cutting, scaling, scoring)"}
-    rows = [[label[k], f"{v:.1f}", f"{v / sk:.2f}"] for k, v in s["seconds"].items()]
-    return table([f"`GridSearchCV(Pipeline(StandardScaler, LogisticRegression))`, {len(s['Cs'])} C x "
-                  f"{s['folds']} folds, {s['rows']:,} x {s['cols']}: search, over", "s", "/ scikit-learn"], rows)
+    return _search_table(s, "scikit-learn", label, f"`GridSearchCV(Pipeline(StandardScaler, LogisticRegression))`, "
+                         f"{len(s['Cs'])} C x {s['folds']} folds, {s['rows']:,} x {s['cols']}: search, over", digits=1)
 
 
 def block_search_regression() -> str:
     s = load("search_regression.json")
-    sk = s["seconds"]["scikit-learn (Ridge)"]
     label = {"scikit-learn (Ridge)": "scikit-learn's over its `Ridge` (the same penalties), `n_jobs=-1`",
-             "ours: dask_estimators.model_selection.GridSearchCV":
-                 "`dask_estimators.model_selection.GridSearchCV` over our `LinearRegression`"}
-    rows = [[label[k], f"{v:.2f}", f"{v / sk:.2f}"] for k, v in s["seconds"].items()]
-    return table([f"`GridSearchCV(Pipeline(MinMaxScaler, LinearRegression))`, {len(s['alphas'])} alpha x "
-                  f"{s['folds']} folds, {s['rows']:,} x {s['cols']}: search", "s", "/ scikit-learn"], rows)
+             _OURS: "`dask_estimators.model_selection.GridSearchCV` over our `LinearRegression`"}
+    return _search_table(s, "scikit-learn (Ridge)", label,
+                         f"`GridSearchCV(Pipeline(MinMaxScaler, LinearRegression))`, {len(s['alphas'])} alpha x "
+                         f"{s['folds']} folds, {s['rows']:,} x {s['cols']}: search")
 
 
 def block_search_mlp() -> str:
     s = load("search_mlp.json")
-    sk = s["seconds"]["scikit-learn"]
     label = {"scikit-learn": "scikit-learn's over its `MLPClassifier`, `n_jobs=-1`",
-             "ours: dask_estimators.model_selection.GridSearchCV":
-                 "`dask_estimators.model_selection.GridSearchCV` over ours (each candidate's fits one by one)",
+             _OURS: "`dask_estimators.model_selection.GridSearchCV` over ours (each candidate's fits one by one)",
              "ours, training rounds alone": "ours: the 13 fits' training rounds alone"}
-    rows = [[label[k], f"{v:.2f}", f"{v / sk:.2f}"] for k, v in s["seconds"].items()]
     grid = s["grid"]
-    return table([f"`GridSearchCV(MLPClassifier(max_iter={s['epochs']}))`, hidden sizes "
-                  f"{' and '.join(grid['hidden_layer_sizes'])} x alpha {' and '.join(grid['alpha'])} x "
-                  f"{s['folds']} folds, {s['mlp_rows']:,} x 100: search", "s", "/ scikit-learn"], rows)
+    return _search_table(s, "scikit-learn", label,
+                         f"`GridSearchCV(MLPClassifier(max_iter={s['epochs']}))`, hidden sizes "
+                         f"{' and '.join(grid['hidden_layer_sizes'])} x alpha {' and '.join(grid['alpha'])} x "
+                         f"{s['folds']} folds, {s['mlp_rows']:,} x 100: search")
 
 
 def block_cv() -> str:
