@@ -299,6 +299,8 @@ class PlacedRuns:
                 solver = model._resolved_solver(spec.n_params, l1)
                 runs.append((k, l2, l1, solver, model.tol, model.max_iter))
         width = self._lockstep_width()
+        if not self.data.on_worker and any(run[3] == "newton-cholesky" for run in runs):
+            problem.share_quadratic_hessians()  # a squared loss's: every split's in one pass
         if self.data.on_worker:
             batched = self._values >= _LOCKSTEP_ON_WORKER_FROM
             out, _ = self.data.run_on_worker(independent_fits, problem, (runs,),

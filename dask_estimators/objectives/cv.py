@@ -42,6 +42,7 @@ __all__ = [
     "TRAIN", "TEST", "FoldView", "on_fold", "assign_kfold", "class_runs", "stratified_plan", "assign_stratified",
     "set_roles", "prepare", "fold_weight_sums", "fold_value_grad_many", "heldout_sums", "drop_fold_state",
     "gram_sums", "set_affine", "partial_fit_on_folds", "role_group_stats", "combine_group_stats",
+    "quadratic_hessians",
 ]
 
 #: A row's role in a split.
@@ -367,6 +368,23 @@ def role_group_stats(shard, kind: str) -> list:
     X = shard.get("X")
     if is_sparse(X):
         return None
+    groups, inverse = _role_groups(shard)
+    out = []
+    for g, trains in enumerate(groups):
+        if not trains.any():
+            continue
+        blocks = _training_blocks(X, inverse == g)
+        parts = [(b.shape[0], _block_stats(b, kind)) for b in blocks]
+        n, stats = parts[0]
+        for m, more in parts[1:]:
+            n, stats = _merge_stats(kind, n, stats, m, more)
+        out.append((trains, n, stats))
+    return out
+
+
+def _role_groups(shard):
+    """The shard's row groups by the set of splits they train: ``(groups, inverse)``, ``groups[g]`` a boolean
+    array of n_splits (the splits group g trains) and ``inverse`` each row's group."""
     train = shard.cache["cv_roles"] == TRAIN
     n_splits = train.shape[0]
     if n_splits <= 62:
@@ -376,16 +394,60 @@ def role_group_stats(shard, kind: str) -> list:
     else:  # pragma: no cover - a search of more than 62 splits
         groups_, inverse = np.unique(train.T, axis=0, return_inverse=True)
         groups = list(groups_)
-    out = []
-    for g, trains in enumerate(groups):
-        if not trains.any():
-            continue
-        blocks = _training_blocks(X, inverse.reshape(-1) == g)
-        parts = [(b.shape[0], _block_stats(b, kind)) for b in blocks]
-        n, stats = parts[0]
-        for m, more in parts[1:]:
-            n, stats = _merge_stats(kind, n, stats, m, more)
-        out.append((trains, n, stats))
+    return groups, inverse.reshape(-1)
+
+
+def quadratic_hessians(shard, spec):
+    """Kernel: every split's Hessian of the squared loss's raw sum over its training rows, each as
+    ``on_fold(shard, k, hess, spec)`` gives it (in its affine map's coordinates, :func:`set_affine`), shape
+    (n_splits, n_params, n_params).
+
+    The squared loss's Hessian is ``sum s x~ x~ᵀ`` (``x~`` a row with its 1), the same at every point.  For
+    dense X each group of rows that train the same splits (an unshuffled k-fold's shard has at most k + 1)
+    adds its sum to those splits': X is read once for all of them, where each split's own Hessian reads it
+    once.  Sparse X: each split's sum in turn.  The shard's weights must be one per row.
+    """
+    from . import linear as lin
+
+    X = shard.get("X")
+    base = _base_weight(shard).to(torch.float64).reshape(X.shape[0], -1)
+    if base.shape[1] != 1:
+        raise ValueError("quadratic_hessians needs one weight per row.")
+    roles = shard.cache["cv_roles"]
+    n_splits, d = roles.shape[0], X.shape[1]
+    G = torch.zeros((n_splits, d + 1, d + 1), dtype=torch.float64)
+    if is_sparse(X):
+        for k in range(n_splits):
+            G[k] = lin._sparse_gram(X, (base[:, 0] * torch.from_numpy(roles[k] == TRAIN).to(base.device)), True).cpu()
+    else:
+        groups, inverse = _role_groups(shard)
+        for g, trains in enumerate(groups):
+            if not trains.any():
+                continue
+            rows = np.flatnonzero(inverse == g)
+            total = torch.zeros((d + 1, d + 1), dtype=torch.float64, device=X.device)
+            for start in range(0, len(rows), _GRAM_BLOCK):
+                part = rows[start : start + _GRAM_BLOCK]
+                idx = (slice(int(part[0]), int(part[-1]) + 1) if part[-1] - part[0] + 1 == len(part)
+                       else torch.from_numpy(part).to(X.device))
+                Z = torch.empty((len(part), d + 1), dtype=torch.float64, device=X.device)
+                Z[:, :d] = X[idx]
+                Z[:, d] = 1.0
+                total.addmm_(Z.T, Z * base[idx])
+            G[torch.from_numpy(np.flatnonzero(trains))] += total.cpu()
+    out = torch.zeros((n_splits, spec.n_params, spec.n_params), dtype=torch.float64)
+    for k in range(n_splits):
+        mp = _affine(shard, k)
+        layout = spec if mp is None else _raw_spec(spec)
+        block = G[k] if layout.fit_intercept else G[k, :d, :d]
+        H = torch.zeros((layout.n_params, layout.n_params), dtype=torch.float64)
+        for o in range(spec.n_outputs):
+            idx = torch.as_tensor(lin._param_index(layout, o))
+            H[idx[:, None], idx[None, :]] = block
+        if mp is not None:  # as on_fold brings a mapped split's Hessian back
+            J = _to_raw(torch.eye(spec.n_params, dtype=torch.float64), spec, mp).T
+            H = J.T @ H @ J
+        out[k] = H
     return out
 
 

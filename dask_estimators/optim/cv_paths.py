@@ -23,6 +23,10 @@ from .scipy_driver import minimize
 
 __all__ = ["FoldProblem", "Penalties", "fold_paths", "independent_fits", "paths_and_heldout"]
 
+#: :meth:`FoldProblem.share_quadratic_hessians` up to this many parameters (each split's Hessian comes back
+#: from every worker: n_splits * n_params**2 float64 values).
+SHARED_HESSIAN_MAX_PARAMS = 1000
+
 #: At most this many runs share one lockstep (each round's pass holds an (n_rows, runs) product per shard).
 LOCKSTEP_MAX_RUNS = 64
 
@@ -52,6 +56,16 @@ class FoldProblem:
             obj = LinearObjective(_OnFold(self.evaluate, k), self.spec, weight_sums=tuple(self.fold_sums[k]))
         obj.hessian_cache = self._hessians.setdefault(k, {})
         return obj
+
+    def share_quadratic_hessians(self) -> None:
+        """For the squared loss, every split's Hessian from one round
+        (:func:`~dask_estimators.objectives.cv.quadratic_hessians`: one pass over X for all of them), kept for
+        the split's fits; nothing for other losses, or above :data:`SHARED_HESSIAN_MAX_PARAMS` parameters."""
+        if self.spec.loss != "squared" or self.spec.n_params > SHARED_HESSIAN_MAX_PARAMS:
+            return
+        H = np.asarray(self.evaluate(CV.quadratic_hessians, self.spec), dtype=np.float64)
+        for k in range(self.n_splits):
+            self._hessians.setdefault(k, {})["H"] = H[k]
 
     def forget_hessians(self) -> None:
         """Drop the splits' kept Hessians (the rows' roles or maps changed)."""

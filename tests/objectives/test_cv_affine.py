@@ -219,3 +219,32 @@ def test_row_group_statistics_leave_sparse_shards_to_partial_fit():
     X = sp.random(N, D, density=0.3, format="csr", random_state=4)
     roles = np.full((2, N), CV.TRAIN, dtype=np.int8)
     assert all(CV.role_group_stats(shard, "maxabs") is None for shard in _two_shards(X, roles))
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("intercept", [True, False], ids=["b", "nob"])
+@pytest.mark.parametrize("outputs", [1, 2])
+@pytest.mark.parametrize("kind", ["kfold", "shuffled"])
+def test_quadratic_hessians_of_every_split_are_each_splits_own(sparse, intercept, outputs, kind):
+    """quadratic_hessians, one pass over the shard for every split, gives each split's Hessian of the squared
+    loss as on_fold(hess) computes it alone: mapped splits (in their map's coordinates) and unmapped, with and
+    without an intercept, one or two outputs, weighted rows, row groups in runs or scattered."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(N, D)) * np.arange(1, D + 1) + np.linspace(-20, 40, D)
+    if sparse:
+        X = sp.csr_matrix(np.where(rng.random((N, D)) < 0.5, X, 0.0))
+    y = rng.normal(size=(N, outputs))
+    shard = Shard({"X": X, "y": y, "sample_weight": rng.uniform(0.5, 2.0, N)}, device="cpu")
+    fold = np.arange(N) * 3 // N if kind == "kfold" else rng.integers(0, 3, N)
+    roles = np.where(fold[None, :] == np.arange(3)[:, None], CV.TEST, CV.TRAIN).astype(np.int8)
+    CV.set_roles(shard, np.vstack([roles, np.full((1, N), CV.TRAIN, dtype=np.int8)]))
+    CV.prepare(shard, "squared", outputs)
+    if not sparse:
+        CV.set_affine(shard, _maps(rng) + [None])
+    spec = LinearSpec("squared", D, n_outputs=outputs, fit_intercept=intercept)
+    got = to_host(CV.quadratic_hessians(shard, spec))
+    w = rng.normal(size=spec.n_params)
+    for k in range(4):
+        CV.on_fold(shard, k, lin.value_grad, w, spec)  # the curvature hess reads
+        want = to_host(CV.on_fold(shard, k, lin.hess, spec))
+        np.testing.assert_allclose(got[k], want, rtol=1e-10, atol=1e-8 * np.abs(want).max())

@@ -67,3 +67,20 @@ def test_a_squared_losss_hessian_is_computed_once_per_split(loss):
         assert shared == K  # one per split, for its three fits
     else:
         assert shared == sum(int(n) for _, n, _ in together)  # one at each Newton iteration of each fit
+
+
+def test_hessians_shared_beforehand_are_the_ones_the_fits_would_compute():
+    runs = [(k, a, 0.0, "newton-cholesky", 1e-10, 50) for a in (1e-3, 1.0) for k in range(K)]
+    evaluate, problem = _problem("squared")
+    alone = independent_fits(problem, runs)
+    evaluate, problem = _problem("squared")
+    problem.share_quadratic_hessians()  # every split's in one round
+    shared = independent_fits(problem, runs)
+    assert evaluate.hessians == 0
+    for (x, n_iter, _), (x_alone, n_alone, _) in zip(shared, alone):
+        np.testing.assert_allclose(x, x_alone, rtol=1e-10, atol=1e-12)
+        assert n_iter == n_alone
+    evaluate, problem = _problem("binomial")
+    problem.share_quadratic_hessians()  # not a quadratic: nothing kept
+    independent_fits(problem, runs[:1])
+    assert evaluate.hessians > 0
