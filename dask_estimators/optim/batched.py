@@ -21,6 +21,7 @@ round runs it.  Nothing here knows Dask.
 from __future__ import annotations
 
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -128,7 +129,9 @@ def minimize_lockstep(objectives, batch, x0s, *, solver="lbfgs", tol=1e-4, max_i
     ``solver``, ``tol`` and ``max_iter`` are each one value for every run or
     a sequence of one per run.  ``on_done(i)``, if given, is called (in the
     run's thread) as each run ends.  Returns the list of :class:`scipy.optimize.OptimizeResult`, one per
-    objective, and raises the first run's error if any failed.
+    objective, and raises the first run's error if any failed.  The runs' ``ConvergenceWarning`` (``warn``)
+    are raised here, in the caller's thread, once every run has ended: a warning raised in a run's own
+    thread would point into the thread pool.
 
     Examples
     --------
@@ -155,11 +158,12 @@ def minimize_lockstep(objectives, batch, x0s, *, solver="lbfgs", tol=1e-4, max_i
         return list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value] * n
 
     solvers, tols, max_iters = per_run(solver), per_run(tol), per_run(max_iter)
+    caught = [[] for _ in range(n)]
 
     def run(i):
         try:
             results[i] = minimize(_Proxy(lock, i), x0s[i], solver=solvers[i], tol=tols[i], max_iter=max_iters[i],
-                                  warn=warn)
+                                  warn=caught[i] if warn else False)
         except BaseException as e:
             errors[i] = e
         finally:
@@ -175,6 +179,8 @@ def minimize_lockstep(objectives, batch, x0s, *, solver="lbfgs", tol=1e-4, max_i
     for e in errors:
         if e is not None:
             raise e
+    for category, message in (w for run_caught in caught for w in run_caught):
+        warnings.warn(message, category, stacklevel=2)
     for r in results:
         r.lockstep_rounds = lock.rounds
     return results

@@ -552,7 +552,8 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     evaluation of the objective (one distributed round) as well.  A ``ConvergenceWarning``
     is raised when the solver stops at ``max_iter`` (``max_iter=0`` included), or stops short of ``tol``
     (max |gradient|) because the objective no longer decreases in floating
-    point; a non-finite objective
+    point (``warn`` False: none; a list: its ``(category, message)`` appended
+    there instead); a non-finite objective
     raises ``FloatingPointError``.
 
     Examples
@@ -578,23 +579,21 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
             f"Solver {solver!r} produced a non-finite objective or parameters; "
             "check the scale of the data and the penalty."
         )
-    if warn and not res.success and (res.nit >= max_iter or res.get("used_all_iterations", False)):
+    message = None
+    if warn is not False and not res.success and (res.nit >= max_iter or res.get("used_all_iterations", False)):
         # scikit-learn's wording for each solver (code and users match on it)
         used = res.get("solver", solver)  # newton-cholesky may have gone on with lbfgs
         head = (f"Newton solver did not converge after {res.nit} iterations" if used == "newton-cholesky"
                 else f"{used} failed to converge after {res.nit} iteration(s)")
-        warnings.warn(
-            f"{head} (max_iter={max_iter}). Increase the number of iterations (max_iter) or scale the data.",
-            _convergence_warning(),
-            stacklevel=3,
-        )
-    elif warn and res.get("jac") is not None and np.max(np.abs(res.jac), initial=0.0) > tol:
+        message = f"{head} (max_iter={max_iter}). Increase the number of iterations (max_iter) or scale the data."
+    elif warn is not False and res.get("jac") is not None and np.max(np.abs(res.jac), initial=0.0) > tol:
         # the solver ended where it could no longer decrease the objective in float64, short of tol
-        warnings.warn(
-            f"{solver} stopped after {res.nit} iteration(s) short of tol = {tol:g}: max |gradient| = "
-            f"{np.max(np.abs(res.jac)):.3g} where the objective no longer decreased in floating point "
-            f"({res.message}). Increase tol, or scale the data.",
-            _convergence_warning(),
-            stacklevel=3,
-        )
+        message = (f"{solver} stopped after {res.nit} iteration(s) short of tol = {tol:g}: max |gradient| = "
+                   f"{np.max(np.abs(res.jac)):.3g} where the objective no longer decreased in floating point "
+                   f"({res.message}). Increase tol, or scale the data.")
+    if message is not None:
+        if isinstance(warn, list):  # kept for the caller to raise (a run in a thread of its own)
+            warn.append((_convergence_warning(), message))
+        else:
+            warnings.warn(message, _convergence_warning(), stacklevel=3)
     return res

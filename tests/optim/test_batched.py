@@ -78,3 +78,33 @@ def test_lockstep_error_reaches_every_run():
 
     with pytest.raises(RuntimeError, match="round failed"):
         minimize_lockstep(objs, batch, np.zeros((3, 2)), tol=1e-8, max_iter=10)
+
+
+def test_the_runs_convergence_warnings_are_raised_in_the_callers_thread():
+    """Each run that stops at max_iter warns once, from the caller's thread (the warning names this file, not
+    the thread pool's); with the warnings made errors, the error reaches the caller."""
+    import warnings
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((200, 5))
+    y = (X @ rng.standard_normal(5) > 0).astype(float)
+    objs = [Logistic(X, y, l2) for l2 in (1e-4, 1e-3, 1e-2)]
+
+    def batch(idx, W):
+        out = [objs[i].raw(w) for i, w in zip(idx, W)]
+        return np.array([o[0] for o in out]), np.stack([o[1] for o in out])
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        minimize_lockstep(objs, batch, np.zeros((3, 5)), solver="lbfgs", tol=1e-12, max_iter=2)
+    convergence = [w for w in caught if "failed to converge after 2 iteration" in str(w.message)]
+    assert len(convergence) == 3
+    assert all(w.filename == __file__ for w in convergence)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(Warning, match="failed to converge"):
+            minimize_lockstep(objs, batch, np.zeros((3, 5)), solver="lbfgs", tol=1e-12, max_iter=2)
+    with warnings.catch_warnings(record=True) as caught:  # warn=False: none
+        warnings.simplefilter("always")
+        minimize_lockstep(objs, batch, np.zeros((3, 5)), solver="lbfgs", tol=1e-12, max_iter=2, warn=False)
+    assert not [w for w in caught if "converge" in str(w.message)]
