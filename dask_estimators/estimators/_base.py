@@ -671,16 +671,17 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         if sp.issparse(coef):
             coef = coef.astype(np.float64, copy=False)
         intercept = np.reshape(self.intercept_, (1, -1)).astype(np.float64, copy=False)
-        if not sp.issparse(X):
+        dense = not sp.issparse(X)
+        if dense:
             X = np.asarray(X)
-        if not sp.issparse(X) and X.dtype == np.float32 and X.shape[0] > _DECISION_BLOCK_ROWS:
-            # float32 rows widened a block at a time: float64 products without a float64 copy of X
-            z = np.empty((X.shape[0], coef.shape[0]))
-            for start in range(0, X.shape[0], _DECISION_BLOCK_ROWS):
-                rows = slice(start, start + _DECISION_BLOCK_ROWS)
-                z[rows] = safe_sparse_dot(X[rows].astype(np.float64), coef.T, dense_output=True)
-            return z + intercept
-        Xa = X.astype(np.float64, copy=False) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+            if X.dtype == np.float32 and X.shape[0] > _DECISION_BLOCK_ROWS:
+                # float32 rows widened a block at a time: float64 products without a float64 copy of X
+                z = np.empty((X.shape[0], coef.shape[0]))
+                for start in range(0, X.shape[0], _DECISION_BLOCK_ROWS):
+                    rows = slice(start, start + _DECISION_BLOCK_ROWS)
+                    z[rows] = safe_sparse_dot(X[rows].astype(np.float64), coef.T, dense_output=True)
+                return z + intercept
+        Xa = np.asarray(X, dtype=np.float64) if dense else X.astype(np.float64, copy=False)
         z = safe_sparse_dot(Xa, coef.T, dense_output=True)
         z = np.asarray(z.toarray() if sp.issparse(z) else z, dtype=np.float64)
         return z + intercept

@@ -92,14 +92,15 @@ def _scaler_from_stats(transformer, n, stats, n_features, dtype):
         var = m2 / n
         sd = np.sqrt(var)
         out.partial_fit(np.stack([mean - sd, mean + sd]).astype(dtype))
+    out.n_samples_seen_ = type(out.n_samples_seen_)(n)
+    if isinstance(out, StandardScaler):
         if out.mean_ is not None:
             out.mean_ = mean.astype(out.mean_.dtype)
         if out.var_ is not None:
             out.var_ = var.astype(out.var_.dtype)
             is_constant, zeros_to_one = _scaler_helpers()
-            seen = type(out.n_samples_seen_)(n)
-            out.scale_ = zeros_to_one(np.sqrt(out.var_), copy=False, constant_mask=is_constant(out.var_, out.mean_, seen))
-    out.n_samples_seen_ = type(out.n_samples_seen_)(n)
+            constant = is_constant(out.var_, out.mean_, out.n_samples_seen_)
+            out.scale_ = zeros_to_one(np.sqrt(out.var_), copy=False, constant_mask=constant)
     return out
 
 

@@ -262,9 +262,9 @@ class _PlacedSearch:
         score_weight = None
         if weight is not None and plan.weight_key == "sample_weight" and self._check_scorers_accept_sample_weight():
             score_weight = weight
-        on_workers = plan.on_workers or self._worker_scored(y_split)
-        worker_scores = [[None] * len(splits) for _ in plan.candidates] if on_workers else None
-        shifts = self._r2_shifts(y_split, splits) if on_workers else None
+        scored_on_workers = plan.on_workers or self._worker_scored(y_split)
+        worker_scores = [[None] * len(splits) for _ in plan.candidates] if scored_on_workers else None
+        shifts = self._r2_shifts(y_split, splits) if scored_on_workers else None
         fitted = [[None] * n_splits for _ in range(n_cand)]
         fit_time = np.zeros((n_cand, n_splits))
         with ExitStack() as stack:

@@ -424,16 +424,7 @@ def quadratic_hessians(shard, spec):
         for g, trains in enumerate(groups):
             if not trains.any():
                 continue
-            rows = np.flatnonzero(inverse == g)
-            total = torch.zeros((d + 1, d + 1), dtype=torch.float64, device=X.device)
-            for start in range(0, len(rows), _GRAM_BLOCK):
-                part = rows[start : start + _GRAM_BLOCK]
-                idx = (slice(int(part[0]), int(part[-1]) + 1) if part[-1] - part[0] + 1 == len(part)
-                       else torch.from_numpy(part).to(X.device))
-                Z = torch.empty((len(part), d + 1), dtype=torch.float64, device=X.device)
-                Z[:, :d] = X[idx]
-                Z[:, d] = 1.0
-                total.addmm_(Z.T, Z * base[idx])
+            total = sum(_gram_blocks(X, np.flatnonzero(inverse == g), base))
             G[torch.from_numpy(np.flatnonzero(trains))] += total.cpu()
     out = torch.zeros((n_splits, spec.n_params, spec.n_params), dtype=torch.float64)
     for k in range(n_splits):
@@ -743,6 +734,27 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True, shift: 
 _GRAM_BLOCK = 16384
 
 
+def _gram_blocks(X, rows, s, y=None, shift=None):
+    """``sum s z zᵀ`` over the rows ``rows`` (sorted positions) of ``z = [x, y, 1]`` (without y where None),
+    its first columns less ``shift`` where given, in float64: one term per block of :data:`_GRAM_BLOCK` rows
+    (a float64 copy of the block at a time; a block of consecutive rows is read as a slice of X).  ``s``:
+    weights (n,) or (n, 1), or None."""
+    d = X.shape[1]
+    width = d + (1 if y is None else 2)
+    for start in range(0, len(rows), _GRAM_BLOCK):
+        part = rows[start : start + _GRAM_BLOCK]
+        idx = (slice(int(part[0]), int(part[-1]) + 1) if part[-1] - part[0] + 1 == len(part)
+               else torch.from_numpy(part).to(X.device))
+        Z = torch.empty((len(part), width), dtype=torch.float64, device=X.device)
+        Z[:, :d] = X[idx]
+        if y is not None:
+            Z[:, d] = y[idx, 0]
+        if shift is not None:
+            Z[:, : width - 1] -= shift
+        Z[:, width - 1] = 1.0
+        yield Z.T @ (Z if s is None else Z * s[idx].to(torch.float64).reshape(-1, 1))
+
+
 def gram_sums(shard, shift, direct=()):
     """Kernel: weighted second moments of the rows ``z = [x - shift[:d], y - shift[d], 1]``, per split.
 
@@ -773,15 +785,7 @@ def gram_sums(shard, shift, direct=()):
     out = torch.zeros((1 + n_splits + len(direct), d + 2, d + 2), dtype=f64, device=X.device)
 
     def add(target, rows):
-        for start in range(0, len(rows), _GRAM_BLOCK):
-            idx = torch.from_numpy(rows[start : start + _GRAM_BLOCK]).to(X.device)
-            Z = torch.empty((len(idx), d + 2), dtype=f64, device=X.device)
-            Z[:, :d] = X[idx]
-            Z[:, d] = y[idx, 0]
-            Z[:, : d + 1] -= shift
-            Z[:, d + 1] = 1.0
-            Zs = Z if s is None else Z * s[idx].to(f64).reshape(-1, 1)
-            block = Z.T @ Zs
+        for block in _gram_blocks(X, rows, s, y, shift):
             for t in target:
                 out[t] += block
 

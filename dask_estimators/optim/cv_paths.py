@@ -63,6 +63,8 @@ class FoldProblem:
         the split's fits; nothing for other losses, or above :data:`SHARED_HESSIAN_MAX_PARAMS` parameters."""
         if self.spec.loss != "squared" or self.spec.n_params > SHARED_HESSIAN_MAX_PARAMS:
             return
+        if all("H" in self._hessians.get(k, {}) for k in range(self.n_splits)):  # shared already (a refit)
+            return
         H = np.asarray(self.evaluate(CV.quadratic_hessians, self.spec), dtype=np.float64)
         for k in range(self.n_splits):
             self._hessians.setdefault(k, {})["H"] = H[k]

@@ -579,20 +579,21 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
             f"Solver {solver!r} produced a non-finite objective or parameters; "
             "check the scale of the data and the penalty."
         )
+    keep = isinstance(warn, list)  # an empty list is falsy, and still asks for the warnings
     message = None
-    if warn is not False and not res.success and (res.nit >= max_iter or res.get("used_all_iterations", False)):
+    if (keep or warn) and not res.success and (res.nit >= max_iter or res.get("used_all_iterations", False)):
         # scikit-learn's wording for each solver (code and users match on it)
         used = res.get("solver", solver)  # newton-cholesky may have gone on with lbfgs
         head = (f"Newton solver did not converge after {res.nit} iterations" if used == "newton-cholesky"
                 else f"{used} failed to converge after {res.nit} iteration(s)")
         message = f"{head} (max_iter={max_iter}). Increase the number of iterations (max_iter) or scale the data."
-    elif warn is not False and res.get("jac") is not None and np.max(np.abs(res.jac), initial=0.0) > tol:
+    elif (keep or warn) and res.get("jac") is not None and np.max(np.abs(res.jac), initial=0.0) > tol:
         # the solver ended where it could no longer decrease the objective in float64, short of tol
         message = (f"{solver} stopped after {res.nit} iteration(s) short of tol = {tol:g}: max |gradient| = "
                    f"{np.max(np.abs(res.jac)):.3g} where the objective no longer decreased in floating point "
                    f"({res.message}). Increase tol, or scale the data.")
     if message is not None:
-        if isinstance(warn, list):  # kept for the caller to raise (a run in a thread of its own)
+        if keep:  # for the caller to raise (a run in a thread of its own)
             warn.append((_convergence_warning(), message))
         else:
             warnings.warn(message, _convergence_warning(), stacklevel=3)

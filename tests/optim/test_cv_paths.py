@@ -19,15 +19,17 @@ N, D, K = 240, 5, 3
 
 
 class _Counting(LocalEvaluator):
-    """A LocalEvaluator that counts the Hessians it computes on a split's rows."""
+    """A LocalEvaluator that counts the Hessians it computes on a split's rows, and the rounds that share
+    every split's."""
 
     def __init__(self, shards):
         super().__init__(shards)
-        self.hessians = 0
+        self.hessians = self.shared = 0
 
     def __call__(self, fn, *args):
         if fn is CV.on_fold and args[1] is lin.hess:
             self.hessians += 1
+        self.shared += fn is CV.quadratic_hessians
         return super().__call__(fn, *args)
 
 
@@ -77,6 +79,8 @@ def test_hessians_shared_beforehand_are_the_ones_the_fits_would_compute():
     problem.share_quadratic_hessians()  # every split's in one round
     shared = independent_fits(problem, runs)
     assert evaluate.hessians == 0
+    problem.share_quadratic_hessians()  # kept already (as at a search's refit): no second pass
+    assert evaluate.shared == 1
     for (x, n_iter, _), (x_alone, n_alone, _) in zip(shared, alone):
         np.testing.assert_allclose(x, x_alone, rtol=1e-10, atol=1e-12)
         assert n_iter == n_alone
