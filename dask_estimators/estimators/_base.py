@@ -24,7 +24,6 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
     _check_sample_weight,
-    check_non_negative,
     check_array,
     check_is_fitted,
     validate_data,
@@ -32,6 +31,7 @@ from sklearn.utils.validation import (
 
 from .. import config as _config
 from .._validation import assert_all_finite, classes_and_codes
+from ._blocks import check_block as _check_block
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
 from ..optim import SOLVERS
@@ -56,58 +56,6 @@ except ImportError:  # older scikit-learn has no callbacks to call
         pass
 
 __all__ = ["DistributedEstimator", "DistributedLinearModel", "InferenceMixin"]
-
-
-def _check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=False, negative_weights=True,
-                 dtype=np.float64):
-    """Validate one row block of dask input on its worker, with scikit-learn's own checks.
-
-    ``dtype``: the float dtype X is stored in (float32 for float32 input to an
-    estimator that keeps it, :meth:`DistributedEstimator._storage_dtype`),
-    the same for every block.
-
-    ``y_loss``: a loss whose domain check (``check_y``) the targets must pass,
-    the same check NumPy input gets.  ``accept_sparse``: scipy.sparse blocks
-    of X are accepted and made canonical CSR (NaN or infinity in their
-    ``.data`` raise scikit-learn's error); otherwise they raise its
-    "Sparse data was passed" error.  ``negative_weights``: whether
-    ``sample_weight`` may hold negative values, as the scikit-learn estimator
-    of the same name takes them.
-    """
-    out = dict(arrays)
-    out["X"] = _checked_X(
-        check_array(arrays["X"], dtype=dtype, ensure_min_samples=0, input_name="X",
-                    accept_sparse="csr" if accept_sparse else False)
-    )
-    if "y" in arrays:
-        y = np.asarray(arrays["y"])
-        if y.ndim == 2 and y.shape[1] == 1 and not multi_output:
-            y = y[:, 0]
-        if y_numeric:
-            y = check_array(y, dtype=np.float64, ensure_2d=False, ensure_min_samples=0, input_name="y")
-            if y.ndim > 1 and not multi_output:
-                raise ValueError(f"y should be a 1d array, got an array of shape {y.shape} instead.")
-            if y_loss is not None:
-                y_loss.check_y(y)
-        else:
-            if y.ndim != 1 and not (multi_output and y.ndim == 2):  # 2-D: a label-indicator matrix
-                raise ValueError(f"y should be a 1d array, got an array of shape {y.shape} instead.")
-            if y.dtype.kind == "f":
-                assert_all_finite(y, input_name="y")  # scikit-learn's message
-            if y.dtype.kind == "O" and any(v is None or (isinstance(v, float) and v != v) for v in y):
-                raise ValueError("Input y contains missing values (None or NaN).")
-        out["y"] = y
-    if "sample_weight" in arrays:
-        sw = check_array(
-            arrays["sample_weight"], dtype=np.float64, ensure_2d=False, ensure_min_samples=0,
-            input_name="sample_weight",
-        )
-        if sw.ndim != 1:
-            raise ValueError("Sample weights must be 1D array or scalar")
-        if not negative_weights:
-            check_non_negative(sw, "`sample_weight`")
-        out["sample_weight"] = sw
-    return out
 
 
 def accepts_kept_data(fit):
@@ -259,7 +207,7 @@ class DistributedEstimator(BaseEstimator):
         return np.dtype(dtype) if dtype == np.float32 and np.float32 in admitted else np.dtype(np.float64)
 
     def _block_check(self, y_loss=None, multi_output=None, dtype=np.float64):
-        """The check each block of dask input passes on its worker (:func:`_check_block`), for this estimator;
+        """The check each block of dask input passes on its worker (:func:`._blocks.check_block`), for this estimator;
         ``dtype``: the storage dtype (:meth:`_storage_dtype`)."""
         return functools.partial(
             _check_block, y_numeric=not self._is_classifier,
