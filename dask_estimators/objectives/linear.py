@@ -31,6 +31,7 @@ driver handles it (see :mod:`dask_estimators.optim.scipy_driver`).
 from __future__ import annotations
 
 import functools
+import sys
 
 from dataclasses import dataclass
 
@@ -134,6 +135,41 @@ def _use_fused_csr(X, spec: LinearSpec) -> bool:
 
 def _host(t):
     return None if t is None else t.numpy()
+
+
+def _kernel_threads(shard) -> int:
+    """The threads a kernel on ``shard`` may use: torch's where it is imported (pinned to the worker's), else the
+    shard's worker's (:attr:`~dask_estimators.engine.Shard.threads`)."""
+    t = sys.modules.get("torch")
+    if t is not None:
+        return t.get_num_threads()
+    threads = getattr(shard, "threads", None)
+    return torch.get_num_threads() if threads is None else threads
+
+
+def _host_rows(shard, spec: LinearSpec):
+    """``(X, y, s)`` as NumPy for the dense numba kernels, read where the shard keeps them in host memory
+    (``Shard.host``: no tensor made, torch never imported), ``s`` as (n, 1) or (n, K) or None; None where the
+    numba kernels do not take this shard (sparse or GPU X, another backend, several threads: ``_use_fused``'s
+    rule), and the tensor path decides."""
+    host = getattr(shard, "host", None)
+    if host is None or spec.backend == "torch":
+        return None
+    X = host("X")
+    if (X is None or X.ndim != 2 or X.dtype not in (np.float64, np.float32) or not X.flags.c_contiguous
+            or spec.kernel() is None or not _fused.AVAILABLE):
+        return None
+    if spec.backend != "fused" and _kernel_threads(shard) != 1:
+        return None
+    y, s = host("y"), host("sample_weight")
+    if y is None or (s is None and "sample_weight" in getattr(shard, "data", {})):
+        return None
+    return X, y, (s[:, None] if s is not None and s.ndim == 1 else s)
+
+
+def _tensor(a, X):
+    """A NumPy argument (a kernel of ``host_args``) as a tensor on X's device; a tensor as it is."""
+    return torch.as_tensor(a, device=X.device) if isinstance(a, np.ndarray) else a
 
 
 def _widened(X, dtype):
@@ -276,12 +312,24 @@ def value_grad(shard, w, spec: LinearSpec):
 
     The numba path returns a float and a NumPy array (what the worker sends back), the torch path tensors.
     """
-    X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
-    if _use_fused(X, spec):
+    rows = _host_rows(shard, spec)
+    if rows is not None:
+        X, y, s = rows
         curv = shard.cache.get("linear_curv")  # the last point's buffer: a fresh 4 MB (1M rows) page-faults
+        if not isinstance(curv, np.ndarray) or curv.shape != (X.shape[0], spec.n_outputs):
+            curv = np.empty((X.shape[0], spec.n_outputs))
+        W, b = spec.unpack(np.asarray(w, dtype=np.float64))
+        code, param = spec.kernel()
+        total, gW, gb = _fused.value_grad(X, y, s, W, b, code, param, curv)
+        shard.cache["linear_curv"] = curv
+        return float(total), _pack_numpy(spec, gW, gb)
+    X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
+    w = _tensor(w, X)
+    if _use_fused(X, spec):
+        curv = shard.cache.get("linear_curv")
         if curv is None or curv.shape != (X.shape[0], spec.n_outputs) or curv.dtype != torch.float64:
             curv = torch.empty((X.shape[0], spec.n_outputs), dtype=torch.float64)
-        W, b = spec.unpack(w.numpy() if isinstance(w, torch.Tensor) else np.asarray(w, dtype=np.float64))
+        W, b = spec.unpack(w.numpy())
         kernel = _fused.csr_value_grad if is_sparse(X) else _fused.value_grad
         code, param = spec.kernel()
         total, gW, gb = kernel(*_fused_args(X), y.numpy(), _host(s), W, b, code, param, curv.numpy())
@@ -313,9 +361,15 @@ def value_grad(shard, w, spec: LinearSpec):
 
 def hessp(shard, p, spec: LinearSpec):
     """Kernel: Hessian of the raw loss sum times ``p``, at the point of the last ``value_grad``."""
-    X, s = shard.get("X"), _weights(shard)
     curv = shard.cache["linear_curv"]
-    P, pb = spec.unpack(p)
+    rows = _host_rows(shard, spec)
+    if rows is not None and isinstance(curv, np.ndarray):
+        X, _, s = rows
+        P, pb = spec.unpack(np.asarray(p, dtype=np.float64))
+        return _pack_numpy(spec, *_fused.hessp(X, s, curv, P, pb, spec.kernel()[0]))
+    X, s = shard.get("X"), _weights(shard)
+    curv = _tensor(curv, X)
+    P, pb = spec.unpack(_tensor(p, X))
     if _use_fused(X, spec):
         kernel = _fused.csr_hessp if is_sparse(X) else _fused.hessp
         hW, hb = kernel(*_fused_args(X), _host(s), curv.numpy(), P.numpy(), _host(pb), spec.kernel()[0])
@@ -390,12 +444,20 @@ def _gram_fn(X, spec: LinearSpec):
 
 def hess(shard, spec: LinearSpec):
     """Kernel: the dense Hessian of the raw loss sum, at the point of the last ``value_grad``."""
-    X, s = shard.get("X"), _weights(shard)
     curv = shard.cache["linear_curv"]
-    gram = _gram_fn(X, spec)
+    rows = _host_rows(shard, spec)
     K = spec.n_outputs
-    H = torch.zeros(spec.n_params, spec.n_params, dtype=_sum_dtype(X), device=X.device)
-    idx = [torch.as_tensor(_param_index(spec, k), device=X.device) for k in range(K)]
+    if rows is not None and isinstance(curv, np.ndarray):  # the host shard value_grad read: NumPy, no torch
+        X, _, s = rows
+        gram = functools.partial(_host_gram, X, intercept=spec.fit_intercept)
+        H = np.zeros((spec.n_params, spec.n_params))
+        idx = [_param_index(spec, k) for k in range(K)]
+    else:
+        X, s = shard.get("X"), _weights(shard)
+        curv = _tensor(curv, X)
+        gram = _gram_fn(X, spec)
+        H = torch.zeros(spec.n_params, spec.n_params, dtype=_sum_dtype(X), device=X.device)
+        idx = [torch.as_tensor(_param_index(spec, k), device=X.device) for k in range(K)]
     coupled = spec.get_loss().coupled
     for k in range(K):
         for m in range(k, K) if coupled else (k,):
@@ -410,6 +472,28 @@ def hess(shard, spec: LinearSpec):
             if m != k:
                 H[idx[m][:, None], idx[k][None, :]] = block.T
     return H
+
+
+#: Rows per block of :func:`_host_gram` (a float64 copy of a float32 block, and the block times D, at a time).
+HOST_GRAM_BLOCK_ROWS = 1 << 14
+
+
+def _host_gram(X, D, intercept: bool):
+    """``sum_i D_i x~_i x~_i^T`` (float64, d + intercept square) of a dense NumPy ``X``, over row blocks of
+    :data:`HOST_GRAM_BLOCK_ROWS` (BLAS products; a float32 block widened first)."""
+    d = X.shape[1]
+    G = np.zeros((d + int(intercept), d + int(intercept)))
+    for a in range(0, X.shape[0], HOST_GRAM_BLOCK_ROWS):
+        Xb = X[a : a + HOST_GRAM_BLOCK_ROWS].astype(np.float64, copy=False)
+        Db = D[a : a + HOST_GRAM_BLOCK_ROWS]
+        XD = Xb * Db[:, None]
+        G[:d, :d] += Xb.T @ XD
+        if intercept:
+            c = XD.sum(0)
+            G[:d, d] += c
+            G[d, :d] += c
+            G[d, d] += Db.sum()
+    return G
 
 
 def inference_sums(shard, w, spec: LinearSpec):
@@ -449,6 +533,8 @@ def inference_sums(shard, w, spec: LinearSpec):
 
 def x_nbytes(X) -> int:
     """The bytes a pass over X reads: a dense X's values, or a sparse CSR X's three arrays."""
+    if isinstance(X, np.ndarray):
+        return int(X.nbytes)
     if is_sparse(X):
         return sum(int(a.element_size() * a.nelement()) for a in (X.values(), X.col_indices(), X.crow_indices()))
     return int(X.element_size() * X.nelement())
@@ -456,9 +542,20 @@ def x_nbytes(X) -> int:
 
 def weight_sum(shard):
     """Kernel: ``(S, number of rows)``; S sums the sample weights (averaged over outputs when per output)."""
-    s = _weights(shard)
+    host = getattr(shard, "host", None)
+    s = host("sample_weight") if host is not None else None
+    if s is None:
+        s = _weights(shard)
+    elif s.ndim == 1:
+        s = s[:, None]
     n = float(shard.n_rows)
     return (float(s.sum()) / s.shape[1] if s is not None else n), n
+
+
+#: The kernels that take their float arguments as NumPy and make tensors only on their torch paths (the engine's
+#: ``run_kernel`` leaves the arguments as they are): on dense host shards they run without torch.
+for _kernel in (value_grad, hessp, weight_sum):
+    _kernel.host_args = True
 
 
 class LinearObjective:

@@ -77,12 +77,39 @@ __all__ = [
 _ALL_REALS = (-math.inf, math.inf, False, False)
 
 
+def _array(shard, name, like=None):
+    """The shard's array ``name`` to prepare: NumPy where the shard keeps it in host memory (``Shard.host``: no
+    tensor, no torch), else its tensor; with ``like`` (an array of either kind) in ``like``'s kind."""
+    if like is None or isinstance(like, np.ndarray):
+        host = getattr(shard, "host", None)
+        a = host(name) if host is not None else None
+        if a is not None or like is not None:
+            return a
+    return shard.get(name)
+
+
+def _xp(a):
+    """The array module of ``a``: NumPy for a NumPy array, torch for a tensor."""
+    return np if isinstance(a, np.ndarray) else torch
+
+
+def _float64(a):
+    """``a`` (NumPy or a tensor) as float64 of its own kind."""
+    return a.astype(np.float64) if isinstance(a, np.ndarray) else a.to(torch.float64)
+
+
+def _values(values, like):
+    """float64 ``values`` as an array of ``like``'s kind (NumPy, or a tensor on its device)."""
+    a = np.asarray(values, dtype=np.float64)
+    return a if isinstance(like, np.ndarray) else torch.as_tensor(a, device=like.device)
+
+
 def _class_weights(shard, codes, class_weight):
     """Multiply the shard's sample weights by the class weight of each row's class."""
     if class_weight is None:
         return
-    s = shard.get("sample_weight")
-    cw = torch.as_tensor(np.asarray(class_weight, dtype=np.float64), device=codes.device)[codes]
+    s = _array(shard, "sample_weight", codes)
+    cw = _values(class_weight, codes)[codes]
     shard.put("sample_weight", cw * s if s is not None else cw)
 
 
@@ -190,7 +217,7 @@ class Loss:
     # ---------------------------------------------------------------- shard
     def prepare_targets(self, shard, n_outputs: int, class_weight=None):
         """Encode the shard's ``y`` for this loss in place (regression: float64 (n, K))."""
-        y = shard.get("y").to(torch.float64)
+        y = _float64(_array(shard, "y"))
         shard.put("y", y.reshape(y.shape[0], -1))
 
 
@@ -239,8 +266,8 @@ class Binomial(Loss):
         return 2.0 * (xlogy(y, y / mu) + xlogy(1.0 - y, (1.0 - y) / (1.0 - mu)))
 
     def prepare_targets(self, shard, n_outputs, class_weight=None):
-        codes = shard.get("y")
-        shard.put("y", (codes == 1).to(torch.float64).reshape(-1, 1))
+        codes = _array(shard, "y")
+        shard.put("y", _float64(codes == 1).reshape(-1, 1))
         _class_weights(shard, codes, class_weight)
 
 
@@ -265,7 +292,7 @@ class Multinomial(Loss):
         return pv - p * pv.sum(1, keepdim=True)
 
     def prepare_targets(self, shard, n_outputs, class_weight=None):
-        codes = shard.get("y")
+        codes = _array(shard, "y")
         shard.put("y", codes)
         _class_weights(shard, codes, class_weight)
 
@@ -286,18 +313,17 @@ class SquaredHinge(Loss):
         belongs to class k and leaves it as is otherwise (LIBLINEAR's
         one-vs-rest weighting).
         """
-        codes = shard.get("y")
-        f64 = torch.float64
+        codes = _array(shard, "y")
+        xp = _xp(codes)
         if n_outputs == 1:
-            shard.put("y", torch.where(codes == 1, 1.0, -1.0).to(f64).reshape(-1, 1))
+            shard.put("y", _float64(xp.where(codes == 1, 1.0, -1.0)).reshape(-1, 1))
             _class_weights(shard, codes, class_weight)
             return
-        onehot = torch.nn.functional.one_hot(codes, n_outputs).to(torch.bool)
-        shard.put("y", torch.where(onehot, 1.0, -1.0).to(f64))
+        onehot = codes[:, None] == _values(np.arange(n_outputs), codes)
+        shard.put("y", _float64(xp.where(onehot, 1.0, -1.0)))
         if class_weight is not None:
-            s = shard.get("sample_weight")
-            cw = torch.as_tensor(np.asarray(class_weight, dtype=np.float64), device=codes.device)
-            per_output = torch.where(onehot, cw[None, :], torch.ones((), dtype=f64, device=codes.device))
+            s = _array(shard, "sample_weight", codes)
+            per_output = xp.where(onehot, _values(class_weight, codes)[None, :], _values(1.0, codes))
             base = s.reshape(-1, 1) if s is not None else 1.0
             shard.put("sample_weight", per_output * base)
 

@@ -23,6 +23,17 @@ def _host(a):
     return a.cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
 
 
+def _host_y(shard, name="y"):
+    """The shard's ``name`` as NumPy (None where it has none): read in place where the shard keeps it in host
+    memory (no torch), else copied from its tensor."""
+    host = getattr(shard, "host", None)
+    a = host(name) if host is not None else None
+    if a is not None:
+        return a
+    t = shard.get(name)
+    return None if t is None else _host(t)
+
+
 def unique_labels(shard):
     """The distinct labels of the shard's ``y`` (their own dtype, strings included).
 
@@ -30,7 +41,7 @@ def unique_labels(shard):
     among them (:func:`~dask_estimators._validation.classes_and_codes`); the
     codes stay in the shard's cache for :func:`encode_labels`.
     """
-    y = _host(shard.get("y"))
+    y = _host_y(shard)
     fast = classes_and_codes(y)
     if fast is None:
         return np.unique(y).astype(shard.dtypes.get("y", y.dtype), copy=False)
@@ -48,7 +59,7 @@ def encode_labels(shard, classes):
             raise ValueError("y contains labels that are not in classes_.")
         shard.put("y", where.astype(np.int64)[local_codes])
         return
-    y = _host(shard.get("y"))
+    y = _host_y(shard)
     codes = np.searchsorted(classes, y)
     codes = np.clip(codes, 0, len(classes) - 1)
     if not np.all(classes[codes] == y):
@@ -58,15 +69,15 @@ def encode_labels(shard, classes):
 
 def float_targets(shard):
     """Replace ``y`` (a label-indicator matrix of 0 and 1) by its float64 copy: multilabel targets."""
-    shard.put("y", _host(shard.get("y")).astype(np.float64))
+    shard.put("y", _host_y(shard).astype(np.float64))
 
 
 def class_counts(shard, n_classes: int):
     """Weighted count of each class code in the shard (weights: sample_weight, else 1)."""
-    y = shard.get("y")
-    s = shard.get("sample_weight")
-    w = s if s is not None else torch.ones(y.shape[0], dtype=torch.float64, device=y.device)
-    return torch.bincount(y, weights=w.to(torch.float64), minlength=n_classes).cpu().numpy()
+    y = _host_y(shard)
+    s = _host_y(shard, "sample_weight")
+    w = np.ones(y.shape[0]) if s is None else s.astype(np.float64, copy=False)
+    return np.bincount(y, weights=w, minlength=n_classes)
 
 
 def prepare_targets(shard, loss: str, n_outputs: int, class_weight=None):
@@ -98,12 +109,19 @@ def prepare_and_weigh(shard, loss: str, n_outputs: int, class_weight=None, y_sum
         return sums
     ys = 0.0
     if y_sum:
-        y, s = shard.get("y"), shard.get("sample_weight")
-        y = y.reshape(-1)
+        y = _host_y(shard).reshape(-1)
+        s = _host_y(shard, "sample_weight")
         ys = float((y * s.reshape(-1)).sum() if s is not None else y.sum())
-    return sums + (ys,) + ((float(x_nbytes(shard.get("X"))),) if x_bytes else ())
+    return sums + (ys,) + ((float(x_nbytes(_x_of(shard))),) if x_bytes else ())
+
+
+def _x_of(shard):
+    """The shard's X for :func:`~.linear.x_nbytes`: its host array where it has one (no tensor made)."""
+    host = getattr(shard, "host", None)
+    X = host("X") if host is not None else None
+    return X if X is not None else shard.get("X")
 
 
 def trailing_shape(shard):
     """Kernel: ``y.shape[1:]`` of a shard: () for one target, (n_targets,) for several."""
-    return tuple(int(k) for k in shard.get("y").shape[1:])
+    return tuple(int(k) for k in _host_y(shard).shape[1:])

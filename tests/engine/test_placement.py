@@ -46,7 +46,7 @@ def _layout(shard):
     """Per array: (aligned and C-contiguous, contiguous, dtype, rows)."""
     return {
         name: (is_aligned(a), bool(a.is_contiguous()), str(a.dtype), int(a.shape[0]))
-        for name, a in shard.data.items()
+        for name, a in ((name, shard.get(name)) for name in shard.data)
     }
 
 

@@ -205,11 +205,14 @@ def test_solve_on_shard_runs_the_driver_over_a_local_evaluator_and_keeps_the_war
 
 
 def _engine_imported():
+    """Whether the linear fits' modules are imported here (and torch, which they do not need, is not)."""
     import sys
 
-    from dask_estimators.engine.cluster._warm import MODULES
+    from dask_estimators.engine.cluster._warm import LINEAR_MODULES
 
-    return all(m in sys.modules for m in MODULES)
+    if "torch" in sys.modules:
+        raise AssertionError("torch was imported on a worker for a linear fit")
+    return all(m in sys.modules for m in LINEAR_MODULES)
 
 
 def _tasks_run(dask_worker):

@@ -402,10 +402,13 @@ def test_fused_and_torch_kernels_agree(cfg, fit_intercept, weighted, n, rng):
     assert np.isfinite(lf) and np.all(np.isfinite(gf))
     np.testing.assert_allclose(lf, lt, rtol=1e-12)
     np.testing.assert_allclose(gf, gt, rtol=1e-11, atol=1e-11 * np.abs(gt).max())
-    np.testing.assert_allclose(sh_f.cache["linear_curv"].numpy(), sh_t.cache["linear_curv"].numpy(), rtol=1e-12,
-                               atol=1e-300)
+    curv_f, curv_t = (np.asarray(sh.cache["linear_curv"]) for sh in (sh_f, sh_t))
+    np.testing.assert_allclose(curv_f, curv_t, rtol=1e-12, atol=1e-300)
     hf, ht = to_host(lin.hessp(sh_f, p, spec_f)), to_host(lin.hessp(sh_t, p, spec_t))
     np.testing.assert_allclose(hf, ht, rtol=1e-11, atol=1e-11 * np.abs(ht).max())
+    Hf, Ht = to_host(lin.hess(sh_f, spec_f)), to_host(lin.hess(sh_t, spec_t))
+    np.testing.assert_allclose(Hf, Ht, rtol=1e-10, atol=1e-11 * np.abs(Ht).max())
+    assert not sh_f._tensors  # the numba side read the shard's NumPy arrays: no tensor was made of them
 
 
 @pytest.mark.parametrize("label", [0.0, 1.0])

@@ -167,7 +167,7 @@ def data(case, rng, weighted, n=N):
 def kernels(shard, w, p, spec, inference=False):
     """Every kernel's raw sums at ``w`` (and ``p``), as NumPy."""
     loss, grad = to_host(lin.value_grad(shard, torch.as_tensor(w), spec))
-    out = {"loss": loss, "grad": grad, "curv": shard.cache["linear_curv"].numpy().copy(),
+    out = {"loss": loss, "grad": grad, "curv": np.array(shard.cache["linear_curv"]),
            "hessp": to_host(lin.hessp(shard, torch.as_tensor(p), spec)), "hess": to_host(lin.hess(shard, spec))}
     if inference:
         for name, v in zip(("fisher", "observed", "meat", "pearson"),

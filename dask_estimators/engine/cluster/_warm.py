@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import importlib
 
-#: Modules imported on each worker, in this order.
-MODULES = (
+#: Modules a linear fit runs on a worker, imported on each worker in this order: torch is not among them (a linear
+#: fit never imports it on a worker; the numba kernels and scipy's solvers are all it runs).
+LINEAR_MODULES = (
     "dask_estimators.engine.data._worker",
-    "torch",
     "numba",
     "dask_estimators.objectives.losses",
     "dask_estimators.objectives._fused",
     "dask_estimators.objectives.linear",
     "dask_estimators.objectives.targets",
     "dask_estimators.optim.scipy_driver",  # a small linear fit runs its solver on a worker
+)
+
+#: The networks' modules, imported after :data:`LINEAR_MODULES` where the networks are warmed too.
+NETWORK_MODULES = (
+    "torch",
     "dask_estimators.objectives.module",
     "dask_estimators.objectives._fused_mlp",
     "torch.distributed",
@@ -34,6 +39,9 @@ MODULES = (
     "dask_estimators.optim.torch_driver",  # the ddp ranks' optimizer and epochs (their ``training``)
 )
 
+#: Every module a worker may import ahead, in order.
+MODULES = LINEAR_MODULES + NETWORK_MODULES
+
 
 #: Whether this process's warm-up makes the networks' first uses (:func:`warm_kernels`): False in a zygote
 #: started for a linear model that was asked for a nanny before it could make them (:func:`._zygote.prewarm`),
@@ -41,8 +49,9 @@ MODULES = (
 NETWORKS = [True]
 
 
-def _import_all() -> None:
-    for name in MODULES:
+def _import_all(networks: bool = True) -> None:
+    """Import :data:`LINEAR_MODULES`, and with ``networks`` :data:`NETWORK_MODULES` after them."""
+    for name in MODULES if networks else LINEAR_MODULES:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the task that needs it reports the error
@@ -82,6 +91,7 @@ def warm_networks() -> None:
     A process's first ``torch.optim`` optimizer imports ``torch._dynamo``,
     most of a ddp fit's first-use cost on a fresh cluster (benchmarks/results/history/first-fit.md).
     """
+    _import_all(networks=True)
     try:
         _first_network_uses()
     except Exception:  # noqa: BLE001 - what fails here fails in the fit's task, with its error
@@ -105,7 +115,7 @@ async def warm_running(networks: bool = True) -> None:
     loop's own, which unpickles the tasks (the module docstring's deadlock),
     only before or after them.
     """
-    _import_all()
+    _import_all(networks)
     warm_kernels(networks)
 
 
@@ -117,5 +127,5 @@ def dask_setup(worker) -> None:
     worker : distributed.Worker
         The worker starting up (unused).
     """
-    _import_all()
+    _import_all(NETWORKS[0])
     warm_kernels(NETWORKS[0])

@@ -317,7 +317,7 @@ def _prepare(networks: bool = True) -> None:
     from . import _warm
 
     _warm.NETWORKS[0] = networks
-    _warm._import_all()
+    _warm._import_all(networks)
     _warm.warm_kernels(networks)
 
 

@@ -5,6 +5,8 @@ Nothing here talks to the scheduler; every function is a plain task body.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 
 import numpy as np
@@ -13,7 +15,7 @@ from . import _shared
 
 ALIGN = 64
 _setup_lock = threading.Lock()
-_setup_done = {"threads": None}
+_setup_done = {"threads": None, "torch": None}
 
 
 def aligned_copy(a: np.ndarray, align: int = ALIGN) -> np.ndarray:
@@ -71,25 +73,64 @@ def n_threads() -> int:
 
 
 def setup_threads() -> int:
-    """Pin BLAS and torch threads to the worker's Dask threads, once per process."""
+    """Pin BLAS (and torch's threads, where torch is imported) to the worker's Dask threads, once per process.
+
+    torch is not imported here: a linear fit on dense host data never needs
+    it on a worker.  Where torch comes in later (a shard's tensor asked for,
+    a network's fit), :func:`torch_threads` pins it at that moment.
+    """
     n = n_threads()
     if _setup_done["threads"] == n:
+        if _setup_done["torch"] != n and "torch" in sys.modules:
+            torch_threads()
         return n
     with _setup_lock:
         import scipy.linalg.cython_blas  # noqa: F401 - scipy's own BLAS (the numba kernels' np.dot) is limited too
-        import torch
         from threadpoolctl import threadpool_limits
 
-        torch.set_num_threads(n)
         threadpool_limits(n)
         _setup_done["threads"] = n
+    if "torch" in sys.modules:
+        torch_threads()
     return n
 
 
-def choose_device(device: str = "auto") -> str:
-    """The torch device for this worker: ``"cuda"`` when asked or available, else ``"cpu"``."""
+def torch_threads():
+    """Import torch with its threads pinned to those :func:`setup_threads` gave BLAS (where it ran); returns it."""
     import torch
 
+    n = _setup_done["threads"]
+    if n is not None and _setup_done["torch"] != n:
+        with _setup_lock:
+            torch.set_num_threads(n)
+            _setup_done["torch"] = n
+    return torch
+
+
+#: Device files whose absence on Linux means no CUDA (or ROCm) device can be seen: :func:`choose_device` then
+#: answers "cpu" without importing torch.
+_GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def _no_gpu_here() -> bool:
+    """Whether this process surely sees no GPU, known without importing torch (Linux device files, or
+    ``CUDA_VISIBLE_DEVICES`` set to none); False where only torch can tell."""
+    if "torch" in sys.modules:
+        return False  # asking torch costs nothing now
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return True
+    return sys.platform.startswith("linux") and not any(os.path.exists(f) for f in _GPU_DEVICE_FILES)
+
+
+def choose_device(device: str = "auto") -> str:
+    """The torch device for this worker: ``"cuda"`` when asked or available, else ``"cpu"``.
+
+    ``"auto"`` on a machine without GPU device files answers ``"cpu"``
+    without importing torch (:func:`_no_gpu_here`).
+    """
+    if device == "cpu" or (device == "auto" and _no_gpu_here()):
+        return "cpu"
+    torch = torch_threads()
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -262,6 +303,12 @@ def _torch_csr(t):
     return t
 
 
+def _is_tensor(a) -> bool:
+    """Whether ``a`` is a torch tensor (never importing torch: without it there is none)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(a, torch.Tensor)
+
+
 def _current_worker():
     """The Dask worker running this code, or None outside a worker task."""
     try:
@@ -275,11 +322,14 @@ def _current_worker():
 class Shard:
     """One worker's rows: named arrays, aligned, on the worker's device, kept for the whole fit.
 
-    ``data`` maps names (``"X"``, ``"y"``, ``"sample_weight"``...) to torch
-    tensors on ``device`` (numeric arrays) or NumPy arrays (object arrays such
-    as string labels, until they are encoded).  ``cache`` holds per-worker state
-    between evaluations, such as the curvature of the last gradient, so a
-    Hessian-vector product only needs the direction.
+    ``data`` maps names (``"X"``, ``"y"``, ``"sample_weight"``...) to the
+    stored arrays: NumPy for dense numeric arrays on the CPU (aligned; read
+    as such by the numba kernels through :meth:`host`, as torch tensors
+    through :meth:`get`, made on first use without a copy) and for labels
+    such as strings, torch tensors on a GPU and for sparse X.  A linear fit
+    on dense rows therefore never imports torch on its worker.  ``cache``
+    holds per-worker state between evaluations, such as the curvature of the
+    last gradient, so a Hessian-vector product only needs the direction.
 
     Examples
     --------
@@ -288,6 +338,8 @@ class Shard:
     >>> shard = Shard({"X": np.ones((4, 2)), "y": np.array(["a", "b", "a", "b"])}, device="cpu")
     >>> shard.n_rows, tuple(shard.get("X").shape), shard.get("y")[0]
     (4, (4, 2), np.str_('a'))
+    >>> type(shard.host("X")).__name__, shard.host("X") is shard.host("X")
+    ('ndarray', True)
     """
 
     def __init__(self, arrays: dict, device: str = "auto", info: dict | None = None):
@@ -297,30 +349,31 @@ class Shard:
         self.cache: dict = {}
         self.info: dict = dict(info or {})
         self.n_rows = None
+        self._tensors: dict = {}  # name -> (the NumPy array stored, its torch view): get()'s, made once
         self.worker = _current_worker()  # for events sent while a long task runs (see collective.py)
         for name, a in arrays.items():
             self.put(name, a)
 
-    def __getstate__(self):  # a shard spilled or moved by Dask travels without its worker
-        return dict(self.__dict__, worker=None)
+    def __getstate__(self):  # a shard spilled or moved by Dask travels without its worker, and without the views
+        return dict(self.__dict__, worker=None, _tensors={})
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("_tensors", {})
         self.worker = _current_worker()
 
     def put(self, name: str, a) -> None:
-        """Store array ``a`` under ``name`` as an aligned tensor on the device.
+        """Store array ``a`` under ``name``: aligned NumPy on the CPU, a tensor on a GPU.
 
         Sparse ``a`` (a scipy.sparse matrix or array of any format, a torch
         sparse tensor, or :class:`CSRRows`) is stored as a torch sparse CSR
         tensor with indices of :func:`index_dtype`, canonical, never densified.
         """
-        import torch
-
         if a is None:
             self.data.pop(name, None)
             return
-        if isinstance(a, torch.Tensor):
+        if _is_tensor(a):
+            torch = torch_threads()
             t = (_torch_csr(a) if a.layout != torch.strided else a).to(self.device)
         elif isinstance(a, CSRRows) or is_scipy_sparse(a):
             if not isinstance(a, CSRRows):
@@ -336,10 +389,9 @@ class Shard:
                 return
             if a.dtype.kind in "iu":
                 a = a.astype(np.int64, copy=False)
-            host = a if is_aligned(a) and a.flags.writeable else aligned_copy(a)
-            t = torch.from_numpy(host)
+            t = a if is_aligned(a) and a.flags.writeable else aligned_copy(a)
             if self.device != "cpu":
-                t = t.to(self.device)
+                t = torch_threads().from_numpy(t).to(self.device)
         self.data[name] = t
         self._set_rows(name, t)
 
@@ -353,8 +405,37 @@ class Shard:
             )
 
     def get(self, name: str, default=None):
-        """The array stored under ``name`` (a tensor on the device, or NumPy for labels), else ``default``."""
-        return self.data.get(name, default)
+        """The array stored under ``name`` as a tensor on the device (NumPy for labels), else ``default``.
+
+        A dense array stored on the CPU comes as a torch view of its NumPy
+        memory, made once (torch is imported then).
+        """
+        a = self.data.get(name)
+        if a is None:
+            return default
+        if isinstance(a, np.ndarray) and a.dtype.kind in "iuf":
+            made = self._tensors.get(name)
+            if made is None or made[0] is not a:
+                made = self._tensors[name] = (a, torch_threads().from_numpy(a))
+            return made[1]
+        return a
+
+    @property
+    def threads(self) -> int:
+        """The threads a kernel on this shard may use: its worker's Dask threads (:func:`setup_threads`)."""
+        return _setup_done["threads"] or n_threads()
+
+    def host(self, name: str, default=None):
+        """The dense array stored under ``name`` as NumPy without torch, where it is one in host memory: a dense
+        CPU array (also a CPU tensor's memory), or labels; None for a sparse or GPU array; ``default`` if absent."""
+        a = self.data.get(name)
+        if a is None:
+            return default
+        if isinstance(a, np.ndarray):
+            return a
+        if _is_tensor(a) and a.layout == sys.modules["torch"].strided and a.device.type == "cpu":
+            return a.numpy()
+        return None
 
     def pin(self) -> None:
         """Remember the shard as it is now (its arrays, their dtypes, its info): :meth:`restore` comes back here.
@@ -466,13 +547,11 @@ def _is_sparse_tensor(a) -> bool:
 
 def to_host(out):
     """Results to NumPy float64 (tensors) or float (scalars), recursively over tuples/lists/dicts."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
+    if _is_tensor(out):
         out = out.detach()
         if out.ndim == 0:
             return float(out.item())
-        return out.to("cpu", torch.float64).numpy()
+        return out.to("cpu", sys.modules["torch"].float64).numpy()
     if isinstance(out, tuple):
         return tuple(to_host(o) for o in out)
     if isinstance(out, list):
@@ -486,19 +565,24 @@ def to_host(out):
 
 def to_device(shard: Shard, a):
     """A float64 NumPy argument to a tensor on the shard's device; other values unchanged."""
-    import torch
-
     if isinstance(a, np.ndarray) and a.dtype.kind == "f":
-        return torch.as_tensor(a, device=shard.device)
+        return torch_threads().as_tensor(a, device=shard.device)
     if isinstance(a, tuple):
         return tuple(to_device(shard, x) for x in a)
     return a
 
 
 def run_kernel(fn, shard: Shard, *args):
-    """Task body of one evaluation: ``fn(shard, *args)`` with its results as NumPy float64."""
+    """Task body of one evaluation: ``fn(shard, *args)`` with its results as NumPy float64.
+
+    The float arguments reach ``fn`` as tensors on the shard's device, or as
+    they are (NumPy) where ``fn.host_args`` is true: a kernel that reads host
+    shards with numba and makes tensors only on its torch path.
+    """
     setup_threads()
-    return to_host(fn(shard, *(to_device(shard, a) for a in args)))
+    if not getattr(fn, "host_args", False):
+        args = tuple(to_device(shard, a) for a in args)
+    return to_host(fn(shard, *args))
 
 
 def add(*parts, share=None):

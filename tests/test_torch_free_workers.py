@@ -1,0 +1,71 @@
+"""A linear fit never imports torch (nor, on dask input, scikit-learn) on a worker.
+
+On a fresh process cluster whose workers have imported neither, every linear
+estimator fits on NumPy and on dask input, with sample and class weights, the
+newton-cholesky solver and the dual SVMs, and predicts on dask input: torch and
+scikit-learn stay out of every worker's ``sys.modules`` (importing them was about
+2.4 s of one core, most of a first fit's set-up on a cluster the user started).
+The models are those the session cluster's workers fit with torch imported.
+"""
+
+import sys
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import dask_estimators as de
+
+
+def _loaded():
+    return sorted(m for m in ("torch", "sklearn") if m in sys.modules)
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster, set_as_default=False) as c:
+        c.wait_for_workers(2, timeout=60)
+        assert set(map(tuple, c.run(_loaded).values())) == {()}
+        yield c
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((6000, 8))
+    y = (X[:, 0] + 0.5 * rng.standard_normal(6000) > 0).astype(int)
+    y3 = y + (X[:, 1] > 0.3)
+    return X, y, y3, rng.uniform(0.5, 2.0, 6000), np.exp(0.3 * X[:, 2]).round()
+
+
+def _dask(a):
+    return da.from_array(a, chunks=1500)
+
+
+def _fits(client):
+    """(name, fitted model) for each linear case, fitted through ``client``."""
+    X, y, y3, sw, counts = _data()
+    dX = _dask(X)
+    cases = [
+        ("lbfgs, weights", de.LogisticRegression(class_weight="balanced", client=client), (X, y), {"sample_weight": sw}),
+        ("lbfgs, dask", de.LogisticRegression(client=client), (dX, _dask(y)), {"sample_weight": _dask(sw)}),
+        ("multinomial, dask", de.LogisticRegression(client=client), (dX, _dask(y3)), {}),
+        ("newton-cholesky", de.LogisticRegression(solver="newton-cholesky", client=client), (X, y), {}),
+        ("ols", de.LinearRegression(client=client), (dX, _dask(X @ np.arange(8.0))), {}),
+        ("svc", de.LinearSVC(random_state=0, client=client), (X, y3), {}),
+        ("svr", de.LinearSVR(random_state=0, client=client), (dX, _dask(X[:, 1])), {}),
+        ("poisson", de.PoissonRegressor(client=client), (X, counts), {}),
+    ]
+    return [(name, est.fit(*args, **kw)) for name, est, args, kw in cases]
+
+
+def test_linear_fits_leave_torch_and_scikit_learn_off_the_workers(fresh, client):
+    X = _data()[0]
+    fitted = _fits(fresh)
+    predicted = fitted[1][1].predict(_dask(X)).compute()
+    assert {tuple(v) for v in fresh.run(_loaded).values()} == {()}
+    client.run(__import__, "torch")
+    for (name, ours), (_, theirs) in zip(fitted, _fits(None)):  # the session cluster, torch on its workers
+        np.testing.assert_allclose(ours.coef_, theirs.coef_, rtol=1e-9, atol=1e-12, err_msg=name)
+    np.testing.assert_array_equal(predicted, fitted[1][1].predict(X))
