@@ -85,4 +85,8 @@ def __getattr__(name):
         from .engine.cluster import _zygote
 
         _zygote.prewarm(networks=name in _NETWORKS)
+        if "distributed.client" in __import__("sys").modules:  # a client of the user's: its workers import the engine now
+            from .engine.cluster.client import warm_active_client
+
+            warm_active_client(networks=name in _NETWORKS)
     return _getattr(name)

@@ -74,6 +74,8 @@ class DataSession:
     def __enter__(self) -> DataSession:
         self._context = _cluster.client_context(self._client_arg)
         self.client = self._context.__enter__()
+        # a cluster the user started: its workers import the engine while this fit validates and sends its data
+        _cluster.warm_ahead(self.client)
         return self
 
     def __exit__(self, *exc):

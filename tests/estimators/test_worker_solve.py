@@ -243,6 +243,28 @@ def test_a_small_fit_warms_the_next_worker_of_a_fresh_cluster():
         assert c.run(_tasks_run, workers=idle)[idle[0]] > 0  # the next fit ran there
 
 
+def test_reading_a_class_warms_the_workers_of_the_active_client(monkeypatch):
+    """A client the user made before the first class read (``de.LogisticRegression``): its workers import the
+    engine (not torch) at that read, before any fit sends them a task, while the user's code loads its data."""
+    import time
+
+    import distributed.client
+    from distributed import Client, LocalCluster
+
+    import dask_estimators
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        assert not any(c.run(_engine_imported).values())
+        monkeypatch.setattr(distributed.client, "default_client", lambda: c)  # the user's active client
+        dask_estimators.__getattr__("LinearSVR")  # what ``de.LinearSVR`` runs on its first read
+        deadline = time.monotonic() + 120
+        while not all(c.run(_engine_imported).values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(c.run(_engine_imported).values())
+        assert set(c.run(_tasks_run).values()) == {0}  # warmed up by the read: no task of ours ran
+
+
 # ------------------------------------------------------------------ a small cross-validated search
 GRID = [0.01, 0.1, 1.0]  # well-conditioned points: larger C on nearly separable data amplifies the summation order
 CV_SEARCHES = {

@@ -439,6 +439,8 @@ def _one_blas_thread():
 
 #: client id -> the workers known warm or asked to warm up through it (warm_ahead)
 _WARMED: dict = {}
+#: (client id, networks) of the clients whose every worker was asked at once (warm_ahead with workers=None)
+_ASKED_ALL: set = set()
 
 
 def warm_ahead(client, workers=None, using=(), networks=False) -> None:
@@ -463,7 +465,12 @@ def warm_ahead(client, workers=None, using=(), networks=False) -> None:
     if client is _embedded.get("client") and not networks:
         return
     key = (getattr(client, "id", None), networks)
-    if workers is not None:
+    if workers is None:  # every worker: asked once per client (a worker that joins later warms in its first task)
+        with _lock:
+            if key in _ASKED_ALL:
+                return
+            _ASKED_ALL.add(key)
+    else:
         workers = _mark_warmed(key, workers, using)
         if not workers:
             return
@@ -488,6 +495,24 @@ def _mark_warmed(key, workers, using) -> list:
         cold = [w for w in workers if w not in known and w not in using]
         known.update(cold, using)
     return cold
+
+
+def warm_active_client(networks: bool = False) -> None:
+    """:func:`warm_ahead` on every worker of this process's active client, where it has one (a cluster the user
+    started), without importing distributed where it is not imported yet (then there is none).
+
+    Called when user code first reads an estimator class (``de.LogisticRegression``): the workers import the
+    engine and load the kernels while the user's code goes on to its data.  Not in a Dask worker.
+    """
+    client_module = sys.modules.get("distributed.client")
+    worker_module = sys.modules.get("distributed.worker")
+    if client_module is None or (worker_module is not None and getattr(worker_module.Worker, "_instances", None)):
+        return
+    try:
+        client = client_module.default_client()
+    except ValueError:  # no client
+        return
+    warm_ahead(client, networks=networks)
 
 
 async def _warm_cold(client, key, workers, using) -> None:
