@@ -111,6 +111,8 @@ def sources() -> list[tuple[str, str, str, str]]:
         ("later fits on kept data", "kept.json", _command(load("kept.json")["command"]).strip(), DEV),
         ("the first fit", "first_contact.json",
          _command("python benchmarks/bench_first_contact.py " + " ".join(first["argv"])), DEV),
+        ("the first fit on a cluster you started", "user_cluster.json",
+         _command(load("user_cluster.json")["command"]).strip(), DEV),
         ("cross-validated searches", "cv.json", "python benchmarks/bench_cv.py --repeat 3", DEV),
         ("scikit-learn's GridSearchCV around ours", "search.json", _command(load("search.json")["command"]).strip(),
          DEV),
@@ -198,6 +200,27 @@ def block_first_fit() -> str:
     rows = [[labels[r["benchmark"]], f"{r['ours']:.4g}", f"{r['scikit-learn']:.4g}", g3(r["ours / scikit-learn"])]
             for r in fc["rows"] if r["benchmark"] in labels]
     return table(["what", "ours", "scikit-learn", "ours / scikit-learn"], rows)
+
+
+def _user_cluster_rows():
+    """(label, ours, anchor, its figure) of the first fit on a fresh ``Client(LocalCluster())``."""
+    uc = load("user_cluster.json")
+    by = {r["way"]: r for r in uc["results"]}
+    what = f"first fit, fresh `Client(LocalCluster())`, LogisticRegression {uc['rows']:,} x {uc['cols']} dask"
+    early, late = by["before the data"], by["at the fit"]
+    return [
+        (f"{what}, class read before the data, s", early["first_fit"], "our warm fit", early["warm_fit"]),
+        (f"{what}, class read before the data, s", early["first_fit"], "scikit-learn", early["sklearn"]),
+        (f"{what}, class read at the fit, s", late["first_fit"], "scikit-learn", late["sklearn"]),
+    ]
+
+
+def block_user_cluster() -> str:
+    uc = load("user_cluster.json")
+    rows = [[r["way"], g3(r["first_fit"]), g3(r["warm_fit"]), g3(r["first_minus_warm"]), g3(r["sklearn"]),
+             g3(r["first_over_sklearn"])] for r in uc["results"]]
+    return table(["the estimator class first read", "first fit, s", "warm fit, s", "first - warm, s",
+                  "scikit-learn, s", "first / scikit-learn"], rows)
 
 
 _MEMORY_RUNS = {  # results file -> the input, as the sizing page names it
@@ -509,7 +532,7 @@ def block_readme() -> str:
     for anchor, label in (("sklearn", "scikit-learn"), ("skorch-float64", "skorch")):
         rows.append(['MLP (200k x 100, Adam, batch 256), `strategy="ddp"`, samples/s', rate(mlp["ours-ddp"]),
                      f"{label} {rate(mlp[anchor])}", f"{mlp['ours-ddp'] / mlp[anchor]:.2f}"])
-    for label, ours, anchor, a in _float32_rows():
+    for label, ours, anchor, a in _float32_rows() + _user_cluster_rows():
         rows.append([label, g3(ours), f"{anchor} {g3(a)}", g3(ours / a)])
     search = load("search.json")
     ours, a = (search["seconds"][k] for k in ("ours: dask_estimators.model_selection.GridSearchCV", "scikit-learn"))
@@ -527,6 +550,7 @@ BLOCKS = {
     "glm": block_glm,
     "sparse": block_sparse,
     "first-fit": block_first_fit,
+    "user-cluster": block_user_cluster,
     "kept": block_kept,
     "memory": block_memory,
     "memory-limit": block_memory_limit,
