@@ -2,7 +2,8 @@
 
 On a fresh process cluster whose workers have imported neither, every linear
 estimator fits on NumPy and on dask input, with sample and class weights, the
-newton-cholesky solver and the dual SVMs, and predicts on dask input: torch and
+newton-cholesky solver, the dual SVMs and the cross-validated estimators, and
+predicts on dask input: torch and
 scikit-learn stay out of every worker's ``sys.modules`` (importing them was about
 2.4 s of one core, most of a first fit's set-up on a cluster the user started).
 The models are those the session cluster's workers fit with torch imported.
@@ -56,6 +57,8 @@ def _fits(client):
         ("svc", de.LinearSVC(random_state=0, client=client), (X, y3), {}),
         ("svr", de.LinearSVR(random_state=0, client=client), (dX, _dask(X[:, 1])), {}),
         ("poisson", de.PoissonRegressor(client=client), (X, counts), {}),
+        ("logistic cv", de.LogisticRegressionCV(Cs=3, client=client), (X, y3), {"sample_weight": sw}),
+        ("elastic-net cv, dask", de.LinearRegressionCV(l1_ratio=0.5, client=client), (dX, _dask(X[:, 1])), {}),
     ]
     return [(name, est.fit(*args, **kw)) for name, est, args, kw in cases]
 

@@ -770,7 +770,7 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
     def _search(self, search):
         l1s = self._l1
         gram = self._uses_gram(search)
-        moments = search.evaluator(_xy_sums) if gram or isinstance(self.alphas, Integral) else None
+        moments = search.evaluator(CV.xy_sums) if gram or isinstance(self.alphas, Integral) else None
         if isinstance(self.alphas, Integral):
             Xsy, Sx, Sy, S = moments
             Xyw = Xsy - (Sy / S) * Sx if self.fit_intercept else Xsy
@@ -971,20 +971,6 @@ def _with_labels(scorer, classes):
         extra["pos_label"] = classes[-1]
     return make_scorer(func, greater_is_better=scorer._sign == 1, response_method=scorer._response_method,
                        **extra, **getattr(scorer, "_kwargs", {}))
-
-
-def _xy_sums(shard):
-    """Kernel: ``X.T @ (s * y)``, ``sum s * x``, ``sum s * y``, ``sum s`` (the alpha grid's statistics)."""
-    X, y = shard.get("X"), shard.get("y")[:, 0]
-    s = shard.get("sample_weight")
-    sy = y if s is None else s * y
-    S = float(X.shape[0]) if s is None else s.sum()
-    if CV.is_sparse(X) or X.dtype != y.dtype:
-        # both products in one pass over X (a CSR's values, kept sparse; a float32 X's blocks, summed in float64)
-        Xsy, Sx = CV._xt_times(CV.torch.stack([sy, CV.torch.ones_like(y) if s is None else s], dim=1), X)
-        return Xsy, Sx, sy.sum(), S
-    Sx = X.sum(0) if s is None else s @ X
-    return X.T @ sy, Sx, sy.sum(), S
 
 
 for _cls, _splitter, _strat in [

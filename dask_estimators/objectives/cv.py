@@ -42,11 +42,26 @@ __all__ = [
     "TRAIN", "TEST", "FoldView", "on_fold", "assign_kfold", "class_runs", "stratified_plan", "assign_stratified",
     "set_roles", "prepare", "fold_weight_sums", "fold_value_grad_many", "heldout_sums", "drop_fold_state",
     "gram_sums", "set_affine", "partial_fit_on_folds", "role_group_stats", "combine_group_stats",
-    "quadratic_hessians",
+    "quadratic_hessians", "xy_sums",
 ]
 
 #: A row's role in a split.
 TRAIN, TEST = 1, 2
+
+
+def _host_x(shard):
+    """The shard's X as NumPy where it keeps a dense X in host memory (``Shard.host``), else None: then the shard
+    is read as tensors (sparse or GPU X), and so are its weights and targets."""
+    host = getattr(shard, "host", None)
+    return host("X") if host is not None else None
+
+
+def _array(shard, name):
+    """The shard's ``name`` in the shard's kind: NumPy for a shard with a host X (no tensor made, no torch), else
+    the tensor ``shard.get`` gives; None where it has none."""
+    if _host_x(shard) is not None:
+        return shard.host(name)
+    return shard.get(name)
 
 
 def _positions(ranges) -> np.ndarray:
@@ -91,7 +106,7 @@ def assign_kfold(shard, ranges, n_samples: int, n_splits: int) -> None:
 
 
 def _codes(shard) -> np.ndarray:
-    y = shard.get("y")
+    y = _array(shard, "y")
     return (y.cpu().numpy() if hasattr(y, "cpu") else np.asarray(y)).astype(np.int64, copy=False).reshape(-1)
 
 
@@ -196,15 +211,17 @@ def prepare(shard, loss: str, n_outputs: int, class_weight=None):
     from . import targets as T
 
     if "cv_raw_weight" not in shard.cache:  # replayed after a recovery: the first call's weights
-        s = shard.get("sample_weight")
-        shard.cache["cv_raw_weight"] = None if s is None else s.clone()
+        s = _array(shard, "sample_weight")
+        shard.cache["cv_raw_weight"] = None if s is None else (s.copy() if isinstance(s, np.ndarray) else s.clone())
         T.prepare_targets(shard, loss, n_outputs, class_weight)
     return np.vstack([np.asarray(_linear.weight_sum(shard))[None, :], fold_weight_sums(shard)])
 
 
 def _base_weight(shard):
-    s = shard.get("sample_weight")
+    s = _array(shard, "sample_weight")
     if s is None:
+        if _host_x(shard) is not None:
+            return np.ones(shard.n_rows)
         X = shard.get("X")
         return torch.ones(X.shape[0], dtype=torch.float64, device=X.device)
     return s
@@ -216,8 +233,11 @@ def _train_weight(shard, k: int):
     w = shard.cache.get(key)
     if w is None:
         base = _base_weight(shard)
-        mask = torch.from_numpy(shard.cache["cv_roles"][k] == TRAIN).to(base.device)
-        w = base * (mask.reshape(-1, 1) if base.ndim == 2 else mask).to(base.dtype)
+        mask = shard.cache["cv_roles"][k] == TRAIN
+        if not isinstance(base, np.ndarray):
+            mask = torch.from_numpy(mask).to(base.device)
+        mask = mask.reshape(-1, 1) if base.ndim == 2 else mask
+        w = base * (mask.astype(base.dtype) if isinstance(base, np.ndarray) else mask.to(base.dtype))
         shard.cache[key] = w
     return w
 
@@ -249,8 +269,21 @@ class FoldView:
 
     def get(self, name, default=None):
         if name == "sample_weight":
-            return _train_weight(self._shard, self.k)
+            return _linear._tensor(_train_weight(self._shard, self.k), self._shard.get("X"))
         return self._shard.get(name, default)
+
+    def host(self, name, default=None):
+        """As ``Shard.host``: the split's training weights for ``"sample_weight"`` (NumPy where the shard's X is
+        in host memory, else None), the shard's own arrays otherwise."""
+        if name == "sample_weight":
+            w = _train_weight(self._shard, self.k)
+            return w if isinstance(w, np.ndarray) else None
+        host = getattr(self._shard, "host", None)
+        return None if host is None else host(name, default)
+
+    @property
+    def threads(self):
+        return getattr(self._shard, "threads", None)
 
 
 def on_fold(shard, k, kernel, *args):
@@ -261,6 +294,10 @@ def on_fold(shard, k, kernel, *args):
     stored X's kernels at the mapped parameters, their gradient and Hessian brought back by the chain rule
     (the map of the parameters is linear).  Any other kernel is refused there.
     """
+    if not getattr(kernel, "host_args", False):  # a kernel that takes tensors, as the engine would give them
+        device = shard.get("X").device
+        args = tuple(torch.as_tensor(a, device=device) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
+                     for a in args)
     if k is None:
         return kernel(shard, *args)
     view = FoldView(shard, k)
@@ -410,7 +447,7 @@ def quadratic_hessians(shard, spec):
     from . import linear as lin
 
     X = shard.get("X")
-    base = _base_weight(shard).to(torch.float64).reshape(X.shape[0], -1)
+    base = _linear._tensor(_base_weight(shard), X).to(torch.float64).reshape(X.shape[0], -1)
     if base.shape[1] != 1:
         raise ValueError("quadratic_hessians needs one weight per row.")
     roles = shard.cache["cv_roles"]
@@ -512,7 +549,7 @@ def fold_value_grad_many(shard, folds, ws, spec):
     """
     maps = [_affine(shard, k) for k in folds]
     if all(m is None for m in maps):
-        return _value_grad_many(shard, folds, ws, spec)
+        return _value_grad_many(shard, folds, np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, np.float64), spec)
     d = spec.n_features
     ws = torch.as_tensor(np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, dtype=np.float64))
     identity = (torch.zeros(d, dtype=ws.dtype), torch.ones(d, dtype=ws.dtype))
@@ -533,12 +570,16 @@ def _value_grad_many(shard, folds, ws, spec):
     ``(losses (m,), grads (m, n_params))`` of raw sums.  The torch pointwise
     losses are used (not the fused numba kernels), so no Hessian state is kept.
     """
-    X, y = shard.get("X"), shard.get("y")
     m, K, d = len(folds), spec.n_outputs, spec.n_features
-    sparse = is_sparse(X)
     loss_fn = spec.get_loss()
     weights = [_base_weight(shard) if k is None else _train_weight(shard, k) for k in folds]
     one_output = K == 1 and not loss_fn.coupled and all(s.ndim == 1 for s in weights)
+    if one_output and _linear._host_rows(shard, spec) is not None:  # a host X: NumPy and numba, no tensor
+        return _fused_many(shard, folds, weights, ws, spec)
+    X, y = shard.get("X"), shard.get("y")
+    sparse = is_sparse(X)
+    ws = _linear._tensor(ws, X)
+    weights = [_linear._tensor(w, X) for w in weights]
     if one_output and not sparse and _linear._use_fused(X, spec):
         return _fused_many(shard, folds, weights, ws, spec)
     Ws = ws[:, : K * d].reshape(m * K, d)
@@ -582,8 +623,12 @@ def _stacked_weights(shard, folds, weights, layout="rows"):
         prefix = "cv_weight_" + layout
         for old in [c for c in shard.cache if isinstance(c, tuple) and c and c[0] == prefix]:
             del shard.cache[old]
-        St = torch.stack(weights)
-        out = shard.cache[key] = St if layout == "rows" else St.T.contiguous()
+        if isinstance(weights[0], np.ndarray):
+            St = np.stack(weights)
+            out = shard.cache[key] = St if layout == "rows" else np.ascontiguousarray(St.T)
+        else:
+            St = torch.stack(weights)
+            out = shard.cache[key] = St if layout == "rows" else St.T.contiguous()
     return out
 
 
@@ -596,23 +641,58 @@ def _fused_many(shard, folds, weights, ws, spec):
     """
     from . import _fused
 
-    X = shard.get("X")
+    X = _host_x(shard)
+    X = shard.get("X").numpy() if X is None else X
     n, m, d = X.shape[0], len(folds), spec.n_features
     S = _stacked_weights(shard, folds, weights, layout="columns")  # (n, m)
     Y = shard.cache.get("cv_y_columns")
     if Y is None or Y.shape[1] != m:  # y repeated in each split's column
-        Y = shard.cache["cv_y_columns"] = np.ascontiguousarray(np.broadcast_to(shard.get("y").numpy().reshape(n, 1),
-                                                                               (n, m)))
+        y = np.asarray(shard.host("y") if _host_x(shard) is not None else shard.get("y").numpy())
+        Y = shard.cache["cv_y_columns"] = np.ascontiguousarray(np.broadcast_to(y.reshape(n, 1), (n, m)))
     curv = shard.cache.get("cv_curv_columns")
     if curv is None or curv.shape[1] != m:  # scratch: the fused kernel writes each row's curvature
         curv = shard.cache["cv_curv_columns"] = np.empty((n, m))
-    ws = torch.as_tensor(ws, dtype=torch.float64)
-    W = ws[:, :d].numpy()
-    b = ws[:, d].numpy() if spec.fit_intercept else None
+    ws = np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, dtype=np.float64)
+    W = ws[:, :d]
+    b = ws[:, d] if spec.fit_intercept else None
     code, param = spec.kernel()
-    losses, gW, gb = _fused.value_grad(X.numpy(), Y, S.numpy(), W, b, code, param, curv, per_output=True)
+    S = S if isinstance(S, np.ndarray) else S.numpy()
+    losses, gW, gb = _fused.value_grad(X, Y, S, np.ascontiguousarray(W), b, code, param, curv, per_output=True)
     grads = np.concatenate([gW, gb[:, None]], axis=1) if spec.fit_intercept else gW
-    return torch.from_numpy(losses), torch.from_numpy(grads)
+    return losses, grads
+
+
+def xy_sums(shard):
+    """Kernel: ``X.T @ (s * y)``, ``sum s * x``, ``sum s * y``, ``sum s`` (the alpha grid's statistics of
+    ``LinearRegressionCV``; here, not beside the estimator, so that a worker unpickling it imports neither
+    scikit-learn nor the estimators)."""
+    X = shard.host("X") if hasattr(shard, "host") else None
+    if X is not None:  # in host memory: NumPy, no tensor
+        y, s = shard.host("y")[:, 0], shard.host("sample_weight")
+        sy = y if s is None else s * y
+        Xsy, Sx = host_xt_times(np.stack([sy, np.ones_like(y) if s is None else s], axis=1), X)
+        return Xsy, Sx, sy.sum(), float(X.shape[0]) if s is None else s.sum()
+    X, y = shard.get("X"), shard.get("y")[:, 0]
+    s = shard.get("sample_weight")
+    sy = y if s is None else s * y
+    S = float(X.shape[0]) if s is None else s.sum()
+    if is_sparse(X) or X.dtype != y.dtype:
+        # both products in one pass over X (a CSR's values, kept sparse; a float32 X's blocks, summed in float64)
+        Xsy, Sx = _xt_times(torch.stack([sy, torch.ones_like(y) if s is None else s], dim=1), X)
+        return Xsy, Sx, sy.sum(), S
+    Sx = X.sum(0) if s is None else s @ X
+    return X.T @ sy, Sx, sy.sum(), S
+
+
+def host_xt_times(G, X):
+    """``G.T @ X`` (float64) for a NumPy ``X``: a float32 X's row blocks widened one at a time (no float64 copy of
+    all of it), the blocks' products added."""
+    if X.dtype == np.float64:
+        return G.T @ X
+    out = np.zeros((G.shape[1], X.shape[1]))
+    for a in range(0, X.shape[0], _GRAM_BLOCK):
+        out += G[a : a + _GRAM_BLOCK].T @ X[a : a + _GRAM_BLOCK].astype(np.float64)
+    return out
 
 
 def _xt_times(G, X):
@@ -683,6 +763,8 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True, shift: 
       y's mean, so that the total sum of squares is not the difference of two large sums).
     """
     roles = shard.cache["cv_roles"][k]
+    if _host_x(shard) is not None and _affine(shard, k) is None:
+        return _heldout_host(shard, k, roles, ws, spec, metric, weighted, shift)
     key = ("cv_test_rows", k)
     idx = shard.cache.get(key)
     X = shard.get("X")
@@ -692,7 +774,8 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True, shift: 
     yt = shard.get("y")[idx]
     raw = shard.cache.get("cv_raw_weight")
     f64 = torch.float64
-    st = torch.ones(len(idx), dtype=f64, device=X.device) if raw is None or not weighted else raw[idx].to(f64)
+    st = (torch.ones(len(idx), dtype=f64, device=X.device) if raw is None or not weighted
+          else _linear._tensor(raw, X)[idx].to(f64))
     ws = torch.as_tensor(ws, dtype=f64, device=X.device).reshape(-1, spec.n_params)
     mp = _affine(shard, k)
     if mp is not None:  # the same predictions from the stored rows
@@ -730,6 +813,61 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True, shift: 
     return torch.stack(out)
 
 
+def _heldout_host(shard, k, roles, ws, spec, metric, weighted, shift):
+    """:func:`heldout_sums` of a shard whose X is in host memory, with NumPy (the same sums as the tensors')."""
+    X = _host_x(shard)
+    key = ("cv_test_rows_host", k)
+    idx = shard.cache.get(key)
+    if idx is None:
+        idx = shard.cache[key] = np.flatnonzero(roles == TEST)
+    yt = shard.host("y")[idx]
+    raw = shard.cache.get("cv_raw_weight")
+    st = np.ones(len(idx)) if raw is None or not weighted else raw[idx].astype(np.float64)
+    ws = np.asarray(ws, dtype=np.float64).reshape(-1, spec.n_params)
+    K, d = spec.n_outputs, spec.n_features
+    Z_all = _rows_product_host(X, idx, np.ascontiguousarray(ws[:, : K * d].reshape(-1, d).T))
+    if spec.fit_intercept:
+        Z_all += ws[:, K * d :].reshape(1, -1)
+    out = []
+    for i in range(ws.shape[0]):
+        z = Z_all[:, i * K : (i + 1) * K]
+        if metric == "accuracy":
+            right = (z[:, 0] > 0) == (yt[:, 0] > 0.5) if spec.loss == "binomial" else z.argmax(1) == yt
+            out.append([(st * right).sum(), st.sum()])
+        elif metric == "log_loss":
+            if spec.loss == "binomial":
+                ll = np.logaddexp(0.0, z[:, 0]) - yt[:, 0] * z[:, 0]
+            else:
+                top = z.max(1)
+                ll = top + np.log(np.exp(z - top[:, None]).sum(1)) - z[np.arange(len(idx)), yt]
+            out.append([(st * ll).sum(), st.sum()])
+        elif metric in ("squared_error", "r2"):
+            r2 = ((yt - z) ** 2).sum(1)
+            parts = [(st * r2).sum()]
+            if metric == "r2":
+                yy = yt[:, 0] - shift
+                parts += [(st * yy).sum(), (st * yy * yy).sum()]
+            out.append(parts + [st.sum()])
+        else:
+            raise ValueError(f"Unknown held-out metric {metric!r}.")
+    return np.array(out, dtype=np.float64)
+
+
+def _rows_product_host(X, idx, Wt):
+    """:func:`_rows_product` for a NumPy X: ``X[idx] @ Wt`` in float64, scattered rows gathered a block at a time."""
+    rows = _as_slice(idx)
+    if rows is not None:
+        return X[rows] @ Wt
+    out = np.empty((len(idx), Wt.shape[1]))
+    block = max(1, min(len(idx), _GATHER_BYTES // max(1, X.shape[1] * X.itemsize)))
+    buf = np.empty((block, X.shape[1]), dtype=X.dtype)
+    for a in range(0, len(idx), block):
+        j = idx[a : a + block]
+        np.take(X, j, axis=0, out=buf[: len(j)])
+        out[a : a + len(j)] = buf[: len(j)] @ Wt
+    return out
+
+
 #: Rows per block of :func:`gram_sums` (a float64 copy of a block of ``[X, y, 1]`` at a time).
 _GRAM_BLOCK = 16384
 
@@ -741,18 +879,26 @@ def _gram_blocks(X, rows, s, y=None, shift=None):
     weights (n,) or (n, 1), or None."""
     d = X.shape[1]
     width = d + (1 if y is None else 2)
+    host = isinstance(X, np.ndarray)
     for start in range(0, len(rows), _GRAM_BLOCK):
         part = rows[start : start + _GRAM_BLOCK]
         idx = (slice(int(part[0]), int(part[-1]) + 1) if part[-1] - part[0] + 1 == len(part)
-               else torch.from_numpy(part).to(X.device))
-        Z = torch.empty((len(part), width), dtype=torch.float64, device=X.device)
+               else part if host else torch.from_numpy(part).to(X.device))
+        if host:
+            Z = np.empty((len(part), width))
+        else:
+            Z = torch.empty((len(part), width), dtype=torch.float64, device=X.device)
         Z[:, :d] = X[idx]
         if y is not None:
             Z[:, d] = y[idx, 0]
         if shift is not None:
             Z[:, : width - 1] -= shift
         Z[:, width - 1] = 1.0
-        yield Z.T @ (Z if s is None else Z * s[idx].to(torch.float64).reshape(-1, 1))
+        if s is None:
+            yield Z.T @ Z
+        else:
+            sb = s[idx].reshape(-1, 1)
+            yield Z.T @ (Z * (sb.astype(np.float64, copy=False) if host else sb.to(torch.float64)))
 
 
 def gram_sums(shard, shift, direct=()):
@@ -775,14 +921,18 @@ def gram_sums(shard, shift, direct=()):
     once (each row's block goes to its split's sum and to ``[0]``); where
     they overlap, once more for ``[0]``.  Dense X only.
     """
-    X, y = shard.get("X"), shard.get("y")
-    s = shard.get("sample_weight")
+    X = _host_x(shard)
     roles = shard.cache["cv_roles"]
     n_splits = roles.shape[0]
-    d = X.shape[1]
-    f64 = torch.float64
-    shift = torch.as_tensor(np.asarray(shift, dtype=np.float64), device=X.device)
-    out = torch.zeros((1 + n_splits + len(direct), d + 2, d + 2), dtype=f64, device=X.device)
+    if X is not None:  # NumPy: no tensor, no torch
+        y, s = shard.host("y"), shard.host("sample_weight")
+        shift = np.asarray(shift, dtype=np.float64)
+        out = np.zeros((1 + n_splits + len(direct), X.shape[1] + 2, X.shape[1] + 2))
+    else:
+        X, y, s = shard.get("X"), shard.get("y"), shard.get("sample_weight")
+        shift = torch.as_tensor(np.asarray(shift, dtype=np.float64), device=X.device)
+        out = torch.zeros((1 + n_splits + len(direct), X.shape[1] + 2, X.shape[1] + 2), dtype=torch.float64,
+                          device=X.device)
 
     def add(target, rows):
         for block in _gram_blocks(X, rows, s, y, shift):
@@ -800,3 +950,9 @@ def gram_sums(shard, shift, direct=()):
     for i, k in enumerate(direct):
         add((1 + n_splits + i,), np.flatnonzero(roles[k] == TRAIN))
     return out
+
+
+#: The kernels here that take their float arguments as NumPy (the engine's ``run_kernel`` passes them as they are):
+#: on a shard with its X in host memory they run without torch, where no affine map is set.
+for _kernel in (on_fold, fold_value_grad_many, heldout_sums, gram_sums):
+    _kernel.host_args = True

@@ -567,7 +567,7 @@ def test_csr_kernels_in_a_worker_process_never_densify(case, client, rng):
 @pytest.mark.parametrize("weighted", [True, False], ids=["sw", "nosw"])
 def test_alpha_grid_sums_on_csr_equal_dense(weighted, rng):
     """LinearRegressionCV's alpha-grid kernel (X^T s y, sum s x, sum s y, sum s) on a CSR shard."""
-    from dask_estimators.estimators.cv import _xy_sums
+    from dask_estimators.objectives.cv import xy_sums as _xy_sums
 
     case = CASES[0]
     A, y, s = data(case, rng, weighted)
