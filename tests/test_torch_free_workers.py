@@ -72,3 +72,29 @@ def test_linear_fits_leave_torch_and_scikit_learn_off_the_workers(fresh, client)
     for (name, ours), (_, theirs) in zip(fitted, _fits(None)):  # the session cluster, torch on its workers
         np.testing.assert_allclose(ours.coef_, theirs.coef_, rtol=1e-9, atol=1e-12, err_msg=name)
     np.testing.assert_array_equal(predicted, fitted[1][1].predict(X))
+
+
+def _searches(client):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+    from dask_estimators.model_selection import GridSearchCV
+
+    X, y, _, _, _ = _data()
+    classify = GridSearchCV(make_pipeline(StandardScaler(), de.LogisticRegression(client=client)),
+                            {"logisticregression__C": [0.1, 1.0]}, cv=3)
+    regress = GridSearchCV(make_pipeline(MinMaxScaler(), de.LinearRegression(client=client)),
+                           {"linearregression__fit_intercept": [True, False]}, cv=3)
+    return [classify.fit(X, y), regress.fit(_dask(X), _dask(X @ np.ones(8)))]
+
+
+def test_searches_with_scalers_leave_torch_off_the_workers(fresh, client):
+    """The placed search's scalers (affine maps of the stored X) and a regression's shared Newton Hessians run
+    without torch too; the session cluster's workers, with torch imported, give the same results."""
+    ours = _searches(fresh)
+    assert {tuple(v) for v in fresh.run(_loaded).values()} == {()}
+    client.run(__import__, "torch")
+    for got, want in zip(ours, _searches(None)):
+        assert got.best_params_ == want.best_params_
+        np.testing.assert_allclose(got.cv_results_["mean_test_score"], want.cv_results_["mean_test_score"],
+                                   rtol=1e-9)

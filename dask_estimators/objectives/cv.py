@@ -294,7 +294,8 @@ def on_fold(shard, k, kernel, *args):
     stored X's kernels at the mapped parameters, their gradient and Hessian brought back by the chain rule
     (the map of the parameters is linear).  Any other kernel is refused there.
     """
-    if not getattr(kernel, "host_args", False):  # a kernel that takes tensors, as the engine would give them
+    if not getattr(kernel, "host_args", False) and any(isinstance(a, np.ndarray) and a.dtype.kind == "f"
+                                                       for a in args):  # tensors, as the engine would give them
         device = shard.get("X").device
         args = tuple(torch.as_tensor(a, device=device) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
                      for a in args)
@@ -304,25 +305,26 @@ def on_fold(shard, k, kernel, *args):
     mp = _affine(shard, k)
     if mp is None:
         return kernel(view, *args)
-    device = shard.get("X").device
+    # the map's arithmetic on the parameters (a few numbers) in NumPy; the kernels read the shard as they do
     if kernel is _linear.value_grad:
         w, spec = args
-        loss, g = kernel(view, _to_raw(_as_rows(w), spec, mp)[0].to(device), _raw_spec(spec))
+        loss, g = kernel(view, _to_raw(_as_rows(w), spec, mp)[0], _raw_spec(spec))
         return loss, _from_raw(_as_rows(g), spec, mp)[0]
     if kernel is _linear.hessp:
         p, spec = args
-        hp = kernel(view, _to_raw(_as_rows(p), spec, mp)[0].to(device), _raw_spec(spec))
+        hp = kernel(view, _to_raw(_as_rows(p), spec, mp)[0], _raw_spec(spec))
         return _from_raw(_as_rows(hp), spec, mp)[0]
     if kernel is _linear.hess:
         (spec,) = args
-        H = torch.as_tensor(kernel(view, _raw_spec(spec)), dtype=torch.float64)
-        J = _to_raw(torch.eye(spec.n_params, dtype=torch.float64), spec, mp).T  # raw = J @ w
-        return J.T @ H.cpu() @ J
+        H = _as_rows(kernel(view, _raw_spec(spec))).reshape(-1, _raw_spec(spec).n_params)
+        J = _to_raw(np.eye(spec.n_params), spec, mp).T  # raw = J @ w
+        return J.T @ H @ J
     raise ValueError(f"Split {k} sees X through an affine map: {kernel.__name__} cannot evaluate it.")
 
 
 def _as_rows(v):
-    return torch.as_tensor(np.asarray(v.cpu() if hasattr(v, "cpu") else v, dtype=np.float64)).reshape(1, -1)
+    """A vector (NumPy or a tensor) as a float64 NumPy row (1, n)."""
+    return np.asarray(v.detach().cpu() if hasattr(v, "detach") else v, dtype=np.float64).reshape(1, -1)
 
 
 def _raw_spec(spec):
@@ -334,14 +336,14 @@ def _raw_spec(spec):
 
 
 def _to_raw(ws, spec, mp):
-    """Parameters ``ws`` (m, n_params) of models on ``a + s * x`` as those of the same models on the stored x,
-    with an intercept: ``(W * s, b + W @ a)`` (linear in ``ws``)."""
+    """Parameters ``ws`` (m, n_params, NumPy) of models on ``a + s * x`` as those of the same models on the stored
+    x, with an intercept: ``(W * s, b + W @ a)`` (linear in ``ws``)."""
     A, Sc = mp
     K, d = spec.n_outputs, spec.n_features
     m = ws.shape[0]
     W = ws[:, : K * d].reshape(m, K, d)
-    b = ws[:, K * d :] if spec.fit_intercept else torch.zeros(m, K, dtype=ws.dtype)
-    return torch.cat([(W * Sc).reshape(m, K * d), b + (W * A).sum(2)], dim=1)
+    b = ws[:, K * d :] if spec.fit_intercept else np.zeros((m, K))
+    return np.concatenate([(W * Sc).reshape(m, K * d), b + (W * A).sum(2)], axis=1)
 
 
 def _from_raw(g, spec, mp):
@@ -352,7 +354,7 @@ def _from_raw(g, spec, mp):
     m = g.shape[0]
     gW, gb = g[:, : K * d].reshape(m, K, d), g[:, K * d :]
     gW = (gW * Sc + gb[:, :, None] * A).reshape(m, K * d)
-    return torch.cat([gW, gb], dim=1) if spec.fit_intercept else gW
+    return np.concatenate([gW, gb], axis=1) if spec.fit_intercept else gW
 
 
 def drop_fold_state(shard) -> None:
@@ -364,8 +366,8 @@ def drop_fold_state(shard) -> None:
 def set_affine(shard, maps) -> None:
     """Each split's per-feature affine map of X, ``maps[k]``: None (X as stored) or ``(a, s)``, the split's
     models seeing ``a + s * x`` for a stored row ``x`` (arrays of n_features)."""
-    shard.cache["cv_affine"] = [None if m is None else tuple(torch.as_tensor(np.asarray(v, dtype=np.float64))
-                                                             for v in m) for m in maps]
+    shard.cache["cv_affine"] = [None if m is None else tuple(np.asarray(v, dtype=np.float64) for v in m)
+                                for m in maps]
 
 
 def _affine(shard, k):
@@ -381,7 +383,8 @@ def partial_fit_on_folds(shard, pairs):
     Dense training rows in a few runs (an unshuffled k-fold's: the rows before and after the held-out
     block) are handed over as views of the stored X, one ``partial_fit`` per run, without a copy.
     """
-    X = shard.get("X")
+    X = _host_x(shard)
+    X = shard.get("X") if X is None else X
     out = []
     for transformer, k in pairs:
         train = shard.cache["cv_roles"][k] == TRAIN
@@ -402,9 +405,11 @@ def role_group_stats(shard, kind: str) -> list:
     :func:`combine_group_stats` adds the groups of a split's training rows up.
     None for sparse X (its transformers go round the shards, :func:`partial_fit_on_folds`).
     """
-    X = shard.get("X")
-    if is_sparse(X):
-        return None
+    X = _host_x(shard)
+    if X is None:
+        X = shard.get("X")
+        if is_sparse(X):
+            return None
     groups, inverse = _role_groups(shard)
     out = []
     for g, trains in enumerate(groups):
@@ -446,34 +451,40 @@ def quadratic_hessians(shard, spec):
     """
     from . import linear as lin
 
-    X = shard.get("X")
-    base = _linear._tensor(_base_weight(shard), X).to(torch.float64).reshape(X.shape[0], -1)
+    X = _host_x(shard)
+    host = X is not None
+    if host:
+        base = _base_weight(shard).astype(np.float64, copy=False).reshape(X.shape[0], -1)
+    else:
+        X = shard.get("X")
+        base = _linear._tensor(_base_weight(shard), X).to(torch.float64).reshape(X.shape[0], -1)
     if base.shape[1] != 1:
         raise ValueError("quadratic_hessians needs one weight per row.")
     roles = shard.cache["cv_roles"]
     n_splits, d = roles.shape[0], X.shape[1]
-    G = torch.zeros((n_splits, d + 1, d + 1), dtype=torch.float64)
+    G = np.zeros((n_splits, d + 1, d + 1))
     if is_sparse(X):
         for k in range(n_splits):
-            G[k] = lin._sparse_gram(X, (base[:, 0] * torch.from_numpy(roles[k] == TRAIN).to(base.device)), True).cpu()
+            mask = torch.from_numpy(roles[k] == TRAIN).to(base.device)
+            G[k] = lin._sparse_gram(X, base[:, 0] * mask, True).cpu().numpy()
     else:
         groups, inverse = _role_groups(shard)
         for g, trains in enumerate(groups):
             if not trains.any():
                 continue
             total = sum(_gram_blocks(X, np.flatnonzero(inverse == g), base))
-            G[torch.from_numpy(np.flatnonzero(trains))] += total.cpu()
-    out = torch.zeros((n_splits, spec.n_params, spec.n_params), dtype=torch.float64)
+            G[np.flatnonzero(trains)] += total if host else total.cpu().numpy()
+    out = np.zeros((n_splits, spec.n_params, spec.n_params))
     for k in range(n_splits):
         mp = _affine(shard, k)
         layout = spec if mp is None else _raw_spec(spec)
         block = G[k] if layout.fit_intercept else G[k, :d, :d]
-        H = torch.zeros((layout.n_params, layout.n_params), dtype=torch.float64)
+        H = np.zeros((layout.n_params, layout.n_params))
         for o in range(spec.n_outputs):
-            idx = torch.as_tensor(lin._param_index(layout, o))
+            idx = lin._param_index(layout, o)
             H[idx[:, None], idx[None, :]] = block
         if mp is not None:  # as on_fold brings a mapped split's Hessian back
-            J = _to_raw(torch.eye(spec.n_params, dtype=torch.float64), spec, mp).T
+            J = _to_raw(np.eye(spec.n_params), spec, mp).T
             H = J.T @ H @ J
         out[k] = H
     return out
@@ -524,6 +535,8 @@ def _training_blocks(X, train):
         return []
     edges = np.flatnonzero(np.diff(np.concatenate([[0], train.astype(np.int8), [0]])))
     runs = list(zip(edges[::2], edges[1::2]))
+    if isinstance(X, np.ndarray):
+        return [X[a:b] for a, b in runs] if len(runs) <= _MAX_VIEW_RUNS else [X[train]]
     if not is_sparse(X) and len(runs) <= _MAX_VIEW_RUNS:
         host = X.cpu().numpy()
         return [host[a:b] for a, b in runs]
@@ -551,12 +564,12 @@ def fold_value_grad_many(shard, folds, ws, spec):
     if all(m is None for m in maps):
         return _value_grad_many(shard, folds, np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, np.float64), spec)
     d = spec.n_features
-    ws = torch.as_tensor(np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, dtype=np.float64))
-    identity = (torch.zeros(d, dtype=ws.dtype), torch.ones(d, dtype=ws.dtype))
-    raw = torch.cat([_to_raw(ws[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
-    losses, g = _value_grad_many(shard, folds, raw.to(shard.get("X").device), _raw_spec(spec))
-    g = torch.as_tensor(g).cpu()
-    grads = torch.cat([_from_raw(g[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
+    ws = np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, dtype=np.float64)
+    identity = (np.zeros(d), np.ones(d))
+    raw = np.concatenate([_to_raw(ws[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
+    losses, g = _value_grad_many(shard, folds, raw, _raw_spec(spec))
+    g = _as_rows(g).reshape(len(folds), -1)
+    grads = np.concatenate([_from_raw(g[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
     return losses, grads
 
 
@@ -763,7 +776,12 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True, shift: 
       y's mean, so that the total sum of squares is not the difference of two large sums).
     """
     roles = shard.cache["cv_roles"][k]
-    if _host_x(shard) is not None and _affine(shard, k) is None:
+    mp = _affine(shard, k)
+    if mp is not None:  # the same predictions from the stored rows
+        ws = _to_raw(np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, np.float64).reshape(-1, spec.n_params),
+                     spec, mp)
+        spec = _raw_spec(spec)
+    if _host_x(shard) is not None:
         return _heldout_host(shard, k, roles, ws, spec, metric, weighted, shift)
     key = ("cv_test_rows", k)
     idx = shard.cache.get(key)
@@ -777,10 +795,6 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True, shift: 
     st = (torch.ones(len(idx), dtype=f64, device=X.device) if raw is None or not weighted
           else _linear._tensor(raw, X)[idx].to(f64))
     ws = torch.as_tensor(ws, dtype=f64, device=X.device).reshape(-1, spec.n_params)
-    mp = _affine(shard, k)
-    if mp is not None:  # the same predictions from the stored rows
-        ws = _to_raw(ws.cpu(), spec, mp).to(X.device)
-        spec = _raw_spec(spec)
     K, d = spec.n_outputs, spec.n_features
     # every parameter vector's predictions in one product (X read once for all of them)
     Z_all = _rows_product(X, idx, ws[:, : K * d].reshape(-1, d).T.contiguous())

@@ -554,7 +554,7 @@ def weight_sum(shard):
 
 #: The kernels that take their float arguments as NumPy and make tensors only on their torch paths (the engine's
 #: ``run_kernel`` leaves the arguments as they are): on dense host shards they run without torch.
-for _kernel in (value_grad, hessp, weight_sum):
+for _kernel in (value_grad, hessp, hess, weight_sum):
     _kernel.host_args = True
 
 
