@@ -816,15 +816,20 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True, shift: 
                 ll = -torch.log_softmax(z, 1).gather(1, yt.reshape(-1, 1))[:, 0]
             out.append(torch.stack([(st * ll).sum(), st.sum()]))
         elif metric in ("squared_error", "r2"):
-            r2 = ((yt - z) ** 2).sum(1)
-            parts = [(st * r2).sum()]
-            if metric == "r2":
-                yy = yt[:, 0] - shift
-                parts += [(st * yy).sum(), (st * yy * yy).sum()]
-            out.append(torch.stack(parts + [st.sum()]))
+            out.append(torch.stack(_squared_sums(yt, z, st, metric, shift)))
         else:
             raise ValueError(f"Unknown held-out metric {metric!r}.")
     return torch.stack(out)
+
+
+def _squared_sums(yt, z, st, metric, shift):
+    """A regression's held-out sums (NumPy or tensors alike): squared errors, for ``"r2"`` the sums of
+    ``y - shift`` and of its square, then the total weight."""
+    parts = [(st * ((yt - z) ** 2).sum(1)).sum()]
+    if metric == "r2":
+        yy = yt[:, 0] - shift
+        parts += [(st * yy).sum(), (st * yy * yy).sum()]
+    return parts + [st.sum()]
 
 
 def _heldout_host(shard, k, roles, ws, spec, metric, weighted, shift):
@@ -856,12 +861,7 @@ def _heldout_host(shard, k, roles, ws, spec, metric, weighted, shift):
                 ll = top + np.log(np.exp(z - top[:, None]).sum(1)) - z[np.arange(len(idx)), yt]
             out.append([(st * ll).sum(), st.sum()])
         elif metric in ("squared_error", "r2"):
-            r2 = ((yt - z) ** 2).sum(1)
-            parts = [(st * r2).sum()]
-            if metric == "r2":
-                yy = yt[:, 0] - shift
-                parts += [(st * yy).sum(), (st * yy * yy).sum()]
-            out.append(parts + [st.sum()])
+            out.append(_squared_sums(yt, z, st, metric, shift))
         else:
             raise ValueError(f"Unknown held-out metric {metric!r}.")
     return np.array(out, dtype=np.float64)
