@@ -11,6 +11,7 @@ load when a fit needs them.
 
 from __future__ import annotations
 
+import sys as _sys
 from typing import TYPE_CHECKING
 
 from ._lazy import lazy_attributes
@@ -85,7 +86,7 @@ def __getattr__(name):
         from .engine.cluster import _zygote
 
         _zygote.prewarm(networks=name in _NETWORKS)
-        if "distributed.client" in __import__("sys").modules:  # a client of the user's: its workers import the engine now
+        if "distributed.client" in _sys.modules:  # a client of the user's: its workers import the engine now
             from .engine.cluster.client import warm_active_client
 
             warm_active_client(networks=name in _NETWORKS)

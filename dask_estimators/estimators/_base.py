@@ -31,7 +31,7 @@ from sklearn.utils.validation import (
 
 from .. import config as _config
 from .._validation import assert_all_finite, classes_and_codes
-from ._blocks import check_block as _check_block
+from ._blocks import _checked_X, check_block as _check_block
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
 from ..optim import SOLVERS
@@ -41,7 +41,6 @@ from ..session import (
     DataSession,
     KeptData,
     adopt_sender,
-    canonical_csr,
     check_lengths,
     is_dask_collection,
     prestart,
@@ -75,13 +74,6 @@ def accepts_kept_data(fit):
         return fit(self, X, y, sample_weight, **params)
 
     return wrapper
-
-
-def _checked_X(X):
-    """X from ``check_array``: sparse X as canonical CSR (sorted indices, no duplicates); dense X as it is."""
-    if sp.issparse(X):
-        return canonical_csr(X)
-    return X
 
 
 def _sparse_format(accept_sparse):

@@ -88,10 +88,14 @@ def _checked_x(X, dtype, accept_sparse):
         return X
     from sklearn.utils.validation import check_array
 
-    X = check_array(X, dtype=dtype, ensure_min_samples=0, input_name="X", accept_sparse="csr" if accept_sparse
-                    else False)
-    if hasattr(X, "format"):  # scipy.sparse: canonical CSR (sorted indices, no duplicates)
-        from ..session import canonical_csr
+    return _checked_X(check_array(X, dtype=dtype, ensure_min_samples=0, input_name="X",
+                                  accept_sparse="csr" if accept_sparse else False))
+
+
+def _checked_X(X):
+    """X from ``check_array``: sparse X as canonical CSR (sorted indices, no duplicates); dense X as it is."""
+    if hasattr(X, "format"):  # scipy.sparse
+        from ..session import canonical_csr  # the session, imported only where a block is sparse
 
         return canonical_csr(X)
     return X

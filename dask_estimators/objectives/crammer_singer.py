@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._jit import lazy_njit
-from .dual import _host, _host_x, _row_sqnorms, _row_add, _row_dot, _shard_array, layout_args
+from . import _host as _shard
+from .dual import _host, _host_x, _row_sqnorms, _row_add, _row_dot, layout_args
 
 __all__ = ["CSSpec", "cs_objective", "cs_round", "cs_state"]
 
@@ -137,10 +138,10 @@ def cs_state(shard, spec: CSSpec) -> dict:
     key = (spec.n_classes, spec.C, spec.bias)
     if st is not None and st["key"] == key:
         return st
-    X = _host_x(_shard_array(shard, "X"))
+    X = _host_x(_shard.array(shard, "X"))
     n = X.shape[0]
-    y = np.asarray(_host(_shard_array(shard, "y"))).reshape(n).astype(np.int64)
-    s = _host(_shard_array(shard, "sample_weight"))
+    y = np.asarray(_host(_shard.array(shard, "y"))).reshape(n).astype(np.int64)
+    s = _host(_shard.array(shard, "sample_weight"))
     s = np.ones(n) if s is None else np.asarray(s, dtype=np.float64).reshape(n)
     st = {"X": X, "y": y, "c": spec.C * s, "sqnorm": _row_sqnorms(X) + spec.bias**2,
           "alpha": np.zeros((n, spec.n_classes)), "key": key}

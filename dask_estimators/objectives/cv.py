@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._lazy import lazy_module
+from . import _host as _shard
 from . import linear as _linear
 from ._sparse import csr_parts, is_sparse, take_rows
 
@@ -52,8 +53,7 @@ TRAIN, TEST = 1, 2
 def _host_x(shard):
     """The shard's X as NumPy where it keeps a dense X in host memory (``Shard.host``), else None: then the shard
     is read as tensors (sparse or GPU X), and so are its weights and targets."""
-    host = getattr(shard, "host", None)
-    return host("X") if host is not None else None
+    return _shard.host(shard, "X")
 
 
 def _array(shard, name):
@@ -324,7 +324,7 @@ def on_fold(shard, k, kernel, *args):
 
 def _as_rows(v):
     """A vector (NumPy or a tensor) as a float64 NumPy row (1, n)."""
-    return np.asarray(v.detach().cpu() if hasattr(v, "detach") else v, dtype=np.float64).reshape(1, -1)
+    return _shard.numpy64(v).reshape(1, -1)
 
 
 def _raw_spec(spec):
@@ -562,9 +562,9 @@ def fold_value_grad_many(shard, folds, ws, spec):
     """
     maps = [_affine(shard, k) for k in folds]
     if all(m is None for m in maps):
-        return _value_grad_many(shard, folds, np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, np.float64), spec)
+        return _value_grad_many(shard, folds, _shard.numpy64(ws), spec)
     d = spec.n_features
-    ws = np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, dtype=np.float64)
+    ws = _shard.numpy64(ws)
     identity = (np.zeros(d), np.ones(d))
     raw = np.concatenate([_to_raw(ws[j : j + 1], spec, mp or identity) for j, mp in enumerate(maps)])
     losses, g = _value_grad_many(shard, folds, raw, _raw_spec(spec))
@@ -660,12 +660,12 @@ def _fused_many(shard, folds, weights, ws, spec):
     S = _stacked_weights(shard, folds, weights, layout="columns")  # (n, m)
     Y = shard.cache.get("cv_y_columns")
     if Y is None or Y.shape[1] != m:  # y repeated in each split's column
-        y = np.asarray(shard.host("y") if _host_x(shard) is not None else shard.get("y").numpy())
+        y = np.asarray(_array(shard, "y"))
         Y = shard.cache["cv_y_columns"] = np.ascontiguousarray(np.broadcast_to(y.reshape(n, 1), (n, m)))
     curv = shard.cache.get("cv_curv_columns")
     if curv is None or curv.shape[1] != m:  # scratch: the fused kernel writes each row's curvature
         curv = shard.cache["cv_curv_columns"] = np.empty((n, m))
-    ws = np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, dtype=np.float64)
+    ws = _shard.numpy64(ws)
     W = ws[:, :d]
     b = ws[:, d] if spec.fit_intercept else None
     code, param = spec.kernel()
@@ -679,7 +679,7 @@ def xy_sums(shard):
     """Kernel: ``X.T @ (s * y)``, ``sum s * x``, ``sum s * y``, ``sum s`` (the alpha grid's statistics of
     ``LinearRegressionCV``; here, not beside the estimator, so that a worker unpickling it imports neither
     scikit-learn nor the estimators)."""
-    X = shard.host("X") if hasattr(shard, "host") else None
+    X = _host_x(shard)
     if X is not None:  # in host memory: NumPy, no tensor
         y, s = shard.host("y")[:, 0], shard.host("sample_weight")
         sy = y if s is None else s * y
@@ -778,8 +778,7 @@ def heldout_sums(shard, k, ws, spec, metric: str, weighted: bool = True, shift: 
     roles = shard.cache["cv_roles"][k]
     mp = _affine(shard, k)
     if mp is not None:  # the same predictions from the stored rows
-        ws = _to_raw(np.asarray(ws.cpu() if hasattr(ws, "cpu") else ws, np.float64).reshape(-1, spec.n_params),
-                     spec, mp)
+        ws = _to_raw(_shard.numpy64(ws).reshape(-1, spec.n_params), spec, mp)
         spec = _raw_spec(spec)
     if _host_x(shard) is not None:
         return _heldout_host(shard, k, roles, ws, spec, metric, weighted, shift)

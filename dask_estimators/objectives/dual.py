@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._jit import lazy_njit
+from . import _host as _shard
 from ._sparse import index_array
 
 __all__ = ["DUAL_LOSSES", "DualSpec", "dual_round", "dual_objective", "dual_state", "set_shard_index"]
@@ -393,14 +394,6 @@ def _host(t):
     return t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
 
 
-def _shard_array(shard, name):
-    """The shard's array ``name``: its host NumPy array where it keeps one (``Shard.host``: no tensor made, no
-    torch), else what ``shard.get`` gives (a sparse or GPU tensor, or None)."""
-    host = getattr(shard, "host", None)
-    a = host(name) if host is not None else None
-    return a if a is not None else shard.get(name)
-
-
 def _host_x(X):
     """The shard's X in host memory for the row loops: a C-contiguous float64 or float32 array, or, for a
     sparse CSR X (:mod:`._sparse`), a ``scipy.sparse.csr_array`` over its three arrays (views on the CPU).
@@ -460,12 +453,12 @@ def dual_state(shard, spec: DualSpec) -> dict:
     K, p = spec.n_outputs, spec.n_features
     if st is not None and st["alpha"].shape[0] == K and st["spec"] == (spec.loss, spec.C, spec.bias, spec.epsilon):
         return st
-    X = _host_x(_shard_array(shard, "X"))
+    X = _host_x(_shard.array(shard, "X"))
     n = X.shape[0]
-    y = np.asarray(_host(_shard_array(shard, "y")), dtype=np.float64).reshape(n, -1)
+    y = np.asarray(_host(_shard.array(shard, "y")), dtype=np.float64).reshape(n, -1)
     if y.shape[1] != K:
         raise ValueError(f"The shard's targets have {y.shape[1]} columns, the problem {K}.")
-    s = _host(_shard_array(shard, "sample_weight"))
+    s = _host(_shard.array(shard, "sample_weight"))
     s = np.ones((n, 1)) if s is None else np.asarray(s, dtype=np.float64).reshape(n, -1)
     c = np.ascontiguousarray(np.broadcast_to(spec.C * s, (n, K)).T)
     st = {

@@ -42,6 +42,7 @@ from .._lazy import lazy_module
 # imported by the kernels on the workers; the client only builds the objective
 torch = lazy_module("torch")
 _fused = lazy_module("dask_estimators.objectives._fused")
+from . import _host as _shard
 from . import losses as _losses  # no torch at import: the client reads links and checks
 from ._sparse import csr_parts, is_sparse
 
@@ -152,16 +153,15 @@ def _host_rows(shard, spec: LinearSpec):
     (``Shard.host``: no tensor made, torch never imported), ``s`` as (n, 1) or (n, K) or None; None where the
     numba kernels do not take this shard (sparse or GPU X, another backend, several threads: ``_use_fused``'s
     rule), and the tensor path decides."""
-    host = getattr(shard, "host", None)
-    if host is None or spec.backend == "torch":
+    if spec.backend == "torch":
         return None
-    X = host("X")
+    X = _shard.host(shard, "X")
     if (X is None or X.ndim != 2 or X.dtype not in (np.float64, np.float32) or not X.flags.c_contiguous
             or spec.kernel() is None or not _fused.AVAILABLE):
         return None
     if spec.backend != "fused" and _kernel_threads(shard) != 1:
         return None
-    y, s = host("y"), host("sample_weight")
+    y, s = _shard.host(shard, "y"), _shard.host(shard, "sample_weight")
     if y is None or (s is None and "sample_weight" in getattr(shard, "data", {})):
         return None
     return X, y, (s[:, None] if s is not None and s.ndim == 1 else s)
@@ -542,8 +542,7 @@ def x_nbytes(X) -> int:
 
 def weight_sum(shard):
     """Kernel: ``(S, number of rows)``; S sums the sample weights (averaged over outputs when per output)."""
-    host = getattr(shard, "host", None)
-    s = host("sample_weight") if host is not None else None
+    s = _shard.host(shard, "sample_weight")
     if s is None:
         s = _weights(shard)
     elif s.ndim == 1:

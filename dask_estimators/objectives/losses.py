@@ -65,6 +65,7 @@ import math
 import numpy as np
 
 from .._lazy import lazy_module
+from . import _host as _shard
 
 # the pointwise maths runs on the workers; the client only uses links and checks
 torch = lazy_module("torch")
@@ -80,12 +81,9 @@ _ALL_REALS = (-math.inf, math.inf, False, False)
 def _array(shard, name, like=None):
     """The shard's array ``name`` to prepare: NumPy where the shard keeps it in host memory (``Shard.host``: no
     tensor, no torch), else its tensor; with ``like`` (an array of either kind) in ``like``'s kind."""
-    if like is None or isinstance(like, np.ndarray):
-        host = getattr(shard, "host", None)
-        a = host(name) if host is not None else None
-        if a is not None or like is not None:
-            return a
-    return shard.get(name)
+    if like is None:
+        return _shard.array(shard, name)
+    return _shard.host(shard, name) if isinstance(like, np.ndarray) else shard.get(name)
 
 
 def _xp(a):

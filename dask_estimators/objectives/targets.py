@@ -14,6 +14,7 @@ from .._lazy import lazy_module
 torch = lazy_module("torch")  # the encodings run on the workers
 
 from .._validation import classes_and_codes
+from . import _host as _shard
 from .losses import get_loss
 
 __all__ = ["unique_labels", "encode_labels", "float_targets", "class_counts", "prepare_targets", "prepare_and_weigh", "trailing_shape"]
@@ -26,12 +27,8 @@ def _host(a):
 def _host_y(shard, name="y"):
     """The shard's ``name`` as NumPy (None where it has none): read in place where the shard keeps it in host
     memory (no torch), else copied from its tensor."""
-    host = getattr(shard, "host", None)
-    a = host(name) if host is not None else None
-    if a is not None:
-        return a
-    t = shard.get(name)
-    return None if t is None else _host(t)
+    a = _shard.array(shard, name)
+    return a if a is None or isinstance(a, np.ndarray) else _host(a)
 
 
 def unique_labels(shard):
@@ -112,14 +109,7 @@ def prepare_and_weigh(shard, loss: str, n_outputs: int, class_weight=None, y_sum
         y = _host_y(shard).reshape(-1)
         s = _host_y(shard, "sample_weight")
         ys = float((y * s.reshape(-1)).sum() if s is not None else y.sum())
-    return sums + (ys,) + ((float(x_nbytes(_x_of(shard))),) if x_bytes else ())
-
-
-def _x_of(shard):
-    """The shard's X for :func:`~.linear.x_nbytes`: its host array where it has one (no tensor made)."""
-    host = getattr(shard, "host", None)
-    X = host("X") if host is not None else None
-    return X if X is not None else shard.get("X")
+    return sums + (ys,) + ((float(x_nbytes(_shard.array(shard, "X"))),) if x_bytes else ())
 
 
 def trailing_shape(shard):

@@ -71,12 +71,17 @@ def enabled() -> bool:
     return _nanny_process.fork_workers()
 
 
+def in_dask_worker() -> bool:
+    """Whether this process is a Dask worker (known without importing distributed)."""
+    worker = sys.modules.get("distributed.worker")
+    return worker is not None and bool(getattr(worker.Worker, "_instances", None))
+
+
 def _has_dask_role() -> bool:
     """Whether this process already has a Dask client, or is a Dask worker (then no embedded cluster is wanted)."""
     if "distributed" not in sys.modules:
         return False
-    worker = sys.modules.get("distributed.worker")
-    if worker is not None and getattr(worker.Worker, "_instances", None):
+    if in_dask_worker():
         return True
     client = sys.modules.get("distributed.client")
     if client is not None:

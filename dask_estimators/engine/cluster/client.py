@@ -504,9 +504,10 @@ def warm_active_client(networks: bool = False) -> None:
     Called when user code first reads an estimator class (``de.LogisticRegression``): the workers import the
     engine and load the kernels while the user's code goes on to its data.  Not in a Dask worker.
     """
+    from ._zygote import in_dask_worker
+
     client_module = sys.modules.get("distributed.client")
-    worker_module = sys.modules.get("distributed.worker")
-    if client_module is None or (worker_module is not None and getattr(worker_module.Worker, "_instances", None)):
+    if client_module is None or in_dask_worker():
         return
     try:
         client = client_module.default_client()

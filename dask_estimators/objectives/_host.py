@@ -1,0 +1,32 @@
+"""Reading a shard's arrays where they lie: NumPy in host memory, without torch, or the shard's tensors.
+
+A shard on a CPU keeps its dense arrays as NumPy (``Shard.host`` reads them;
+``Shard.get`` makes torch views of them, importing torch then); a GPU shard and
+a sparse X are tensors.  The kernels read what they can as NumPy, so that a
+linear fit never imports torch on its worker, and take the tensors otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["host", "array", "numpy64"]
+
+
+def host(shard, name):
+    """The shard's array ``name`` as NumPy where it keeps it in host memory (``Shard.host``), else None (absent,
+    sparse, on a GPU, or a shard-like object without ``host``)."""
+    read = getattr(shard, "host", None)
+    return None if read is None else read(name)
+
+
+def array(shard, name):
+    """The shard's array ``name``: its host NumPy array where it has one (:func:`host`), else what ``shard.get``
+    gives (a tensor, or None where it has none)."""
+    a = host(shard, name)
+    return a if a is not None else shard.get(name)
+
+
+def numpy64(v) -> np.ndarray:
+    """``v`` (NumPy, a tensor on any device, or a sequence) as a float64 NumPy array."""
+    return np.asarray(v.detach().cpu() if hasattr(v, "detach") else v, dtype=np.float64)
