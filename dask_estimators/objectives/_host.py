@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["host", "array", "numpy64"]
+__all__ = ["host", "row_parts", "array", "numpy64"]
 
 
 def host(shard, name):
@@ -18,6 +18,17 @@ def host(shard, name):
     sparse, on a GPU, or a shard-like object without ``host``)."""
     read = getattr(shard, "host", None)
     return None if read is None else read(name)
+
+
+def row_parts(shard, name):
+    """The shard's host array ``name`` as ``[(first row, rows), ...]``: the blocks it was placed from where the
+    shard reads them where they lie (``Shard.row_parts``), else :func:`host`'s array as one part; None where
+    :func:`host` gives None."""
+    read = getattr(shard, "row_parts", None)
+    if read is not None:
+        return read(name)
+    a = host(shard, name)
+    return None if a is None else [(0, a)]
 
 
 def array(shard, name):

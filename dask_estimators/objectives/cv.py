@@ -281,6 +281,13 @@ class FoldView:
         host = getattr(self._shard, "host", None)
         return None if host is None else host(name, default)
 
+    def row_parts(self, name):
+        """As ``Shard.row_parts`` (the training weights are :meth:`host`'s, in one part)."""
+        if name == "sample_weight":
+            w = self.host(name)
+            return None if w is None else [(0, w)]
+        return _shard.row_parts(self._shard, name)
+
     @property
     def threads(self):
         return getattr(self._shard, "threads", None)

@@ -149,22 +149,41 @@ def _kernel_threads(shard) -> int:
 
 
 def _host_rows(shard, spec: LinearSpec):
-    """``(X, y, s)`` as NumPy for the dense numba kernels, read where the shard keeps them in host memory
-    (``Shard.host``: no tensor made, torch never imported), ``s`` as (n, 1) or (n, K) or None; None where the
-    numba kernels do not take this shard (sparse or GPU X, another backend, several threads: ``_use_fused``'s
-    rule), and the tensor path decides."""
-    if spec.backend == "torch":
+    """``(parts, y, s)`` as NumPy for the dense numba kernels, read where the shard keeps them in host memory (no
+    tensor made, torch never imported): ``parts`` X's rows as ``[(first row, rows), ...]``, the blocks X was
+    placed from where the shard reads them where they lie (``Shard.row_parts``), else one part; ``s`` as (n, 1)
+    or (n, K) or None.  None where the numba kernels do not take this shard (sparse or GPU X, another backend,
+    several threads: ``_use_fused``'s rule), and the tensor path decides."""
+    if spec.backend == "torch" or spec.kernel() is None or not _fused.AVAILABLE:
         return None
-    X = _shard.host(shard, "X")
-    if (X is None or X.ndim != 2 or X.dtype not in (np.float64, np.float32) or not X.flags.c_contiguous
-            or spec.kernel() is None or not _fused.AVAILABLE):
+    parts = _shard.row_parts(shard, "X")
+    if parts is None or any(X.ndim != 2 or X.dtype not in (np.float64, np.float32) or not X.flags.c_contiguous
+                            for _, X in parts):
         return None
     if spec.backend != "fused" and _kernel_threads(shard) != 1:
         return None
     y, s = _shard.host(shard, "y"), _shard.host(shard, "sample_weight")
     if y is None or (s is None and "sample_weight" in getattr(shard, "data", {})):
         return None
-    return X, y, (s[:, None] if s is not None and s.ndim == 1 else s)
+    return parts, y, (s[:, None] if s is not None and s.ndim == 1 else s)
+
+
+def _part_sums(parts, kernel, *rows):
+    """``kernel(X_part, *(r[part's rows] for r in rows))`` over X's parts, its outputs summed (the first part's
+    arrays are the sums, in place); a row argument may be None."""
+    out = None
+    for a, X in parts:
+        e = a + X.shape[0]
+        got = kernel(X, *(None if r is None else r[a:e] for r in rows))
+        if out is None:
+            out = list(got)
+        else:
+            for i, v in enumerate(got):
+                if isinstance(out[i], np.ndarray):
+                    out[i] += v
+                else:
+                    out[i] = out[i] + v
+    return out
 
 
 def _tensor(a, X):
@@ -314,13 +333,14 @@ def value_grad(shard, w, spec: LinearSpec):
     """
     rows = _host_rows(shard, spec)
     if rows is not None:
-        X, y, s = rows
+        parts, y, s = rows
         curv = shard.cache.get("linear_curv")  # the last point's buffer: a fresh 4 MB (1M rows) page-faults
-        if not isinstance(curv, np.ndarray) or curv.shape != (X.shape[0], spec.n_outputs):
-            curv = np.empty((X.shape[0], spec.n_outputs))
+        if not isinstance(curv, np.ndarray) or curv.shape != (y.shape[0], spec.n_outputs):
+            curv = np.empty((y.shape[0], spec.n_outputs))
         W, b = spec.unpack(np.asarray(w, dtype=np.float64))
         code, param = spec.kernel()
-        total, gW, gb = _fused.value_grad(X, y, s, W, b, code, param, curv)
+        total, gW, gb = _part_sums(parts, lambda X, yp, sp, cp: _fused.value_grad(X, yp, sp, W, b, code, param, cp),
+                                   y, s, curv)
         shard.cache["linear_curv"] = curv
         return float(total), _pack_numpy(spec, gW, gb)
     X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
@@ -364,9 +384,10 @@ def hessp(shard, p, spec: LinearSpec):
     curv = shard.cache["linear_curv"]
     rows = _host_rows(shard, spec)
     if rows is not None and isinstance(curv, np.ndarray):
-        X, _, s = rows
+        parts, _, s = rows
         P, pb = spec.unpack(np.asarray(p, dtype=np.float64))
-        return _pack_numpy(spec, *_fused.hessp(X, s, curv, P, pb, spec.kernel()[0]))
+        code = spec.kernel()[0]
+        return _pack_numpy(spec, *_part_sums(parts, lambda X, sp, cp: _fused.hessp(X, sp, cp, P, pb, code), s, curv))
     X, s = shard.get("X"), _weights(shard)
     curv = _tensor(curv, X)
     P, pb = spec.unpack(_tensor(p, X))
@@ -448,8 +469,11 @@ def hess(shard, spec: LinearSpec):
     rows = _host_rows(shard, spec)
     K = spec.n_outputs
     if rows is not None and isinstance(curv, np.ndarray):  # the host shard value_grad read: NumPy, no torch
-        X, _, s = rows
-        gram = functools.partial(_host_gram, X, intercept=spec.fit_intercept)
+        parts, _, s = rows
+
+        def gram(D):
+            return _part_sums(parts, lambda X, Dp: (_host_gram(X, Dp, spec.fit_intercept),), D)[0]
+
         H = np.zeros((spec.n_params, spec.n_params))
         idx = [_param_index(spec, k) for k in range(K)]
     else:

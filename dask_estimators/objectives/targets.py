@@ -109,7 +109,10 @@ def prepare_and_weigh(shard, loss: str, n_outputs: int, class_weight=None, y_sum
         y = _host_y(shard).reshape(-1)
         s = _host_y(shard, "sample_weight")
         ys = float((y * s.reshape(-1)).sum() if s is not None else y.sum())
-    return sums + (ys,) + ((float(x_nbytes(_shard.array(shard, "X"))),) if x_bytes else ())
+    if not x_bytes:
+        return sums + (ys,)
+    parts = _shard.row_parts(shard, "X")  # X's bytes without joining rows read where they lie
+    return sums + (ys, float(sum(int(p.nbytes) for _, p in parts) if parts is not None else x_nbytes(shard.get("X"))))
 
 
 def trailing_shape(shard):

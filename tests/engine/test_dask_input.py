@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from dask_estimators.engine.data import _dask_input as D
+from dask_estimators.engine.data._worker import RowSegments
 from dask_estimators.engine import place
 from dask_estimators.estimators._base import _check_block
 
@@ -173,6 +174,67 @@ def test_persisted_input_stays_the_callers(client, rng):
     np.testing.assert_array_equal(dX.compute(), X)
 
 
+def _reads_the_callers_blocks(dask_worker=None):
+    """For each shard on this worker: whether its X is the blocks Dask holds, read where they lie (no copy)."""
+    import gc
+
+    from dask_estimators.engine.data._worker import Shard
+
+    held = [v for v in dask_worker.data.values() if isinstance(v, np.ndarray)]
+    out = []
+    for shard in (o for o in gc.get_objects() if isinstance(o, Shard)):
+        x = shard.data.get("X")
+        out.append(isinstance(x, RowSegments) and x.owned_bytes == 0
+                   and all(any(np.shares_memory(p, h) for h in held) for p in x.parts))
+    return out
+
+
+def _peak_reset(dask_worker=None):
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM starts again from the current resident memory
+
+
+def _peak_and_now():
+    with open("/proc/self/status") as f:
+        fields = dict(line.split(":", 1) for line in f if line.startswith(("VmHWM", "VmRSS")))
+    return {k: int(v.split()[0]) * 1024 for k, v in fields.items()}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's clear_refs")
+def test_a_fit_on_persisted_input_reads_the_callers_blocks_without_a_second_copy(client, rng):
+    """The user's persisted blocks are the shards' X: a worker's peak over its memory before the fit (which held
+    the blocks already) stays under a quarter of the X it holds, and the model is the one fit on NumPy."""
+    import gc
+
+    import dask
+
+    import dask_estimators as de
+    from dask_estimators.session import release_kept
+
+    n, d = 240_000, 50  # 96 MB of X, 48 MB a worker, in blocks of 2 MB
+    X = rng.standard_normal((n, d))
+    y = (X @ rng.standard_normal(d) + rng.standard_normal(n) > 0).astype(np.int64)
+    dX, dy = client.persist([da.from_array(X, chunks=(5000, d)), da.from_array(y, chunks=5000)])
+    de.LogisticRegression(max_iter=3).fit(dX[:10_000], dy[:10_000])  # imports and kernels, paid before
+    release_kept()
+    client.run(gc.collect)
+    client.run(_peak_reset)
+    before = client.run(_peak_and_now)
+    with dask.config.set({"dask-estimators.keep-placed": 1}):
+        est = de.LogisticRegression(tol=1e-10, max_iter=200).fit(dX, dy)
+        after = client.run(_peak_and_now)
+        reads = client.run(_reads_the_callers_blocks)
+        release_kept()
+    assert est.fit_stats_["n_shards"] == len(before) and all(v == [True] for v in reads.values()), reads
+    for w in before:
+        x_bytes = max(est.fit_stats_["rows_per_shard"]) * d * 8
+        growth = after[w]["VmHWM"] - before[w]["VmRSS"]
+        assert growth <= 0.25 * x_bytes, (w, growth / x_bytes)  # a copy of the blocks would be 1.0
+    ref = de.LogisticRegression(tol=1e-10, max_iter=200).fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-6, atol=1e-8)
+
+
 def test_a_failing_block_raises_its_error(client, rng):
     def boom(b):
         raise ZeroDivisionError("block failed")
@@ -202,13 +264,46 @@ def _build(check, X, y, cut=37):
     return shard
 
 
-def test_float_x_is_copied_and_checked_in_one_pass(rng):
+def test_float_x_blocks_are_read_where_they_lie_and_checked_without_a_copy(rng):
     X, y = rng.standard_normal((100, 3)), rng.standard_normal(100)
     check = _Recording(check_regression)
     shard = _build(check, X, y)
-    np.testing.assert_array_equal(shard.get("X").numpy(), X)
+    segs = shard.data["X"]
+    assert isinstance(segs, RowSegments) and segs.starts == (0, 37)
+    assert np.shares_memory(segs.parts[0], X[:37]) and np.shares_memory(segs.parts[1], X[37:])
+    assert shard.nbytes() == y.nbytes  # X's blocks are counted where Dask keeps them, not again here
+    assert [a for a, _ in shard.row_parts("X")] == [0, 37]
+    np.testing.assert_array_equal(shard.get("X").numpy(), X)  # joined for a kernel that needs one array
     np.testing.assert_array_equal(shard.get("y").numpy(), y)
+    assert shard.nbytes() == y.nbytes + X.nbytes  # and that copy is the shard's own
     assert check.x_rows == [0, 0]  # the check saw each segment's y, and X only as a view of no rows
+
+
+def test_rows_of_one_block_cut_by_the_targets_blocks_are_one_part(rng):
+    X, y = rng.standard_normal((100, 3)), rng.standard_normal(100)
+    segments, refs = D.segments_for([(0, 100)], {"X": D.offsets_of([100]), "y": D.offsets_of([30, 30, 40])})
+    blocks = {"X": [X], "y": [y[:30], y[30:60], y[60:]]}
+    shard = D.build_shard("cpu", check_regression, ["X", "y"], segments, 100, *(blocks[k][j] for k, j in refs))
+    assert len(segments) == 3 and [a for a, _ in shard.row_parts("X")] == [0]
+    assert np.shares_memory(shard.row_parts("X")[0][1], X)
+    np.testing.assert_array_equal(shard.get("y").numpy(), y)
+
+
+def test_a_block_giving_the_shard_less_than_half_its_rows_is_copied(rng):
+    X, y = rng.standard_normal((100, 3)), rng.standard_normal(100)
+    segments, refs = D.segments_for([(0, 70)], {"X": D.offsets_of([60, 40]), "y": D.offsets_of([100])})
+    blocks = {"X": [X[:60], X[60:]], "y": [y]}
+    shard = D.build_shard("cpu", check_regression, ["X", "y"], segments, 70, *(blocks[k][j] for k, j in refs))
+    (a0, p0), (a1, p1) = shard.row_parts("X")
+    assert (a0, a1) == (0, 60) and np.shares_memory(p0, X) and not np.shares_memory(p1, X)
+    np.testing.assert_array_equal(shard.host("X"), X[:70])
+
+
+def test_x_blocks_of_another_layout_are_copied_into_one_array(rng):
+    X, y = rng.standard_normal((100, 3)), rng.standard_normal(100)
+    shard = _build(check_regression, np.asfortranarray(X), y)
+    assert type(shard.data["X"]) is np.ndarray
+    np.testing.assert_array_equal(shard.host("X"), X)
 
 
 def test_other_dtypes_go_through_the_check(rng):

@@ -411,6 +411,32 @@ def test_fused_and_torch_kernels_agree(cfg, fit_intercept, weighted, n, rng):
     assert not sh_f._tensors  # the numba side read the shard's NumPy arrays: no tensor was made of them
 
 
+@configs
+@both
+@weighted
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kernels_read_x_in_row_segments_as_in_one_array(cfg, fit_intercept, weighted, dtype, rng):
+    """A shard whose X is the blocks it was placed from (``RowSegments``: a user's persisted blocks, read where
+    they lie) gives the numba kernels' sums, curvature, Hessian products and Hessian of the same X in one array,
+    and never joins the blocks."""
+    from dask_estimators.engine.data._worker import RowSegments
+
+    X, y, s = make_data(cfg, rng, weighted, n=257)
+    X = X.astype(dtype)
+    cuts = [0, 1, 100, 101, 257]  # a block of one row, and blocks of odd sizes
+    segs = RowSegments([X[a:b].copy() for a, b in zip(cuts[:-1], cuts[1:])])
+    spec = make_spec(cfg, fit_intercept, "fused")
+    w = rng.normal(size=spec.n_params)
+    p = rng.normal(size=spec.n_params)
+    whole, split = make_shard(cfg, X, y, s), make_shard(cfg, segs, y, s)
+    for kernel, args in ((lin.value_grad, (w,)), (lin.hessp, (p,)), (lin.hess, ())):
+        a, b = to_host(kernel(whole, *args, spec)), to_host(kernel(split, *args, spec))
+        for u, v in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+            np.testing.assert_allclose(v, u, rtol=1e-12, atol=1e-12 * np.abs(u).max())
+    np.testing.assert_array_equal(split.cache["linear_curv"], whole.cache["linear_curv"])
+    assert segs._joined is None and not split._tensors  # every kernel read the parts where they lie
+
+
 @pytest.mark.parametrize("label", [0.0, 1.0])
 def test_vectorised_binomial_matches_libm(label):
     """The blocked binomial kernel's own exp and log1p against math.exp/math.log1p, row by row.

@@ -23,11 +23,13 @@ its data.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
 import mmap
 import sys
+import threading
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -450,10 +452,65 @@ def build_shard(device, check, names, segments, n_rows, *blocks):
     copied into the shard right after.
     """
     _worker.setup_threads()
+    if check is not None and _worker.choose_device(device) == "cpu":
+        shard = _build_reading_x(device, check, names, segments, n_rows, blocks)
+        if shard is not None:
+            return shard
     out = _Buffers(int(n_rows))
     for seg in segments:
         _write_rows(out, names[0], {name: _rows_of(blocks[i], s, s + seg.rows) for name, i, s in seg.starts}, check)
     return _worker.Shard(out.arrays(), device=device)
+
+
+def _x_runs(first: str, segments) -> list:
+    """X's rows of ``segments`` as ``[[argument index, first row, stop], ...]``, consecutive rows of one block
+    joined (segments are also cut where y's or the weights' blocks end)."""
+    runs: list = []
+    for seg in segments:
+        i, a = next((i, a) for name, i, a in seg.starts if name == first)
+        if runs and runs[-1][0] == i and runs[-1][2] == a:
+            runs[-1][2] += seg.rows
+        else:
+            runs.append([i, a, a + seg.rows])
+    return runs
+
+
+def _build_reading_x(device, check, names, segments, n_rows, blocks):
+    """The shard with X read where its blocks lie (:class:`~._worker.RowSegments`), the other inputs copied; None
+    where X's blocks are not what the kernels read as they are.
+
+    X's blocks must be C-contiguous 2-D float NumPy of the dtype ``check``
+    gives X (a dask array persisted by the user, or computed for this fit);
+    each is checked for NaN and infinity by a sum, without a copy.  A block
+    that gives this shard less than half its rows is copied instead: a view
+    would keep all of it alive.  The worker then holds X once where it held
+    the user's blocks and a copy of them (benchmarks/bench_memory.py,
+    ``--source persisted``).
+    """
+    first = names[0]
+    runs = _x_runs(first, segments)
+    for i, a, b in runs:
+        blk = blocks[i]
+        if type(blk) is not np.ndarray or blk.ndim != 2 or blk.dtype.kind != "f" or not blk.flags.c_contiguous:
+            return None
+    out = _Buffers(int(n_rows))
+    for seg in segments:
+        piece = {name: _rows_of(blocks[i], s, s + seg.rows) for name, i, s in seg.starts}
+        x = piece[first]
+        rest = check({**piece, first: x[:0]})
+        if rest[first].dtype != x.dtype:
+            return None  # X is cast (float32 to float64, or the other way): copied as it is cast
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = bool(np.isfinite(np.add.reduce(x, axis=None))) or bool(np.isfinite(x).all())
+        if not finite:
+            check(piece)  # raises the check's own error for NaN or infinity; a check that allows them goes on
+        del rest[first]
+        out.write(rest, rows=seg.rows)
+    parts = []
+    for i, a, b in runs:
+        rows = blocks[i][a:b]
+        parts.append(rows if 2 * (b - a) >= blocks[i].shape[0] else _worker.aligned_copy(rows))
+    return _worker.Shard({first: _worker.RowSegments(parts), **out.arrays()}, device=device)
 
 
 def _write_rows(out, first: str, whole: dict, check) -> None:
@@ -491,13 +548,15 @@ def build_shard_streaming(device, check, names, graph, parts):
     threads = _worker.setup_threads()
     check = None if check is None else _checked(check)
     out = _GrowingBuffers()
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="dask-estimators-stream") as pool:
+    # one thread: the task's own, as the partitions are computed one after another anyway (memory a partition's read
+    # freed in a thread of its own stays with that thread's allocator arena: measured, 60-120 MB more at the peak)
+    pool = (_InThisThread() if threads <= 1
+            else ThreadPoolExecutor(threads, thread_name_prefix="dask-estimators-stream"))
+    with _lean_arrow_pool(), pool:
         pending = [pool.submit(_compute_part, graph, keys) for keys in parts[: max(1, threads)]]
         try:
             for i in range(len(parts)):
                 blocks = pending.pop(0).result()
-                if i + len(pending) + 1 < len(parts):
-                    pending.append(pool.submit(_compute_part, graph, parts[i + len(pending) + 1]))
                 rows = {n_rows(b) for b in blocks}
                 if len(rows) > 1:
                     raise Misaligned(f"partition {i} has blocks of {sorted(rows)} rows")
@@ -505,11 +564,34 @@ def build_shard_streaming(device, check, names, graph, parts):
                 _write_rows(out, names[0], dict(zip(names, blocks)), check)
                 del blocks
                 _give_back_freed()
+                # the next partition starts once this one is written and freed: `threads` partitions live at a time
+                if i + len(pending) + 1 < len(parts):
+                    pending.append(pool.submit(_compute_part, graph, parts[i + len(pending) + 1]))
         except BaseException:
             for f in pending:  # the partitions not started are not computed
                 f.cancel()
             raise
     return _worker.Shard(out.arrays(), device=device)
+
+
+class _InThisThread:
+    """An executor that runs each call when it is submitted, in the calling thread."""
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        f = Future()
+        try:
+            f.set_result(fn(*args))
+        except BaseException as e:
+            f.set_exception(e)
+        return f
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
 
 
 def _compute_part(graph, keys) -> list:
@@ -520,13 +602,77 @@ def _compute_part(graph, keys) -> list:
     return get_sync(cull(graph.tasks, list(keys)), list(keys))
 
 
-def _give_back_freed() -> None:
+def _give_back_freed(pool=None) -> None:
     """Return the memory a partition's reading freed to the system: Arrow's allocator keeps it otherwise."""
     pa = sys.modules.get("pyarrow")
     if pa is not None:
-        release = getattr(pa.default_memory_pool(), "release_unused", None)  # pyarrow 9 and later
+        release = getattr(pool or pa.default_memory_pool(), "release_unused", None)  # pyarrow 9 and later
         if release is not None:
             release()
+    _trim()
+
+
+def _trim() -> None:
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``; nothing elsewhere)."""
+    trim = _LIBC.get("trim", False)
+    if trim is False:
+        trim = None
+        if sys.platform.startswith("linux"):
+            import ctypes
+            import ctypes.util
+
+            try:
+                trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+            except (OSError, AttributeError):  # musl has no malloc_trim
+                trim = None
+        _LIBC["trim"] = trim
+    if trim is not None:
+        trim(0)
+
+
+_LIBC: dict = {}
+
+
+_POOL_LOCK = threading.Lock()
+_POOL_STATE: dict = {"users": 0, "default": None}  # stream tasks running, and the default pool to restore
+
+
+@contextlib.contextmanager
+def _lean_arrow_pool():
+    """Arrow allocates from jemalloc, where pyarrow has it, while the block runs; the default pool is restored after.
+
+    Reading a parquet partition passes through Arrow about three times its
+    size (the file's bytes, the decoded table, pandas' block).  Arrow's
+    default pool on Linux, mimalloc, keeps what those freed resident until
+    the read ends: measured, one 64 MB partition raised the process's peak
+    by 362-424 MB with mimalloc, 328-341 MB with the system allocator and
+    155-230 MB with jemalloc (``benchmarks/results/history/streaming.md``).
+    Buffers remember their pool, so those made here are freed to it later;
+    other tasks of the worker that allocate meanwhile get jemalloc too.  Only
+    where pyarrow is already imported (dataframe input imports it).
+    """
+    pa = sys.modules.get("pyarrow")
+    try:
+        lean = pa.jemalloc_memory_pool() if pa is not None else None
+    except (NotImplementedError, AttributeError):  # a pyarrow built without jemalloc (Windows)
+        lean = None
+    if lean is None:
+        yield
+        return
+    with _POOL_LOCK:
+        if _POOL_STATE["users"] == 0:
+            _POOL_STATE["default"] = pa.default_memory_pool()
+            pa.set_memory_pool(lean)
+        _POOL_STATE["users"] += 1
+    try:
+        yield
+    finally:
+        with _POOL_LOCK:
+            _POOL_STATE["users"] -= 1
+            if _POOL_STATE["users"] == 0:
+                pa.set_memory_pool(_POOL_STATE.pop("default"))
+                _POOL_STATE["default"] = None
+        _give_back_freed(lean)
 
 
 def stream_parts(colls: dict):

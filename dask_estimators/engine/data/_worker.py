@@ -319,6 +319,66 @@ def _current_worker():
         return None
 
 
+class RowSegments:
+    """A dense 2-D array kept as the row blocks it was placed from, read where they lie: no copy of them.
+
+    The blocks are the caller's (a dask array persisted on the worker): a
+    shard made of them holds the data once, not a second time beside them.
+    ``parts`` are C-contiguous arrays of one dtype and width, in row order,
+    never written.  Kernels that walk rows read the parts
+    (:meth:`Shard.row_parts`); anything else gets one aligned array joined
+    from them, made on first use and kept (:meth:`joined`: the copy the
+    parts avoid, paid only by the kernels that need it).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_estimators.engine.data._worker import RowSegments
+    >>> r = RowSegments([np.ones((2, 3)), np.zeros((1, 3))])
+    >>> r.shape, r.starts, r.joined().sum()
+    ((3, 3), (0, 2), np.float64(6.0))
+    """
+
+    ndim = 2
+
+    def __init__(self, parts):
+        self.parts = tuple(parts)
+        first = self.parts[0]
+        if any(p.ndim != 2 or p.dtype != first.dtype or p.shape[1] != first.shape[1] or not p.flags.c_contiguous
+               for p in self.parts):
+            raise ValueError("row segments must be C-contiguous 2-D arrays of one dtype and width")
+        self.dtype = first.dtype
+        lengths = [int(p.shape[0]) for p in self.parts]
+        self.starts = tuple(int(v) for v in np.cumsum([0] + lengths[:-1]))
+        self.shape = (sum(lengths), int(first.shape[1]))
+        self._joined = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(p.nbytes) for p in self.parts)
+
+    @property
+    def owned_bytes(self) -> int:
+        """The bytes this object holds beyond the parts (which Dask counts where it keeps them): its joined copy."""
+        j = self._joined
+        return 0 if j is None or any(j is p for p in self.parts) else int(j.nbytes)
+
+    def joined(self) -> np.ndarray:
+        """The rows as one writeable C-contiguous array: the one part where it is one (and writeable), else the
+        parts copied into one aligned array, once, then kept."""
+        if self._joined is None and len(self.parts) == 1 and self.parts[0].flags.writeable:
+            self._joined = self.parts[0]
+        if self._joined is None:
+            out = aligned_empty(self.shape, self.dtype)
+            for at, p in zip(self.starts, self.parts):
+                out[at : at + p.shape[0]] = p
+            self._joined = out
+        return self._joined
+
+    def __getstate__(self):  # spilled or moved: the parts travel, the joined copy is made again where needed
+        return dict(self.__dict__, _joined=None)
+
+
 class Shard:
     """One worker's rows: named arrays, aligned, on the worker's device, kept for the whole fit.
 
@@ -372,6 +432,13 @@ class Shard:
         if a is None:
             self.data.pop(name, None)
             return
+        if isinstance(a, RowSegments):
+            if self.device == "cpu":
+                self.dtypes[name] = a.dtype
+                self.data[name] = a
+                self._set_rows(name, a)
+                return
+            a = a.joined()
         if _is_tensor(a):
             torch = torch_threads()
             t = (_torch_csr(a) if a.layout != torch.strided else a).to(self.device)
@@ -413,6 +480,8 @@ class Shard:
         a = self.data.get(name)
         if a is None:
             return default
+        if isinstance(a, RowSegments):
+            a = a.joined()
         if isinstance(a, np.ndarray) and a.dtype.kind in "iuf":
             made = self._tensors.get(name)
             if made is None or made[0] is not a:
@@ -431,11 +500,22 @@ class Shard:
         a = self.data.get(name)
         if a is None:
             return default
+        if isinstance(a, RowSegments):
+            return a.parts[0] if len(a.parts) == 1 else a.joined()
         if isinstance(a, np.ndarray):
             return a
         if _is_tensor(a) and a.layout == sys.modules["torch"].strided and a.device.type == "cpu":
             return a.numpy()
         return None
+
+    def row_parts(self, name: str):
+        """The dense host array ``name`` as ``[(first row, rows), ...]``: the parts of :class:`RowSegments` as
+        they lie (none joined), one part for an array in one piece; None where :meth:`host` gives None."""
+        a = self.data.get(name)
+        if isinstance(a, RowSegments):
+            return list(zip(a.starts, a.parts))
+        a = self.host(name)
+        return None if a is None else [(0, a)]
 
     def pin(self) -> None:
         """Remember the shard as it is now (its arrays, their dtypes, its info): :meth:`restore` comes back here.
@@ -454,7 +534,8 @@ class Shard:
         self.cache = {}
 
     def nbytes(self) -> int:
-        """The bytes of the arrays the shard holds now, and of those it keeps for :meth:`restore`."""
+        """The bytes of the arrays the shard holds now, and of those it keeps for :meth:`restore` (of rows read
+        where they lie, :class:`RowSegments`, only what it copied)."""
         seen, total = set(), 0
         for arrays in (self.data, getattr(self, "_pinned", ({},))[0]):
             for a in arrays.values():
@@ -534,7 +615,10 @@ class ShardBuild:
 
 
 def _array_bytes(a) -> int:
-    """The bytes a shard's array stores (a sparse tensor's three arrays, not n x p)."""
+    """The bytes a shard's array stores (a sparse tensor's three arrays, not n x p; of :class:`RowSegments`, its
+    own copy, not the blocks it reads, which Dask counts where it keeps them)."""
+    if isinstance(a, RowSegments):
+        return a.owned_bytes
     if _is_sparse_tensor(a):
         return sum(p.element_size() * p.nelement() for p in (a.values(), a.crow_indices(), a.col_indices()))
     return a.element_size() * a.nelement() if hasattr(a, "element_size") else a.nbytes
