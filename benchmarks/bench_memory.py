@@ -177,10 +177,21 @@ def main(argv=None):
         try:
             est = de.LinearRegression(solver="lbfgs", max_iter=args.max_iter, tol=0.0, client=client).fit(X, y)
         except Exception as e:  # a worker over its memory limit: the fit fails, and that is the figure
+            sampler.stop.set()
+            sampler.join()
             out = {"X_GB": n * d * 8 / 1e9, "rows": n, "features": d, "n_workers": args.workers,
                    "source": args.source, "memory_limit_MB": args.memory_limit * per_worker / MB,
-                   "failed": f"{type(e).__name__}: {str(e).splitlines()[0]}", "command": command}
+                   "failed": f"{type(e).__name__}: {str(e).splitlines()[0]}", "command": command,
+                   "workers": {name: {"before_MB": sampler.peaks[("before", name)] / MB,
+                                      "shard_MB": per_worker / MB,
+                                      "placement_peak_growth_MB": (sampler.peaks.get(("placement", name), 0)
+                                                                   - sampler.peaks[("before", name)]) / MB,
+                                      "optimization_peak_growth_MB": (sampler.peaks.get(("optimization", name), 0)
+                                                                      - sampler.peaks[("before", name)]) / MB}
+                               for name in pids if name != "client"}}
             print(json.dumps(out, indent=2))
+            if args.plot:
+                _plot(sampler, pids, out, args.plot)
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(out, f, indent=2)

@@ -335,6 +335,36 @@ def test_worker_killed_during_placement_places_on_the_others(fc, monkeypatch):
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6)
 
 
+def test_worker_killed_after_streaming_its_shard_places_on_the_others(fc, monkeypatch, tmp_path):
+    """A worker that dies once its shard is streamed from parquet, before the shards' rows are counted: the rows'
+    task, pinned to the dead worker, can never run; the placement starts again on the others (it hung once)."""
+    from dask_estimators.engine.data import _dask_input as D
+
+    X, y = _data("binary")
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(target=y)
+    for i, rows in enumerate(np.array_split(np.arange(len(df)), 6)):
+        df.iloc[rows].to_parquet(tmp_path / f"part{i}.parquet")
+    ddf = dd.read_parquet(str(tmp_path))
+    ref = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
+    original, state = D.raise_first_error, {}
+
+    def raise_first_error(futs):
+        if not state and all("build_shard_streaming" in str(f.key) for f in futs):
+            w = next(iter(fc.who_has([futs[-1]]).values()))[0]
+            pid = _pid_of(fc, w)
+            os.kill(pid, signal.SIGKILL)
+            _wait_dead(pid)
+            state["killed"] = w
+        return original(futs)
+
+    monkeypatch.setattr(D, "raise_first_error", raise_first_error)
+    with dask.config.set({"dask-estimators.keep-placed": 0}):
+        est = de.LogisticRegression(client=fc, **TIGHT).fit(ddf.drop(columns="target"), ddf["target"])
+    assert state["killed"]
+    assert sum(est.fit_stats_["rows_per_shard"]) == len(y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-10)
+
+
 @pytest.mark.parametrize("transport", ["actors", "tasks"])
 def test_worker_lost_while_taking_a_shard_over_passes_it_on(fc, monkeypatch, transport):
     """The worker chosen to rebuild a lost shard dies before it holds it (CI once saw a worker restarted by its

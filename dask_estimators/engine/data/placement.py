@@ -1114,7 +1114,8 @@ def _place_streamed(client, colls, check, device, ws, choose=None):
         except _dask_input.Misaligned:
             _watch._cancel(client, shards)
             return None
-        rows = client.gather(client.map(_rows, shards, pure=False))
+        # watched: a worker lost now leaves its shard's task nowhere to run (it is pinned), never a hang
+        rows = _watch.wait_results(client.map(_rows, shards, pure=False), client, used)
     except BaseException:
         _watch._cancel(client, shards)
         raise
