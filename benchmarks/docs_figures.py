@@ -522,6 +522,11 @@ def block_readme() -> str:
     rows.append([f"worker memory while placing {pq['X_GB']:.1f} GB of parquet, MB over its start",
                  f"{w['placement_peak_growth_MB']:,.0f}", f"its shard {w['shard_MB']:,.0f}",
                  g3(w["placement_peak_growth_MB"] / w["shard_MB"])])
+    ps = load("memory_persisted.json")
+    w = max(ps["workers"].values(), key=lambda r: r["placement_peak_growth_MB"] / r["shard_MB"])
+    rows.append([f"worker memory while placing a persisted {ps['X_GB']:.1f} GB dask array, MB over its start "
+                 "(which holds the blocks)", f"{w['placement_peak_growth_MB']:,.0f}",
+                 f"its share of X {w['shard_MB']:,.0f}", g3(w["placement_peak_growth_MB"] / w["shard_MB"])])
     rows.append(["worker memory during a fit's rounds, MB", g3(mem["optimization_peak_MB"]),
                  f"its shard {g3(mem['shard_MB'])}", g3(mem["optimization_peak_over_shard"])])
     rows.append(["one round (1000 x 10, 2 workers), ms", g3(tree["ms_per_eval"]),

@@ -673,6 +673,7 @@ def _lean_arrow_pool():
                 pa.set_memory_pool(_POOL_STATE.pop("default"))
                 _POOL_STATE["default"] = None
         _give_back_freed(lean)
+        _give_back_freed()  # and what the default pool holds (Arrow's own allocations beside the read's)
 
 
 def stream_parts(colls: dict):
