@@ -322,8 +322,11 @@ def _newton_cg(objective, x0, *, tol, max_iter, callback=None):
 def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=True):
     """Newton's method: dense Hessian (one distributed round), Cholesky solve on the client, Armijo backtracking.
 
-    As scikit-learn's ``NewtonCholeskySolver``; a quadratic (least squares)
-    converges in one step.  Entries of ``objective.newton_fixed`` (a mask,
+    As scikit-learn's ``NewtonCholeskySolver``, and stopping where it stops:
+    max |gradient| under ``tol`` and half the last Newton decrement
+    (``step @ H @ step / 2``, the full step at the last Hessian) under ``tol``
+    too (the start, and a quadratic, on the gradient alone); a quadratic
+    (least squares) converges in one step.  Entries of ``objective.newton_fixed`` (a mask,
     when the objective has one) are a known null direction of the Hessian,
     such as one class's intercept of a multinomial model, and are not
     moved.  A singular or very ill-conditioned Hessian
@@ -339,8 +342,9 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
     free = np.ones(x.size, dtype=bool) if fixed is None else ~np.asarray(fixed, dtype=bool)
     f, g = objective.fun_and_grad(x)
     nit, nfev, status, message = 0, 1, 1, "Maximum number of iterations reached."
+    decrement = 0.0  # half the last Newton decrement, step @ H @ step / 2 (scikit-learn's second test)
     while True:
-        if np.max(np.abs(g), initial=0.0) <= tol:
+        if np.max(np.abs(g), initial=0.0) <= tol and decrement <= tol:
             status, message = 0, "Gradient below tol."
             break
         if nit >= max_iter:
@@ -365,6 +369,8 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
         slope = float(g @ step)
         if not slope < 0:  # not a descent direction: use the gradient
             step, slope = -g, -float(g @ g)
+        if not getattr(objective, "quadratic", False):  # a quadratic's Newton step lands on its minimum
+            decrement = 0.5 * float(step @ H @ step)
         t = 1.0
         g_l1 = np.abs(g).sum()
         for _ in range(40):
