@@ -9,15 +9,18 @@
    position, so y and sample_weight may be partitioned differently from X
    (Dask's optimizer fuses a one-column projection into fewer partitions).
 3. **Build** (:func:`build_shard`, one pinned task per worker).  The task
-   takes its blocks (Dask moves the few that are elsewhere, worker to worker),
-   validates them in cache-sized row chunks and copies each chunk into the
-   shard's aligned buffer right after checking it: the data is read once.
-   The buffers come from a per-worker pool of memory (:mod:`._memfd`), so a
-   later fit of about the same size does not pay for fresh pages.
+   takes its blocks (Dask moves the few that are elsewhere, worker to worker).
+   X's blocks that the kernels can read as they are (C-contiguous float NumPy
+   of the checked dtype) become the shard's X where they lie
+   (:class:`~._worker.RowSegments`), checked without a copy; other blocks are
+   validated in cache-sized row chunks, each copied into the shard's aligned
+   buffer right after its check: the data is read once.  The buffers come
+   from a per-worker pool of memory (:mod:`._memfd`), so a later fit of about
+   the same size does not pay for fresh pages.
 
 The block futures are dropped once the shards exist: the blocks of an
-unpersisted graph are then freed by Dask itself, and a persisted input stays
-the caller's.  The shards' sources for recovery hold the input's graph, never
+unpersisted graph are then freed by Dask itself (or live on as a shard's X),
+and a persisted input stays the caller's.  The shards' sources for recovery hold the input's graph, never
 its data.
 """
 
@@ -548,8 +551,8 @@ def build_shard_streaming(device, check, names, graph, parts):
     threads = _worker.setup_threads()
     check = None if check is None else _checked(check)
     out = _GrowingBuffers()
-    # one thread: the task's own, as the partitions are computed one after another anyway (memory a partition's read
-    # freed in a thread of its own stays with that thread's allocator arena: measured, 60-120 MB more at the peak)
+    # one thread: the task's own, as the partitions are computed one after another anyway (a pool thread of its own
+    # added 30-35 MB to the peak, measured in one process: benchmarks/results/history/streaming.md)
     pool = (_InThisThread() if threads <= 1
             else ThreadPoolExecutor(threads, thread_name_prefix="dask-estimators-stream"))
     with _lean_arrow_pool(), pool:
