@@ -74,14 +74,31 @@ def copy_if_finite(src, dst) -> bool:
     return _copy_count_nonfinite_2d(src.reshape(src.shape[0], -1), dst.reshape(src.shape[0], -1)) == 0
 
 
+def all_finite(X) -> bool:
+    """Whether the float array ``X`` holds no NaN and no infinity, read without a temporary where it is.
+
+    The sum comes first: it is finite only where every element is (NaN and
+    infinities carry through it), so a finite sum is the answer; only one
+    that is not (a non-finite element, or finite ones whose sum overflows) is
+    followed by the element-wise check.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> all_finite(np.ones((3, 2))), all_finite(np.array([[1.0, np.nan]])), all_finite(np.full(2, 1e308))
+    (True, False, True)
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.add.reduce(X, axis=None)):
+            return True
+    return bool(np.isfinite(X).all())
+
+
 def assert_all_finite(X, *, input_name="X", estimator_name=None):
     """Raise scikit-learn's ``ValueError`` if the float array ``X`` holds NaN or infinity.
 
-    A float array is summed first: the sum is finite only where every element
-    is (NaN and infinities carry through it), so a finite sum is the answer,
-    and only one that is not (a non-finite element, or finite ones whose sum
-    overflows) is followed by the element-wise check.  The sum reads the array
-    once without a temporary array, faster than ``np.isfinite(X).all()``
+    A float array is checked by :func:`all_finite`: its sum first, read once
+    without a temporary array, faster than ``np.isfinite(X).all()``
     (docs/design-measurements.md has the measurement).
 
     Examples
@@ -94,11 +111,7 @@ def assert_all_finite(X, *, input_name="X", estimator_name=None):
     ValueError: Input X contains NaN.
     """
     X = np.asarray(X)
-    if X.dtype.kind == "f" and X.size:
-        with np.errstate(over="ignore", invalid="ignore"):
-            if np.isfinite(np.add.reduce(X, axis=None)):
-                return
-    if X.dtype.kind != "f" or not np.isfinite(X).all():
+    if X.dtype.kind != "f" or not all_finite(X):
         _sklearn_check(X, input_name, estimator_name)
 
 

@@ -112,7 +112,7 @@ def prepare_and_weigh(shard, loss: str, n_outputs: int, class_weight=None, y_sum
     if not x_bytes:
         return sums + (ys,)
     parts = _shard.row_parts(shard, "X")  # X's bytes without joining rows read where they lie
-    return sums + (ys, float(sum(int(p.nbytes) for _, p in parts) if parts is not None else x_nbytes(shard.get("X"))))
+    return sums + (ys, float(sum(x_nbytes(p) for _, p in parts) if parts is not None else x_nbytes(shard.get("X"))))
 
 
 def trailing_shape(shard):

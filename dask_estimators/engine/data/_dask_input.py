@@ -27,6 +27,7 @@ its data.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import math
@@ -490,6 +491,8 @@ def _build_reading_x(device, check, names, segments, n_rows, blocks):
     the user's blocks and a copy of them (benchmarks/bench_memory.py,
     ``--source persisted``).
     """
+    from ..._validation import all_finite
+
     first = names[0]
     runs = _x_runs(first, segments)
     for i, a, b in runs:
@@ -503,9 +506,7 @@ def _build_reading_x(device, check, names, segments, n_rows, blocks):
         rest = check({**piece, first: x[:0]})
         if rest[first].dtype != x.dtype:
             return None  # X is cast (float32 to float64, or the other way): copied as it is cast
-        with np.errstate(over="ignore", invalid="ignore"):
-            finite = bool(np.isfinite(np.add.reduce(x, axis=None))) or bool(np.isfinite(x).all())
-        if not finite:
+        if not all_finite(x):
             check(piece)  # raises the check's own error for NaN or infinity; a check that allows them goes on
         del rest[first]
         out.write(rest, rows=seg.rows)
@@ -605,35 +606,35 @@ def _compute_part(graph, keys) -> list:
     return get_sync(cull(graph.tasks, list(keys)), list(keys))
 
 
-def _give_back_freed(pool=None) -> None:
-    """Return the memory a partition's reading freed to the system: Arrow's allocator keeps it otherwise."""
+def _give_back_freed(*pools) -> None:
+    """Return the memory a partition's reading freed to the system: Arrow's allocator keeps it otherwise.
+
+    ``pools`` are the Arrow pools to release (Arrow's default pool where none is given); then the C heap is
+    trimmed (glibc's ``malloc_trim``; nothing elsewhere).
+    """
     pa = sys.modules.get("pyarrow")
     if pa is not None:
-        release = getattr(pool or pa.default_memory_pool(), "release_unused", None)  # pyarrow 9 and later
-        if release is not None:
-            release()
-    _trim()
-
-
-def _trim() -> None:
-    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``; nothing elsewhere)."""
-    trim = _LIBC.get("trim", False)
-    if trim is False:
-        trim = None
-        if sys.platform.startswith("linux"):
-            import ctypes
-            import ctypes.util
-
-            try:
-                trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-            except (OSError, AttributeError):  # musl has no malloc_trim
-                trim = None
-        _LIBC["trim"] = trim
+        for pool in pools or (pa.default_memory_pool(),):
+            release = getattr(pool, "release_unused", None)  # pyarrow 9 and later
+            if release is not None:
+                release()
+    trim = _malloc_trim()
     if trim is not None:
         trim(0)
 
 
-_LIBC: dict = {}
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None (another system, or a C library without it: musl)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 _POOL_LOCK = threading.Lock()
@@ -675,8 +676,7 @@ def _lean_arrow_pool():
             if _POOL_STATE["users"] == 0:
                 pa.set_memory_pool(_POOL_STATE.pop("default"))
                 _POOL_STATE["default"] = None
-        _give_back_freed(lean)
-        _give_back_freed()  # and what the default pool holds (Arrow's own allocations beside the read's)
+        _give_back_freed(lean, pa.default_memory_pool())  # and the default pool's (Arrow's own, beside the read's)
 
 
 def stream_parts(colls: dict):

@@ -339,8 +339,6 @@ class RowSegments:
     ((3, 3), (0, 2), np.float64(6.0))
     """
 
-    ndim = 2
-
     def __init__(self, parts):
         self.parts = tuple(parts)
         first = self.parts[0]
@@ -352,10 +350,6 @@ class RowSegments:
         self.starts = tuple(int(v) for v in np.cumsum([0] + lengths[:-1]))
         self.shape = (sum(lengths), int(first.shape[1]))
         self._joined = None
-
-    @property
-    def nbytes(self) -> int:
-        return sum(int(p.nbytes) for p in self.parts)
 
     @property
     def owned_bytes(self) -> int:
