@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 from ._jit import AVAILABLE as _NUMBA, lazy_njit
+from ._pieces import flat_bytes, map_pieces
 
 __all__ = ["assert_all_finite", "classes_and_codes"]
 
@@ -74,13 +75,20 @@ def copy_if_finite(src, dst) -> bool:
     return _copy_count_nonfinite_2d(src.reshape(src.shape[0], -1), dst.reshape(src.shape[0], -1)) == 0
 
 
-def all_finite(X) -> bool:
+def _finite_sum(piece) -> bool:
+    with np.errstate(over="ignore", invalid="ignore"):  # numpy's error state is the calling thread's
+        return bool(np.isfinite(np.add.reduce(piece, axis=None)))
+
+
+def all_finite(X, parallel: bool = False) -> bool:
     """Whether the float array ``X`` holds no NaN and no infinity, read without a temporary where it is.
 
     The sum comes first: it is finite only where every element is (NaN and
     infinities carry through it), so a finite sum is the answer; only one
     that is not (a non-finite element, or finite ones whose sum overflows) is
-    followed by the element-wise check.
+    followed by the element-wise check.  ``parallel``: a contiguous ``X`` is
+    summed in pieces by a few threads (:mod:`dask_estimators._pieces`), for
+    the client's check of a large X.
 
     Examples
     --------
@@ -88,18 +96,17 @@ def all_finite(X) -> bool:
     >>> all_finite(np.ones((3, 2))), all_finite(np.array([[1.0, np.nan]])), all_finite(np.full(2, 1e308))
     (True, False, True)
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        if np.isfinite(np.add.reduce(X, axis=None)):
-            return True
-    return bool(np.isfinite(X).all())
+    flat = flat_bytes(X) if parallel else None
+    finite_sum = _finite_sum(X) if flat is None else all(map_pieces(_finite_sum, flat))
+    return finite_sum or bool(np.isfinite(X).all())
 
 
-def assert_all_finite(X, *, input_name="X", estimator_name=None):
+def assert_all_finite(X, *, input_name="X", estimator_name=None, parallel: bool = False):
     """Raise scikit-learn's ``ValueError`` if the float array ``X`` holds NaN or infinity.
 
-    A float array is checked by :func:`all_finite`: its sum first, read once
-    without a temporary array, faster than ``np.isfinite(X).all()``
-    (docs/design-measurements.md has the measurement).
+    A float array is checked by :func:`all_finite` (``parallel`` as there):
+    its sum first, read once without a temporary array, faster than
+    ``np.isfinite(X).all()`` (docs/design-measurements.md has the measurement).
 
     Examples
     --------
@@ -111,7 +118,7 @@ def assert_all_finite(X, *, input_name="X", estimator_name=None):
     ValueError: Input X contains NaN.
     """
     X = np.asarray(X)
-    if X.dtype.kind != "f" or not all_finite(X):
+    if X.dtype.kind != "f" or not all_finite(X, parallel):
         _sklearn_check(X, input_name, estimator_name)
 
 

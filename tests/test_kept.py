@@ -215,14 +215,36 @@ def test_numpy_input_is_known_by_its_content(client, rng, monkeypatch, sent):
     assert not np.allclose(third.coef_, first.coef_, rtol=1e-6, atol=0)  # the changed value was not missed
 
 
-def test_numpy_input_is_not_kept_without_a_fast_hash(client, rng, monkeypatch, sent):
-    """Hashing the input with SHA-1 (dask's fallback when xxhash is missing) would cost more than placing it."""
+def test_input_that_only_dask_can_name_is_not_kept_without_a_fast_hash(client, rng, monkeypatch, sent):
+    """Contiguous NumPy input is named by our own xxh3 digest; input that is not (a strided view) by dask's
+    token, and hashing it with SHA-1 (dask's fallback without xxhash or cityhash) would cost more than placing
+    it: such input is placed and not kept."""
     from dask import hashing
 
     X, y, _, _ = _dask(rng)
     monkeypatch.setattr(hashing, "hashers", [hashing._hash_sha1])
-    assert de.LogisticRegression().fit(X, y).fit_stats_["placement"] == "placed"
+    strided = np.repeat(X, 2, axis=1)[:, ::2]
+    assert not strided.flags.c_contiguous and not strided.flags.f_contiguous
+    assert de.LogisticRegression().fit(strided, y).fit_stats_["placement"] == "placed"
     assert _kept.held() == []
+    assert de.LogisticRegression().fit(X, y).fit_stats_["placement"] == "kept"
+    assert de.LogisticRegression(C=0.5).fit(X.copy(), y.copy()).fit_stats_["placement"] == "reused"
+
+
+def test_a_sparse_input_is_known_by_its_arrays(client, rng, sent):
+    """A CSR X is named by the digests of its data, indices and indptr: a copy reuses its shards, a changed
+    value does not."""
+    import scipy.sparse as sp
+
+    X, y, _, _ = _dask(rng)
+    X[np.abs(X) < 0.8] = 0.0
+    Xs = sp.csr_matrix(X)
+    assert de.LogisticRegression().fit(Xs, y).fit_stats_["placement"] == "kept"
+    assert de.LogisticRegression(C=0.5).fit(Xs.copy(), y).fit_stats_["placement"] == "reused"
+    changed = Xs.copy()
+    changed.data[-1] += 1.0
+    assert de.LogisticRegression(C=0.5).fit(changed, y).fit_stats_["placement"] == "kept"
+    assert len(_kept.held()) == 2
 
 
 def test_numpy_input_in_shared_memory_is_not_kept(client, rng):

@@ -119,9 +119,9 @@ class DistributedEstimator(BaseEstimator):
         )
         if sp.issparse(X):
             X = _checked_X(X)
-            assert_all_finite(X.data, input_name="X", estimator_name=type(self).__name__)
+            assert_all_finite(X.data, input_name="X", estimator_name=type(self).__name__, parallel=True)
         else:
-            assert_all_finite(X, input_name="X", estimator_name=type(self).__name__)
+            assert_all_finite(X, input_name="X", estimator_name=type(self).__name__, parallel=True)
         labels = _checked_classes(y) if self._is_classifier else None  # (classes, codes or None)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(

@@ -37,6 +37,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from .. import config as _config
+from .._pieces import digest
 from ..engine.cluster._watch import workers_info
 from ..engine.data.placement import is_dask_collection
 
@@ -179,10 +180,11 @@ def key_of(client, arrays: dict, check, device: str, transport: str, workers=Non
     """The key of ``arrays`` placed with ``check`` on ``workers`` (a tuple; None: all): None where they cannot be
     kept (dask collections mixed with other input, input whose token is not deterministic, or a check's).
 
-    Dask collections are known by their keys; NumPy, pandas and scipy.sparse input by its content (dask's
-    token: a hash of the bytes), so that a copy of the same data, such as the same fold of a search cut again
-    for the next candidate, finds the same placement.  Hashing takes about 0.1 s per GB with ``xxhash``
-    installed; without it (SHA-1, five times slower) such input is not kept.
+    Dask collections are known by their keys; NumPy, pandas and scipy.sparse input by its content, so that a
+    copy of the same data, such as the same fold of a search cut again for the next candidate, finds the same
+    placement.  A contiguous NumPy array, and the arrays of a CSR or CSC matrix, are hashed by
+    :func:`_content_token` (xxh3, by threads: about 0.03 s per GB here); anything else by dask's token where
+    dask hashes with a fast hash (not kept where it falls back to SHA-1).
     """
     from dask.base import tokenize
 
@@ -190,15 +192,34 @@ def key_of(client, arrays: dict, check, device: str, transport: str, workers=Non
         return None
     dask_input = [is_dask_collection(a) for a in arrays.values()]
     by_content = not any(dask_input)
-    if not (all(dask_input) or by_content and _fast_hash()):
+    if not (all(dask_input) or by_content):
         return None
     try:
         check_token = tokenize(check, ensure_deterministic=True)
-        tokens = tuple((k, tokenize(v, ensure_deterministic=True)) for k, v in sorted(arrays.items()))
+        tokens = tuple((k, _content_token(v) if by_content else tokenize(v, ensure_deterministic=True))
+                       for k, v in sorted(arrays.items()))
     except Exception:  # noqa: BLE001 - something dask cannot name: its placements are not kept
         return None
     return (getattr(client, "id", id(client)), device, transport, tokens, check_token, workers,
             "content" if by_content else "keys")
+
+
+def _content_token(v):
+    """A name for the content of the client's array ``v``: :func:`~dask_estimators._pieces.digest` of a
+    contiguous NumPy array or of a CSR or CSC matrix's arrays, else dask's token where dask hashes bytes with a
+    fast hash; raises ValueError where it would be SHA-1 (too slow to hash every fit's input with)."""
+    from dask.base import tokenize
+
+    named = digest(v)
+    if named is not None:
+        return "xxh3", named
+    if getattr(v, "format", None) in ("csr", "csc"):
+        parts = [digest(a) for a in (v.data, v.indices, v.indptr)]
+        if None not in parts:
+            return ("xxh3", v.format, tuple(v.shape), *parts)
+    if not _fast_hash():
+        raise ValueError("no fast hash for this input")
+    return tokenize(v, ensure_deterministic=True)
 
 
 def _fast_hash() -> bool:
