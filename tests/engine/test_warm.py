@@ -33,3 +33,47 @@ def test_the_preloads_earlier_name_still_works():
     from dask_estimators.engine import _warm
 
     assert _warm.dask_setup is preload.dask_setup
+
+
+def _solver_imported():
+    return "dask_estimators.optim.scipy_driver" in sys.modules, "scipy.optimize" in sys.modules
+
+
+def _kernels_imported():
+    return "dask_estimators.objectives.linear" in sys.modules
+
+
+def test_a_serving_worker_imports_the_small_fits_solver_only_once_it_has_nothing_to_run():
+    """On a cluster started without the preload, the warm-up sent to a serving worker imports the linear kernels
+    at once, but scipy.optimize (the solver of a small fit that runs on a worker, 0.3 s) only when the worker
+    runs no task and holds no actor: a large fit that came meanwhile, whose solver runs on the client, does not
+    wait for it."""
+    import time
+
+    from distributed import Client, Event, LocalCluster
+
+    from dask_estimators.engine.cluster._warm import warm_running
+
+    def busy(event_name):
+        Event(event_name).wait(120)
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        assert list(c.run(_solver_imported).values()) == [(False, False)]
+        release = Event("release-the-worker", client=c)
+        task = c.submit(busy, "release-the-worker", pure=False)
+        deadline = time.monotonic() + 60
+        while not any(c.run(lambda dask_worker: bool(dask_worker.state.executing)).values()) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        c.run(warm_running, False, wait=False)
+        while not all(c.run(_kernels_imported).values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(c.run(_kernels_imported).values())
+        time.sleep(1.0)  # ten of the warm-up's looks at the worker: it runs a task
+        assert list(c.run(_solver_imported).values()) == [(False, False)]
+        release.set()
+        task.result(timeout=60)
+        while list(c.run(_solver_imported).values()) != [(True, True)] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(c.run(_solver_imported).values()) == [(True, True)]

@@ -208,11 +208,11 @@ def _engine_imported():
     """Whether the linear fits' modules are imported here (and torch, which they do not need, is not)."""
     import sys
 
-    from dask_estimators.engine.cluster._warm import LINEAR_MODULES
+    from dask_estimators.engine.cluster._warm import LINEAR_MODULES, SOLVER_MODULES
 
     if "torch" in sys.modules:
         raise AssertionError("torch was imported on a worker for a linear fit")
-    return all(m in sys.modules for m in LINEAR_MODULES)
+    return all(m in sys.modules for m in LINEAR_MODULES + SOLVER_MODULES)
 
 
 def _tasks_run(dask_worker):

@@ -25,8 +25,13 @@ LINEAR_MODULES = (
     "dask_estimators.objectives._fused",
     "dask_estimators.objectives.linear",
     "dask_estimators.objectives.targets",
-    "dask_estimators.optim.scipy_driver",  # a small linear fit runs its solver on a worker
 )
+
+#: The solver a small linear fit runs on its worker (scipy.optimize: 0.26-0.35 s of a worker's first fit here),
+#: imported after :data:`LINEAR_MODULES`: at once before a worker serves, but on a worker already serving only
+#: once it has nothing to run (:func:`warm_running`), so that the rounds of a large first fit, whose solver runs
+#: on the client, do not wait for it.
+SOLVER_MODULES = ("dask_estimators.optim.scipy_driver",)
 
 #: The networks' modules, imported after :data:`LINEAR_MODULES` where the networks are warmed too.
 NETWORK_MODULES = (
@@ -40,7 +45,11 @@ NETWORK_MODULES = (
 )
 
 #: Every module a worker may import ahead, in order.
-MODULES = LINEAR_MODULES + NETWORK_MODULES
+MODULES = LINEAR_MODULES + SOLVER_MODULES + NETWORK_MODULES
+
+#: How often (s) and how long (s) a serving worker looks for a moment with nothing to run, to import
+#: :data:`SOLVER_MODULES` (:func:`warm_running`); a small fit that comes first imports them itself.
+IDLE_POLL, IDLE_PATIENCE = 0.1, 120.0
 
 
 #: Whether this process's warm-up makes the networks' first uses (:func:`warm_kernels`): False in a zygote
@@ -50,12 +59,19 @@ NETWORKS = [True]
 
 
 def _import_all(networks: bool = True) -> None:
-    """Import :data:`LINEAR_MODULES`, and with ``networks`` :data:`NETWORK_MODULES` after them."""
-    for name in MODULES if networks else LINEAR_MODULES:
+    """Import :data:`LINEAR_MODULES` and :data:`SOLVER_MODULES`, and with ``networks`` :data:`NETWORK_MODULES`
+    after them."""
+    _import(MODULES if networks else LINEAR_MODULES + SOLVER_MODULES)
+
+
+def _import(names) -> bool:
+    """Import ``names`` in order; False where one fails (the rest are left to the tasks that need them)."""
+    for name in names:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the task that needs it reports the error
-            return
+            return False
+    return True
 
 
 def warm_kernels(networks: bool = True) -> None:
@@ -104,7 +120,7 @@ def _first_network_uses() -> None:
     M.first_uses()
 
 
-async def warm_running(networks: bool = True) -> None:
+async def warm_running(networks: bool = True, dask_worker=None) -> None:
     """:func:`dask_setup`'s imports and first kernel calls on a worker already serving (``client.run``'s target);
     ``networks`` as :func:`warm_kernels`'.
 
@@ -113,10 +129,39 @@ async def warm_running(networks: bool = True) -> None:
     holds it meanwhile (long on a fresh worker, next to nothing on a warm one;
     benchmarks/results/history/first-fit.md has the measurement): the imports never run beside the event
     loop's own, which unpickles the tasks (the module docstring's deadlock),
-    only before or after them.
+    only before or after them.  Without ``networks``, :data:`SOLVER_MODULES`
+    come last, on the event loop too, at the first moment the worker has no
+    task and no actor (:func:`_idle`): a large fit that arrived meanwhile runs
+    its rounds first.
     """
-    _import_all(networks)
-    warm_kernels(networks)
+    if networks:
+        _import_all(networks)
+        warm_kernels(networks)
+        return
+    if not _import(LINEAR_MODULES):
+        return
+    warm_kernels(False)
+    if dask_worker is not None:
+        import asyncio
+        import time
+
+        from distributed.core import Status
+
+        deadline = time.monotonic() + IDLE_PATIENCE
+        while True:
+            await asyncio.sleep(IDLE_POLL)  # the event loop takes in what was sent while it imported
+            if dask_worker.status not in (Status.running, Status.paused) or time.monotonic() > deadline:
+                return
+            if _idle(dask_worker):
+                break
+    _import(SOLVER_MODULES)
+
+
+def _idle(worker) -> bool:
+    """Whether ``worker`` runs nothing and has nothing to run: no task executing, ready or long-running, and no
+    actor (a fit's shards hold actors while it runs)."""
+    state = worker.state
+    return not (state.executing or state.long_running or state.ready or state.constrained or state.actors)
 
 
 def dask_setup(worker) -> None:
