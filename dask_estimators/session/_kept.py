@@ -183,8 +183,9 @@ def key_of(client, arrays: dict, check, device: str, transport: str, workers=Non
     Dask collections are known by their keys; NumPy, pandas and scipy.sparse input by its content, so that a
     copy of the same data, such as the same fold of a search cut again for the next candidate, finds the same
     placement.  A contiguous NumPy array, and the arrays of a CSR or CSC matrix, are hashed by
-    :func:`_content_token` (xxh3, by threads: about 0.03 s per GB here); anything else by dask's token where
-    dask hashes with a fast hash (not kept where it falls back to SHA-1).
+    :func:`_content_token` (xxh3, by threads: a few times faster than dask's token,
+    benchmarks/results/history/streaming.md); anything else by dask's token where dask hashes with a fast hash
+    (not kept where it falls back to SHA-1).
     """
     from dask.base import tokenize
 

@@ -27,10 +27,10 @@ LINEAR_MODULES = (
     "dask_estimators.objectives.targets",
 )
 
-#: The solver a small linear fit runs on its worker (scipy.optimize: 0.26-0.35 s of a worker's first fit here),
-#: imported after :data:`LINEAR_MODULES`: at once before a worker serves, but on a worker already serving only
-#: once it has nothing to run (:func:`warm_running`), so that the rounds of a large first fit, whose solver runs
-#: on the client, do not wait for it.
+#: The solver a small linear fit runs on its worker (scipy.optimize, the largest import of a linear fit's
+#: warm-up: benchmarks/results/history/first-fit.md), imported after :data:`LINEAR_MODULES`: at once before a
+#: worker serves, but on a worker already serving only once it has nothing to run (:func:`warm_running`), so
+#: that the rounds of a large first fit, whose solver runs on the client, do not wait for it.
 SOLVER_MODULES = ("dask_estimators.optim.scipy_driver",)
 
 #: The networks' modules, imported after :data:`LINEAR_MODULES` where the networks are warmed too.
