@@ -255,6 +255,21 @@ def test_numpy_input_in_shared_memory_is_not_kept(client, rng):
     assert first.fit_stats_["placement"] == "placed" and _kept.held() == []
 
 
+def test_numpy_input_that_cannot_be_kept_is_not_hashed(client, rng, monkeypatch):
+    """Input the workers take from the client's shared memory is placed anew by every fit: hashing it to look
+    for a kept placement would be wasted (a read of all of X on the client).  Sent to the workers, it is
+    hashed, once per array."""
+    hashed = []
+    real = _kept.digest
+    monkeypatch.setattr(_kept, "digest", lambda a: hashed.append(np.shape(a)) or real(a))
+    X, y, _, _ = _dask(rng)
+    assert de.LogisticRegression().fit(X, y).fit_stats_["placement"] == "placed"
+    assert hashed == []
+    with dask.config.set({"dask-estimators.shared-memory": False}):
+        assert de.LogisticRegression().fit(X, y).fit_stats_["placement"] == "kept"
+    assert sorted(hashed) == [(3000,), (3000, 5)]
+
+
 def test_kept_data_makes_room_before_a_fit_on_other_data_is_placed(client, rng, monkeypatch):
     """Under memory pressure the kept data goes before the next placement, not after it: a fit on other data
     that would not fit beside it in the budget finds it released when its own data is placed (the workers never

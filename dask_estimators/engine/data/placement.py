@@ -639,6 +639,18 @@ def workers_per_gpu(client, device: str, workers=None) -> list | None:
     return one_per_gpu(ws, {w: _GPU.get((w, device), "") for w in ws})
 
 
+def client_input_may_be_kept(client, workers, transport: str) -> bool:
+    """Whether a placement of the client's own arrays (NumPy, pandas, scipy.sparse) on ``workers`` could outlive
+    its fit (:meth:`Placement.detachable`): not with the ``"actors"`` transport where a worker shares the
+    client's memory, since that worker's actor builds its shard from the client's shared memory and holds it.
+    Asked before the input is hashed for the kept placements: such input is not hashed at all."""
+    if transport != "actors":
+        return True
+    from ._shared import shares_with_client
+
+    return not any(shares_with_client(client, workers))
+
+
 def place(
     client, arrays: dict, *, check=None, device: str = "auto", workers=None, transport: str | None = None,
     timeout=None, hosted: bool = False,
