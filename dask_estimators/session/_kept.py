@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from .. import config as _config
 from .._pieces import digest
 from ..engine.cluster._watch import workers_info
+from ..engine.data import placement as _placement
 from ..engine.data.placement import is_dask_collection
 
 __all__ = ["KeptData", "active_handle", "key_of", "take", "make_room", "keep", "give_back", "drop", "held",
@@ -178,7 +179,8 @@ def share() -> float:
 
 def key_of(client, arrays: dict, check, device: str, transport: str, workers=None):
     """The key of ``arrays`` placed with ``check`` on ``workers`` (a tuple; None: all): None where they cannot be
-    kept (dask collections mixed with other input, input whose token is not deterministic, or a check's).
+    kept (dask collections mixed with other input, the client's arrays that workers take from its shared memory,
+    input whose token is not deterministic, or a check's).
 
     Dask collections are known by their keys; NumPy, pandas and scipy.sparse input by its content, so that a
     copy of the same data, such as the same fold of a search cut again for the next candidate, finds the same
@@ -195,6 +197,9 @@ def key_of(client, arrays: dict, check, device: str, transport: str, workers=Non
     by_content = not any(dask_input)
     if not (all(dask_input) or by_content):
         return None
+    if by_content and not _placement.client_input_may_be_kept(client, _placement._workers(client, workers),
+                                                               transport):
+        return None  # placed anew by every fit: not hashed at all
     try:
         check_token = tokenize(check, ensure_deterministic=True)
         tokens = tuple((k, _content_token(v) if by_content else tokenize(v, ensure_deterministic=True))

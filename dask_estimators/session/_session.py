@@ -166,12 +166,8 @@ class DataSession:
         key = None
         if workers is not None and not callable(workers) and set(workers) >= set(self.workers()):
             workers = None  # every worker: as placed without a choice
-        transport = _config.get("transport")
-        if not hosted and not callable(workers) and (
-                any(is_dask_collection(v) for v in present.values())
-                or _placement.client_input_may_be_kept(self.client, workers or self.workers(), transport)):
-            # the shards on these workers (None: all) may be kept: their key (the client's arrays hashed)
-            key = _kept.key_of(self.client, present, check, self.device, transport,
+        if not hosted and not callable(workers):  # the shards on these workers (None: all) may be kept
+            key = _kept.key_of(self.client, present, check, self.device, _config.get("transport"),
                                None if workers is None else tuple(sorted(workers)))
         placement = _kept.take(key, present)
         reused = placement is not None
