@@ -553,7 +553,7 @@ def build_shard_streaming(device, check, names, graph, parts):
     check = None if check is None else _checked(check)
     out = _GrowingBuffers()
     # one thread: the task's own, as the partitions are computed one after another anyway (a pool thread of its own
-    # added 30-35 MB to the peak, measured in one process: benchmarks/results/history/streaming.md)
+    # raised the peak: benchmarks/results/history/streaming.md)
     pool = (_InThisThread() if threads <= 1
             else ThreadPoolExecutor(threads, thread_name_prefix="dask-estimators-stream"))
     with _lean_arrow_pool(), pool:
@@ -648,9 +648,8 @@ def _lean_arrow_pool():
     Reading a parquet partition passes through Arrow about three times its
     size (the file's bytes, the decoded table, pandas' block).  Arrow's
     default pool on Linux, mimalloc, keeps what those freed resident until
-    the read ends: measured, one 64 MB partition raised the process's peak
-    by 362-424 MB with mimalloc, 328-341 MB with the system allocator and
-    155-230 MB with jemalloc (``benchmarks/results/history/streaming.md``).
+    the read ends; jemalloc raised the peak least of the three allocators
+    (``benchmarks/results/history/streaming.md`` has the measurement).
     Buffers remember their pool, so those made here are freed to it later;
     other tasks of the worker that allocate meanwhile get jemalloc too.  Only
     where pyarrow is already imported (dataframe input imports it).
@@ -674,7 +673,7 @@ def _lean_arrow_pool():
         with _POOL_LOCK:
             _POOL_STATE["users"] -= 1
             if _POOL_STATE["users"] == 0:
-                pa.set_memory_pool(_POOL_STATE.pop("default"))
+                pa.set_memory_pool(_POOL_STATE["default"])
                 _POOL_STATE["default"] = None
         _give_back_freed(lean, pa.default_memory_pool())  # and the default pool's (Arrow's own, beside the read's)
 
