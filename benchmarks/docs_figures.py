@@ -250,7 +250,10 @@ def block_memory_limit() -> str:
     if "failed" in m:
         outcome = f"the fit fails ({m['failed'].split(':')[0]})"
     else:
-        outcome = "the fit succeeds"
+        ws = m["workers"].values()
+        peak = max(w["placement_peak_growth_MB"] / w["shard_MB"] for w in ws)
+        outcome = (f"the fit succeeds in {m['fit_seconds']:.1f} s, each worker's peak while placing "
+                   f"{peak:.2f} times its shard over its start")
     return (f"With `memory_limit` at twice the data each worker holds ({m['memory_limit_MB']:.0f} MB for about "
             f"{per_worker:.0f} MB of parquet data each, two workers, `{m['command']}`), {outcome}.")
 

@@ -8,15 +8,17 @@ import time
 
 def _held(dask_worker):
     """What the engine left on a worker: actors (a worker's long-lived ShardHost counts by the shards' actors
-    it holds) and shard results."""
+    it holds), shard results, and the shards the worker holds for them (dask_estimators.engine.data._held)."""
     from dask_estimators.engine.data._actor import ShardHost
+    from dask_estimators.engine.data._held import held_keys
 
     keys = [str(k) for k in dask_worker.data]
     actors = dask_worker.state.actors
     return {
         "actors": [str(k) for k, a in actors.items() if not isinstance(a, ShardHost)]
         + [t for a in actors.values() if isinstance(a, ShardHost) for t in a.held],
-        "shards": [k for k in keys if "build_shard" in k or k.startswith("_pack")],
+        "shards": [k for k in keys if "build_shard" in k or k.startswith("_pack")]
+        + [f"held {k}" for k in held_keys(dask_worker)],
     }
 
 

@@ -93,7 +93,7 @@ class ShardActor:
     """
 
     def __init__(self, shard):
-        self.shard = shard() if isinstance(shard, Deferred) else shard
+        self.shard = shard() if isinstance(shard, Deferred) else _worker.resolve(shard)
         self.children: list = []
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dask-estimators-kernel")
         self._waiting: set = set()  # the children's calls a reduce waits for

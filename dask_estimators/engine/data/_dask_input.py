@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _memfd, _worker
+from ._held import hold
 
 #: A worker's shard may hold up to this many times the mean rows before its own blocks are moved elsewhere.
 IMBALANCE = 1.25
@@ -441,7 +442,7 @@ def build_shard_task(device, check, names, segments, n_rows, *blocks):
     """Task body of :func:`build_shard`: a block that fails ``check`` fails the task with :class:`InputRejected`,
     which the worker does not log."""
     _quiet_rejections()
-    return build_shard(device, None if check is None else _checked(check), names, segments, n_rows, *blocks)
+    return hold(build_shard(device, None if check is None else _checked(check), names, segments, n_rows, *blocks))
 
 
 def build_shard(device, check, names, segments, n_rows, *blocks):
@@ -575,7 +576,7 @@ def build_shard_streaming(device, check, names, graph, parts):
             for f in pending:  # the partitions not started are not computed
                 f.cancel()
             raise
-    return _worker.Shard(out.arrays(), device=device)
+    return hold(_worker.Shard(out.arrays(), device=device))
 
 
 class _InThisThread:

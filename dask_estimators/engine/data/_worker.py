@@ -650,6 +650,16 @@ def to_device(shard: Shard, a):
     return a
 
 
+def resolve(shard):
+    """The :class:`Shard` (or :class:`ShardBuild`) a task got as its argument: itself, or the one its worker holds
+    for a handle (:mod:`._held`)."""
+    if isinstance(shard, Shard):
+        return shard
+    from ._held import held
+
+    return held(shard)
+
+
 def run_kernel(fn, shard: Shard, *args):
     """Task body of one evaluation: ``fn(shard, *args)`` with its results as NumPy float64.
 
@@ -658,6 +668,7 @@ def run_kernel(fn, shard: Shard, *args):
     shards with numba and makes tensors only on its torch path.
     """
     setup_threads()
+    shard = resolve(shard)
     if not getattr(fn, "host_args", False):
         args = tuple(to_device(shard, a) for a in args)
     return to_host(fn(shard, *args))
@@ -750,4 +761,5 @@ def _host_exact(out):
 def apply(fn, shard: Shard, *args):
     """Task body of a per-shard map: ``fn(shard, *args)``, results kept in their own dtype (labels)."""
     setup_threads()
+    shard = resolve(shard)
     return _host_exact(fn(shard, *args))

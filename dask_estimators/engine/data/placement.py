@@ -34,6 +34,7 @@ from ... import config as _config
 from . import _dask_input, _shm, _worker
 from ..cluster import _watch
 from ._actor import Deferred, HostedShard, Payload, Resolved, ShardActor, ShardHost
+from ._held import ShardGone, hold
 from ..cluster._watch import WorkerLostError
 from ..cluster.client import current
 
@@ -60,14 +61,20 @@ def is_dask_collection(a) -> bool:
 
 
 def _build_shard(device, *parts):
-    """Task body: one part (a dict of NumPy arrays scattered by the client) as an aligned shard on this worker."""
+    """One part (a dict of NumPy arrays scattered by the client) as an aligned shard on this worker (an actor's
+    :class:`~._actor.Deferred` build)."""
     _worker.setup_threads()
     [arrays] = parts
     return _worker.Shard(arrays, device=device)
 
 
+def _build_shard_task(device, arrays):
+    """Task body: :func:`_build_shard`, the shard held by its worker (:mod:`._held`)."""
+    return hold(_build_shard(device, arrays))
+
+
 def _rows(shard) -> int:
-    return int(shard.n_rows or 0)
+    return int(_worker.resolve(shard).n_rows or 0)
 
 
 def _pin(shard) -> None:
@@ -375,12 +382,23 @@ class Placement:
                 self._actor_futures[i] = self.client.submit(
                     ShardActor, self.shards[i], workers=[self.workers[i]], allow_other_workers=False, actor=True,
                     pure=False)
+            futs = [self._actor_futures[i] for i in todo]
             try:
                 with current(self.client):
-                    got = _watch.wait_results([self._actor_futures[i] for i in todo], self.client,
-                                              [self.workers[i] for i in todo], self.timeout)
+                    got = _watch.wait_results(futs, self.client, [self.workers[i] for i in todo], self.timeout)
             except WorkerLostError as e:
                 lost = set(e.workers)
+                continue
+            except ShardGone:
+                # Dask moved these shards' handles off a retiring worker, and the shards stayed with it (_held):
+                # each is built again from its source where its handle is now, with its actor
+                _watch.wait_done(futs, self.client, [self.workers[i] for i in todo], self.timeout)
+                gone = [i for i, f in zip(todo, futs) if _watch._failed(f) and isinstance(f.exception(), ShardGone)]
+                if not gone or self.sources is None:
+                    raise
+                for i in gone:
+                    self._rebuild(i, self.workers[i])
+                    self.recoveries.append({"shard": i, "lost": [], "to": self.workers[i], "seconds": 0.0})
                 continue
             for i, a in zip(todo, got):
                 self.actors[i] = a
@@ -925,7 +943,7 @@ def _scatter_part(client, part, w, device):
     if _in_pieces(part):
         return _send_in_pieces(client, part, w, device)
     [data] = client.scatter([part], workers=[w], hash=False, direct=True)
-    return client.submit(_build_shard, device, data, workers=[w], allow_other_workers=False, pure=False)
+    return client.submit(_build_shard_task, device, data, workers=[w], allow_other_workers=False, pure=False)
 
 
 def _in_pieces(part) -> bool:
@@ -946,7 +964,7 @@ def _send_in_pieces(client, part, w, device):
     k = -(-sum(a.nbytes for a in part.values()) // PIECE_BYTES)
     bounds = np.linspace(0, n, k + 1).astype(int)
     pinned = {"workers": [w], "allow_other_workers": False, "pure": False}
-    build = client.submit(_worker.ShardBuild, {name: (a.shape, a.dtype.str) for name, a in part.items()}, **pinned)
+    build = client.submit(_start_build, {name: (a.shape, a.dtype.str) for name, a in part.items()}, **pinned)
     fills = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         [piece] = client.scatter([{name: a[lo:hi] for name, a in part.items()}], workers=[w], hash=False, direct=True)
@@ -954,15 +972,20 @@ def _send_in_pieces(client, part, w, device):
     return client.submit(_finish_build, device, build, *fills, **pinned)
 
 
+def _start_build(spec):
+    """Task body: an empty :class:`~._worker.ShardBuild`, held by this worker (:mod:`._held`)."""
+    return hold(_worker.ShardBuild(spec))
+
+
 def _fill_piece(build, start, piece):
     """Task body: one piece of rows into a :class:`~._worker.ShardBuild` on this worker."""
-    return build.fill(start, piece)
+    return _worker.resolve(build).fill(start, piece)
 
 
 def _finish_build(device, build, *filled):
-    """Task body: the :class:`~._worker.Shard` of a build whose pieces are all in."""
+    """Task body: the :class:`~._worker.Shard` of a build whose pieces are all in, held by this worker."""
     _worker.setup_threads()
-    return build.shard(device)
+    return hold(_worker.resolve(build).shard(device))
 
 
 def _build_from_source(client, source, worker, device, buffers, timeout=None):
@@ -1043,7 +1066,7 @@ def _place_shared(client, parts, workers, device, buffers, actors=False):
                     for h, w in zip(handles, workers)]
         else:
             futs = [
-                client.submit(_build_shard_shared, device, h, workers=[w], allow_other_workers=False, pure=False)
+                client.submit(_build_shard_shared_task, device, h, workers=[w], allow_other_workers=False, pure=False)
                 for h, w in zip(handles, workers)
             ]
         if actors:
@@ -1065,9 +1088,14 @@ def _place_shared(client, parts, workers, device, buffers, actors=False):
 
 
 def _build_shard_shared(device, handles):
-    """Task body: map the client's memfds and build the shard on them."""
+    """Map the client's memfds and build the shard on them (an actor's :class:`~._actor.Deferred` build)."""
     _worker.setup_threads()
     return _worker.Shard(_shm.read_parts(handles), device=device)
+
+
+def _build_shard_shared_task(device, handles):
+    """Task body: :func:`_build_shard_shared`, the shard held by its worker (:mod:`._held`)."""
+    return hold(_build_shard_shared(device, handles))
 
 
 def check_lengths(n: dict) -> None:
@@ -1127,7 +1155,10 @@ def _place_streamed(client, colls, check, device, ws, choose=None):
             _watch._cancel(client, shards)
             return None
         # watched: a worker lost now leaves its shard's task nowhere to run (it is pinned), never a hang
-        rows = _watch.wait_results(client.map(_rows, shards, pure=False), client, used)
+        # each on its shard's worker: a held shard is not where Dask would send its handle
+        counts = [client.submit(_rows, s, workers=[w], allow_other_workers=False, pure=False)
+                  for s, w in zip(shards, used)]
+        rows = _watch.wait_results(counts, client, used)
     except BaseException:
         _watch._cancel(client, shards)
         raise
