@@ -128,6 +128,32 @@ def test_a_kept_shard_whose_handle_dask_moves_off_a_retiring_worker_is_built_aga
         assert _nothing_held(c) is True
 
 
+def _hold_after(seconds):
+    """Task body: a shard held after ``seconds`` (a build still running when its future is cancelled)."""
+    time.sleep(seconds)
+    return _held.hold(Shard({"X": np.ones((10, 2))}, device="cpu"))
+
+
+def test_a_build_cancelled_while_it_runs_leaves_no_shard_held(spilling):
+    kept = spilling.submit(_hold_after, 0.0, pure=False)
+    kept.result()  # a handle
+    running = spilling.submit(_hold_after, 1.0, pure=False)
+    deadline = time.monotonic() + 30
+    while not any(spilling.processing().values()):  # the task started on its worker
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.2)
+    running.cancel()
+    time.sleep(1.5)  # it ends, and Dask drops its result
+    held = {k for keys, _ in spilling.run(_held_here).values() for k in keys}
+    assert held == {str(kept.key)}
+    del kept
+    deadline = time.monotonic() + 30
+    while any(keys for keys, _ in spilling.run(_held_here).values()):
+        assert time.monotonic() < deadline, "the released handle's shard is still held"
+        time.sleep(0.1)
+
+
 def test_hold_without_plugin_add_returns_the_shard(monkeypatch):
     shard = Shard({"X": np.ones((3, 2))}, device="cpu")
     assert _held.hold(shard) is shard and resolve(shard) is shard  # outside a task: nothing to hold it

@@ -48,7 +48,9 @@ class ShardKeeper(WorkerPlugin):
         self.held: dict = {}
 
     def transition(self, key, start, finish, **kwargs) -> None:
-        if start == "memory" and self.held:  # the key's result released: what it held goes with it
+        # the key's result released ("memory" -> "released"), or a task cancelled while it ran, whose result Dask
+        # drops as it ends ("cancelled" -> "memory" is the cancelled task's release): what it held goes with it
+        if self.held and start in ("memory", "cancelled"):
             self.held.pop(key, None)
 
     def teardown(self, worker) -> None:
