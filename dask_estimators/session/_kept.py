@@ -91,7 +91,8 @@ class KeptData:
     What is placed is what a fit places: dask arrays and dataframes, and
     NumPy, pandas or scipy.sparse input sent to the workers.  NumPy input
     that workers on the client's host take from its shared memory is not
-    kept (each fit hands it over again, in about 0.1 s a GB), nor is a small
+    kept (each fit hands it over again, a copy into shared memory: see the
+    documentation's performance page for its cost), nor is a small
     problem that runs on one worker (``dask-estimators.worker-solve-below``).
 
     Parameters
