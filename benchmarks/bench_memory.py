@@ -106,6 +106,9 @@ def main(argv=None):
     ap.add_argument("--source", choices=("random", "parquet", "persisted"), default="random",
                     help="X and y as a dask graph of random blocks, read from parquet files written first, or "
                          "persisted by the user before the fit (their blocks stay on the workers)")
+    ap.add_argument("--filesystem", default=None,
+                    help="dask.dataframe.read_parquet's filesystem= for --source parquet (default: dask's own "
+                         "choice, fsspec for local files; 'arrow': pyarrow's)")
     ap.add_argument("--memory-limit", type=float, default=0.0,
                     help="each worker's memory_limit as a multiple of the data it holds (0: no limit; Dask's "
                          "default thresholds then apply: spill at 60%%, pause at 80%%, terminate at 95%%)")
@@ -144,7 +147,7 @@ def main(argv=None):
             cols = [f"x{j}" for j in range(d)]
             frame = dd.from_dask_array(da.concatenate([X, y[:, None]], axis=1), columns=cols + ["y"])
             frame.to_parquet(tmp.name, write_index=False, compute_kwargs={"scheduler": client})
-            ddf = dd.read_parquet(tmp.name)
+            ddf = dd.read_parquet(tmp.name, **({"filesystem": args.filesystem} if args.filesystem else {}))
             X, y = ddf[cols], ddf["y"]
         elif args.source == "persisted":
             X, y = client.persist([X, y])

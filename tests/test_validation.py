@@ -134,3 +134,11 @@ def test_copy_if_finite_copies_and_sees_every_nonfinite_value(layout, dtype, bad
     dst = np.empty(src.shape, dtype=dtype)
     assert copy_if_finite(src, dst) is (bad is None)
     np.testing.assert_array_equal(dst, src)
+
+
+def test_copy_if_finite_of_a_column_major_sum_that_overflows_copies_and_says_not_finite():
+    # the caller then asks its own check (the dask block path: tests/engine/test_dask_input.py)
+    src = np.asfortranarray(np.full((50, 4), 1e308))
+    dst = np.empty(src.shape)
+    assert copy_if_finite(src, dst) is False
+    np.testing.assert_array_equal(dst, src)

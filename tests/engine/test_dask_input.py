@@ -340,6 +340,17 @@ def test_a_check_that_allows_nan_keeps_the_copy(rng):
     np.testing.assert_array_equal(shard.get("X").numpy(), X)  # NaN where it was, every other value copied
 
 
+def test_a_column_major_block_of_large_finite_values_is_placed(rng):
+    # the copy of a column-major block checks a sum, which overflows here: the block's own check has the last word
+    X = np.full((100, 3), 1e308) * rng.choice([-1.0, 1.0], size=(100, 3))
+    X[:, 0] = np.abs(X[:, 0])  # a column whose sum overflows
+    frame = pd.DataFrame(X.T.copy().T, columns=list("abc"))
+    y = rng.standard_normal(100)
+    segments, refs = D.segments_for([(0, 100)], {"X": D.offsets_of([100]), "y": D.offsets_of([100])})
+    shard = D.build_shard("cpu", check_regression, ["X", "y"], segments, 100, frame, pd.Series(y))
+    np.testing.assert_array_equal(shard.get("X").numpy(), X)
+
+
 @pytest.mark.parametrize("layout", ["one-block", "columns-apart"])
 def test_float_dataframe_blocks_take_the_one_pass_copy(rng, layout):
     X, y = rng.standard_normal((100, 3)), rng.standard_normal(100)

@@ -308,6 +308,22 @@ class _Buffers:
         return buf
 
 
+def _anonymous(nbytes: int):
+    """A private anonymous mapping of ``nbytes`` (the rows of a shard being streamed in).
+
+    Private, not shared: no other process maps a shard's rows, and a first
+    write into private anonymous pages faulted in faster than into shared
+    ones, whose pages the kernel keeps as shared memory
+    (benchmarks/results/history/streaming.md).  Where ``MAP_PRIVATE`` is not
+    offered, :class:`mmap.mmap`'s default.
+    """
+    private = getattr(mmap, "MAP_PRIVATE", None)
+    anonymous = getattr(mmap, "MAP_ANONYMOUS", None)
+    if private is None or anonymous is None:
+        return mmap.mmap(-1, nbytes)
+    return mmap.mmap(-1, nbytes, flags=private | anonymous)
+
+
 class _Growing:
     """A numeric array that rows are appended to, in anonymous memory reserved ahead.
 
@@ -321,7 +337,7 @@ class _Growing:
         self.tail, self.dtype = tuple(tail), np.dtype(dtype)
         self.row_bytes = max(1, int(np.prod(self.tail, dtype=np.int64)) * self.dtype.itemsize)
         self.rows = max(1, int(rows))
-        self.mm = mmap.mmap(-1, self.rows * self.row_bytes)
+        self.mm = _anonymous(self.rows * self.row_bytes)
         self.used = 0  # rows written (the caller's count, told through ensure)
 
     @property
@@ -340,7 +356,7 @@ class _Growing:
         try:
             self.mm.resize(new * self.row_bytes)
         except (BufferError, OSError, SystemError):  # a view is still alive, or no mremap: move the rows over
-            mm = mmap.mmap(-1, new * self.row_bytes)
+            mm = _anonymous(new * self.row_bytes)
             mm[: self.rows * self.row_bytes] = self.mm[: self.rows * self.row_bytes]
             self.mm = mm
         self.rows = new
