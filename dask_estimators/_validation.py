@@ -38,8 +38,12 @@ def _copy_count_nonfinite(src, dst):
 def copy_if_finite(src, dst) -> bool:
     """Copy the float array ``src`` into ``dst`` (same shape, C-contiguous) and say whether it was all finite.
 
-    One pass over ``src`` where numba is available (the check rides along
-    with the copy); otherwise a copy and a check.
+    A C-contiguous ``src`` is copied and checked in one pass where numba is
+    available (the check rides along with the copy).  Another layout (a
+    pandas block is column-major) is copied by NumPy and checked by a sum over
+    ``src`` as it lies, which says "not finite" also where finite values'
+    sum overflows: the caller's own check has the last word then.
+    Without numba, a copy and a check.
 
     Examples
     --------
@@ -55,9 +59,7 @@ def copy_if_finite(src, dst) -> bool:
         return bool(np.isfinite(dst).all())
     if src.flags.c_contiguous:
         return _copy_count_nonfinite(src.reshape(-1), dst.reshape(-1)) == 0
-    # another layout (a pandas block is column-major): NumPy's transposing copy, and a sum over src in the order
-    # it lies, beat one tiled pass of ours (benchmarks/results/history/streaming.md); a sum that overflows reads as
-    # not finite, and the caller's own check then has the last word
+    # NumPy's transposing copy and a sum beat one tiled pass of ours (benchmarks/results/history/streaming.md)
     np.copyto(dst, src)
     return _finite_sum(src)
 

@@ -39,8 +39,7 @@ from dataclasses import dataclass, field
 from .. import config as _config
 from .._pieces import digest
 from ..engine.cluster._watch import workers_info
-from ..engine.data import placement as _placement
-from ..engine.data.placement import is_dask_collection
+from ..engine.data.placement import client_input_may_be_kept, is_dask_collection
 
 __all__ = ["KeptData", "active_handle", "key_of", "take", "make_room", "keep", "give_back", "drop", "held",
            "release_all"]
@@ -198,8 +197,7 @@ def key_of(client, arrays: dict, check, device: str, transport: str, workers=Non
     by_content = not any(dask_input)
     if not (all(dask_input) or by_content):
         return None
-    if by_content and not _placement.client_input_may_be_kept(client, _placement._workers(client, workers),
-                                                               transport):
+    if by_content and not client_input_may_be_kept(client, workers, transport):
         return None  # placed anew by every fit: not hashed at all
     try:
         check_token = tokenize(check, ensure_deterministic=True)

@@ -115,7 +115,8 @@ def held(shard):
     if not isinstance(shard, HeldShard):
         return shard
     worker, _ = _task_worker()
-    found = None if worker is None else _keeper(worker).held.get(shard.key)
+    keeper = None if worker is None else _KEEPERS.get(worker)  # a lookup adds no keeper
+    found = None if keeper is None else keeper.held.get(shard.key)
     if found is None:
         where = "outside a Dask task" if worker is None else f"on worker {worker.address}"
         raise ShardGone(f"The shard of {shard.key!r} is not held {where}: Dask moved its handle or released it.")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import time
 import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -396,9 +397,11 @@ class Placement:
                 gone = [i for i, f in zip(todo, futs) if _watch._failed(f) and isinstance(f.exception(), ShardGone)]
                 if not gone or self.sources is None:
                     raise
+                t0 = time.perf_counter()
                 for i in gone:
                     self._rebuild(i, self.workers[i])
-                    self.recoveries.append({"shard": i, "lost": [], "to": self.workers[i], "seconds": 0.0})
+                    self.recoveries.append({"shard": i, "lost": [], "to": self.workers[i],
+                                            "seconds": time.perf_counter() - t0})
                 continue
             for i, a in zip(todo, got):
                 self.actors[i] = a
@@ -658,15 +661,15 @@ def workers_per_gpu(client, device: str, workers=None) -> list | None:
 
 
 def client_input_may_be_kept(client, workers, transport: str) -> bool:
-    """Whether a placement of the client's own arrays (NumPy, pandas, scipy.sparse) on ``workers`` could outlive
-    its fit (:meth:`Placement.detachable`): not with the ``"actors"`` transport where a worker shares the
-    client's memory, since that worker's actor builds its shard from the client's shared memory and holds it.
-    Asked before the input is hashed for the kept placements: such input is not hashed at all."""
+    """Whether a placement of the client's own arrays (NumPy, pandas, scipy.sparse) on ``workers`` (None: all)
+    could outlive its fit (:meth:`Placement.detachable`): not with the ``"actors"`` transport where a worker
+    shares the client's memory, since that worker's actor builds its shard from the client's shared memory and
+    holds it.  Asked before the input is hashed for the kept placements: such input is not hashed at all."""
     if transport != "actors":
         return True
     from ._shared import shares_with_client
 
-    return not any(shares_with_client(client, workers))
+    return not any(shares_with_client(client, _workers(client, workers)))
 
 
 def place(
