@@ -15,6 +15,7 @@ started here is stopped by its pid.
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import os
 import pickle
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 
+import dask
 import dask.array as da
 import distributed
 import numpy as np
@@ -32,6 +34,7 @@ import pytest
 
 import dask_estimators as de
 from dask_estimators.engine import ClusterLostError, WorkerLostError
+from dask_estimators.engine.data._held import held_keys
 from dask_estimators.engine.rounds import evaluator as ev_mod
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("spread")]  # faults in the rounds
@@ -179,6 +182,46 @@ def test_fit_through_scheduler_address(cli, container):
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-6, atol=1e-8)
     _assert_no_address(est)
+
+
+def _kept_here(client):
+    """{worker: (the keys of the shards it holds beside Dask's data store, whether it imported torch)}: functions
+    the ``dask worker`` processes can unpickle (this module is not importable there)."""
+    keys = client.run(lambda dask_worker: held_keys(dask_worker))
+    torch = client.run(lambda: "torch" in sys.modules)
+    return {w: (sorted(str(k) for k in keys[w]), torch[w]) for w in keys}
+
+
+def test_kept_shards_on_cli_workers_serve_the_next_fit_and_go_with_their_collection(cli):
+    """``dask worker`` processes with no preload of ours: the first fit's shard builds add the keeper to each
+    worker, which holds one shard; the next fit on the same collections runs no shard build and equals a fit
+    placed anew; a linear fit leaves torch out of the workers; the shards go when the collection does."""
+    c, client = cli
+    X, y = _data(n=6000, d=8, seed=3)
+    Xd, yd = da.from_array(X, chunks=(1000, 8)), da.from_array(y, chunks=1000)
+    with distributed.get_task_stream(client) as ts:  # the scheduler's record: every client's tasks
+        first = de.LogisticRegression(client=c.address, **TIGHT).fit(Xd, yd)
+    assert first.fit_stats_["placement"] == "kept"
+    assert [t for t in ts.data if "build_shard" in str(t["key"])]
+    held = _kept_here(client)
+    assert sorted(len(keys) for keys, _ in held.values()) == [1, 1], held
+    assert not any(torch for _, torch in held.values())
+    with distributed.get_task_stream(client) as ts:
+        second = de.LogisticRegression(client=c.address, C=0.3, **TIGHT).fit(Xd, yd)
+    assert second.fit_stats_["placement"] == "reused"
+    assert [t for t in ts.data if "build_shard" in str(t["key"])] == []
+    assert _kept_here(client) == held  # the same shards, still held
+    with dask.config.set({"dask-estimators.keep-placed": 0}):
+        fresh = de.LogisticRegression(client=c.address, C=0.3, **TIGHT).fit(Xd, yd)
+    assert fresh.fit_stats_["placement"] == "placed"
+    np.testing.assert_allclose(second.coef_, fresh.coef_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(second.intercept_, fresh.intercept_, rtol=1e-10, atol=1e-12)
+    del Xd
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while any(keys for keys, _ in _kept_here(client).values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(keys for keys, _ in _kept_here(client).values())
 
 
 def test_client_closed_mid_fit_is_a_clear_error(cli, monkeypatch):

@@ -282,6 +282,34 @@ def test_sparse_fit_across_hosts_equals_the_local_fit(hosts, client, name):
     np.testing.assert_allclose(remote.intercept_, local.intercept_, rtol=LINEAR_RTOL, atol=1e-12)
 
 
+@pytest.mark.parametrize("container", ["numpy", "dask array"])
+def test_kept_data_across_hosts_serves_the_next_fit(hosts, client, container):
+    """The shards a fit keeps on the hosts' workers (held beside their data stores) serve the next fit there,
+    with no placement, and give the fit of the one-host cluster; released, the hosts' workers hold nothing."""
+    from dask_estimators.engine.data._held import held_keys
+    from dask_estimators.session import release_kept
+
+    def held():
+        return hosts.client.run(lambda dask_worker: sorted(str(k) for k in held_keys(dask_worker)))
+
+    X, y = _as(container, *_binary(seed=5))
+    first = de.LogisticRegression(client=hosts.client, **TIGHT).fit(X, y)
+    assert first.fit_stats_["placement"] == "kept"
+    kept = held()
+    assert sorted(len(keys) for keys in kept.values()) == [1, 1], kept
+    second = de.LogisticRegression(client=hosts.client, C=0.3, **TIGHT).fit(X, y)
+    assert second.fit_stats_["placement"] == "reused" and held() == kept
+    local = de.LogisticRegression(C=0.3, **TIGHT).fit(X, y)
+    rtol, atol = (LINEAR_RTOL, 1e-12) if container == "numpy" else (DASK_RTOL, 1e-9)
+    np.testing.assert_allclose(second.coef_, local.coef_, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(second.intercept_, local.intercept_, rtol=rtol, atol=atol)
+    release_kept(hosts.client)
+    deadline = time.monotonic() + 30
+    while any(held().values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(held().values())
+
+
 # ------------------------------------------------------------------------- networks
 def _mlp(c, strategy):
     return de.MLPClassifier(hidden_layer_sizes=(16,), max_iter=3, batch_size=200, strategy=strategy,
