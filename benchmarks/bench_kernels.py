@@ -13,6 +13,14 @@ call (which compiles it); the minimum is reported, in milliseconds:
 ``--processes 2`` runs the same timings in two processes at once, each over
 its own X, as two workers do in a fit: then the kernels share the memory
 bandwidth.  Each process prints its own line.
+
+``--prefetch`` times the kernels that ask for rows ahead of their loops
+(``objectives/_fused.py``) against the same kernels compiled without asking,
+in this process, alternating: the binomial value and gradient, the squared
+loss's with sample weights, and the binomial Hessian product, for X of
+10 to 1,000 columns in float64 and float32 (40 million values each), at the
+distance the kernels choose for that row length and at 4 row pairs ahead
+for every length.  Medians of ``--repeat``; ``--json`` writes them.
 """
 
 from __future__ import annotations
@@ -65,6 +73,57 @@ def _timings(rows, features, repeat, barrier=None):
     return out
 
 
+PREFETCH_WIDTHS = (10, 20, 30, 50, 100, 200, 500, 1000)
+PREFETCH_VALUES = 40_000_000
+
+
+def _prefetch_timings(repeat):
+    """{width dtype kernel: {"none", "chosen", "4 pairs": ms, "ahead": the chosen distance}} (see ``--prefetch``)."""
+    import statistics
+
+    from dask_estimators.objectives import _fused as F
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for d in PREFETCH_WIDTHS:
+        n = PREFETCH_VALUES // d
+        X64 = rng.standard_normal((n, d))
+        for dtype in (np.float64, np.float32):
+            X = X64 if dtype == np.float64 else X64.astype(np.float32)
+            y = (rng.random((n, 1)) < 0.5).astype(float)
+            S = rng.random((n, 1))
+            W, b, curv = rng.standard_normal((1, d)) * 0.01, np.zeros(1), np.empty((n, 1))
+            none_s = np.empty((0, 0))
+            no_codes = np.empty(0, dtype=np.int64)
+
+            def kernels(X, ahead):
+                return {
+                    "value_grad binomial": lambda: F._value_grad(X, y, no_codes, none_s, W, b, 1, 0.0, np.zeros((1, d)),
+                                                                 np.zeros(1), curv, np.zeros(1), ahead),
+                    "value_grad squared, weights": lambda: F._value_grad(X, y, no_codes, S, W, b, 0, 0.0,
+                                                                         np.zeros((1, d)), np.zeros(1), curv,
+                                                                         np.zeros(1), ahead),
+                    "hessp binomial": lambda: F._hessp(X, none_s, curv, W, b, False, np.zeros((1, d)), np.zeros(1),
+                                                       ahead),
+                }
+
+            chosen = F._ahead(X)
+            ways = {"none": kernels(X, None), "chosen": kernels(X, chosen), "4 pairs": kernels(X, 4)}
+            for name in ways["none"]:
+                times = {way: [] for way in ways}
+                for f in ways.values():
+                    f[name]()  # compiles, and fills curv
+                for _ in range(repeat):
+                    for way, f in ways.items():
+                        t0 = time.perf_counter()
+                        f[name]()
+                        times[way].append(time.perf_counter() - t0)
+                row = {way: round(1e3 * statistics.median(ts), 2) for way, ts in times.items()}
+                out[f"{d} {np.dtype(dtype).name} {name}"] = dict(row, ahead=chosen)
+            del X, ways
+    return out
+
+
 def _child(rows, features, repeat, barrier, queue):
     queue.put(_timings(rows, features, repeat, barrier))
 
@@ -75,7 +134,21 @@ def main(argv=None):
     ap.add_argument("--features", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--processes", type=int, default=1)
+    ap.add_argument("--prefetch", action="store_true", help="rows asked for ahead against not (see above)")
+    ap.add_argument("--json", help="with --prefetch: write the timings here")
     args = ap.parse_args(argv)
+    if args.prefetch:
+        res = _prefetch_timings(args.repeat)
+        print(f"{PREFETCH_VALUES:,} values, one thread; medians of {args.repeat}, ms (ratios to 'none')")
+        print(f"{'columns dtype kernel':42s} {'ahead':>5s} {'none':>7s} {'chosen':>7s} {'ratio':>6s} {'4 pairs':>7s} "
+              f"{'ratio':>6s}")
+        for k, r in res.items():
+            print(f"{k:42s} {str(r['ahead']):>5s} {r['none']:7.2f} {r['chosen']:7.2f} {r['chosen'] / r['none']:6.2f} "
+                  f"{r['4 pairs']:7.2f} {r['4 pairs'] / r['none']:6.2f}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
+        return res
     print(f"{args.rows} x {args.features} float64 ({args.rows * args.features * 8 / 1e6:.0f} MB), one thread per "
           f"process, {args.processes} process(es) at once; minimum of {args.repeat}, ms")
     if args.processes == 1:

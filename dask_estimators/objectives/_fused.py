@@ -98,6 +98,77 @@ def _pointwise(code, z, y, eps):
     raise ValueError("unknown loss code in the fused kernel")
 
 
+# Prefetching.  Each row pair's work waits on its rows' loads from memory.
+# The hardware prefetchers keep the two row streams ahead of the loops when
+# they run alone, but not beside the targets', weights' and curvature's
+# streams: every row pair then asks for the rows some way ahead (about
+# ``_PREFETCH_BYTES`` on), where a row is ``_PREFETCH_ROW_BYTES`` long.
+# Shorter rows pay more for the asking than they gain, and longer ones
+# (several KB) are streamed well by the hardware alone (docs/design-measurements.md
+# has the measurement).  The kernels are compiled twice: with ``ahead`` an
+# integer, and with it None, where numba prunes the asking away (a branch
+# left in, never taken, slowed rows of 80 bytes by up to a quarter).  A
+# prefetch is a hint: it reads nothing into the program, and cannot fault.
+
+#: Row lengths (bytes) whose kernels ask for rows ahead, and how far ahead (bytes) they ask.
+_PREFETCH_ROW_BYTES = (200, 2048)
+_PREFETCH_BYTES = 1600
+
+
+def _ahead(X) -> int | None:
+    """How many row pairs ahead the kernels ask for ``X``'s rows; None: they do not ask."""
+    row = X.shape[1] * X.itemsize
+    lo, hi = _PREFETCH_ROW_BYTES
+    return max(1, round(_PREFETCH_BYTES / row)) if lo <= row <= hi else None
+
+
+if numba is not None:
+    from numba import types as _nbtypes
+    from numba.core import cgutils as _cgutils
+    from numba.extending import intrinsic as _intrinsic
+
+    @_intrinsic
+    def _prefetch(typingctx, a, i, j):  # pragma: no cover - numba
+        """Ask for the cache line of ``a[i, j]`` (a 2-D array; the indices are in range), to be read soon."""
+        if not isinstance(a, _nbtypes.Array) or a.ndim != 2:
+            return None
+
+        def codegen(context, builder, sig, args):
+            from llvmlite import ir
+
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            ptr = _cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1], args[2]], wraparound=False)
+            i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+            name = "llvm.prefetch.p0" if str(i8p) == "ptr" else "llvm.prefetch.p0i8"  # opaque or typed pointers
+            fn = _cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                                 name)
+            # read, keep in all cache levels, data
+            builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return _nbtypes.void(a, i, j), codegen
+else:  # pragma: no cover
+    def _prefetch(a, i, j):
+        return None
+
+
+@_jit_inline
+def _prefetch_rows(A, i, i2):
+    """Ask for every cache line of rows ``i`` and ``i2`` of the C-contiguous 2-D ``A``, where ``i2`` is a row of it
+    (``i < i2``); nothing for an empty ``A`` (no weights, no targets)."""
+    if i2 < A.shape[0]:
+        step = max(1, 64 // A.itemsize)
+        for j in range(0, A.shape[1], step):
+            _prefetch(A, i, j)
+            _prefetch(A, i2, j)
+
+
+@_jit_inline
+def _prefetch_pair(X, i, i2, ahead):
+    """:func:`_prefetch_rows` for the row pair ``ahead`` pairs after (``i``, ``i2``)."""
+    _prefetch_rows(X, i + ahead, i2 + ahead)
+
+
 @_jit_inline
 def _margins2(X, i, i2, W, b, S, out, at, at2):
     """``out[at + k] = b[k] + X[i] . W[k]`` and ``out[at2 + k]`` the same for row ``i2``: two rows' predictions.
@@ -225,7 +296,7 @@ def _binomial_block(z, y, m, bits, loss, dz, curv):
 
 
 @_jit
-def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv, Lk):
+def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv, Lk, ahead):
     n = X.shape[0]
     K = W.shape[0]
     ws = S.shape[1]
@@ -243,6 +314,8 @@ def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv, Lk):
         for t in range(m):
             i = p0 + t
             i2 = i + h if i + h < n else i  # the middle row of an odd n pairs with itself, with weight 0
+            if ahead is not None:  # None: compiled without (numba prunes the branch)
+                _prefetch_pair(X, i, i2, ahead)
             _margins2(X, i, i2, W, b, S, Z, t * K, (m + t) * K)
             for k in range(K):
                 Yb[t * K + k] = Y[i, k]
@@ -267,19 +340,25 @@ def _value_grad_binomial(X, Y, S, W, b, gW, gb, curv, Lk):
 
 
 @_jit
-def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv, Lk):
-    """The loss sum; ``Lk`` (K,) gets each output's own sum (a multinomial's all in ``Lk[0]``)."""
+def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv, Lk, ahead):
+    """The loss sum; ``Lk`` (K,) gets each output's own sum (a multinomial's all in ``Lk[0]``).
+
+    ``ahead``: how many row pairs ahead the rows are asked for (:func:`_ahead`), or None, where the kernel is
+    compiled without asking (numba prunes the ``ahead is not None`` branches for a None argument).
+    """
     n = X.shape[0]
     K = W.shape[0]
     ws = S.shape[1]  # 0: no weights, 1: one per sample, K: one per sample and output
     if code == 1:  # binomial: blocks with vectorised exp and log1p
-        return _value_grad_binomial(X, Y, S, W, b, gW, gb, curv, Lk)
+        return _value_grad_binomial(X, Y, S, W, b, gW, gb, curv, Lk, ahead)
     h = (n + 1) // 2
     z = np.empty(2 * K)
     g = np.empty(2 * K)
     total = 0.0
     for i in range(h):
         i2 = i + h if i + h < n else i  # the middle row of an odd n pairs with itself, with weight 0
+        if ahead is not None:
+            _prefetch_pair(X, i, i2, ahead)
         _margins2(X, i, i2, W, b, S, z, 0, K)
         for r in range(2 if i2 != i else 1):
             row = i if r == 0 else i2
@@ -319,7 +398,8 @@ def _value_grad(X, Y, codes, S, W, b, code, eps, gW, gb, curv, Lk):
 
 
 @_jit
-def _hessp(X, S, curv, P, pb, coupled, hW, hb):
+def _hessp(X, S, curv, P, pb, coupled, hW, hb, ahead):
+    """``ahead`` as :func:`_value_grad`'s."""
     n = X.shape[0]
     K = P.shape[0]
     ws = S.shape[1]
@@ -327,6 +407,8 @@ def _hessp(X, S, curv, P, pb, coupled, hW, hb):
     v = np.empty(2 * K)
     for i in range(h):
         i2 = i + h if i + h < n else i  # the middle row of an odd n pairs with itself, with weight 0
+        if ahead is not None:
+            _prefetch_pair(X, i, i2, ahead)
         _margins2(X, i, i2, P, pb, S, v, 0, K)
         for r in range(2 if i2 != i else 1):
             row = i if r == 0 else i2
@@ -405,7 +487,7 @@ def value_grad(X, y, s, W, b, loss, eps: float, curv, per_output: bool = False):
         Y, codes = np.ascontiguousarray(y.reshape(n, K)), _NO_CODES
     Lk = np.zeros(K)
     total = _value_grad(X, Y, codes, _weights2d(s, n), np.ascontiguousarray(W), bias, code, float(eps), gW, gb, curv,
-                        Lk)
+                        Lk, _ahead(X))
     return (Lk if per_output else total), gW, gb
 
 
@@ -425,7 +507,7 @@ def hessp(X, s, curv, P, pb, loss):
     hW = np.zeros((K, X.shape[1]))
     hb = np.zeros(K)
     bias = np.zeros(K) if pb is None else np.ascontiguousarray(pb)
-    _hessp(X, _weights2d(s, n), curv, np.ascontiguousarray(P), bias, _code(loss) == _MULTINOMIAL, hW, hb)
+    _hessp(X, _weights2d(s, n), curv, np.ascontiguousarray(P), bias, _code(loss) == _MULTINOMIAL, hW, hb, _ahead(X))
     return hW, hb
 
 

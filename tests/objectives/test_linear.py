@@ -411,6 +411,66 @@ def test_fused_and_torch_kernels_agree(cfg, fit_intercept, weighted, n, rng):
     assert not sh_f._tensors  # the numba side read the shard's NumPy arrays: no tensor was made of them
 
 
+def _kernel_targets(loss, n, K, rng):
+    """Targets in the numba kernels' form for ``loss``: int64 codes (multinomial), else float (n, K)."""
+    if loss == "multinomial":
+        return rng.integers(0, K, n)
+    if loss in ("binomial", "squared_hinge"):
+        y = (rng.random((n, K)) < 0.5).astype(float)
+        return y if loss == "binomial" else 2.0 * y - 1.0
+    if loss in ("poisson", "gamma"):
+        return rng.gamma(2.0, 1.0, size=(n, K)) + (0.1 if loss == "gamma" else 0.0)
+    return rng.normal(size=(n, K))
+
+
+@pytest.mark.parametrize("loss", ["squared", "binomial", "multinomial", "squared_hinge", "squared_epsilon_insensitive",
+                                  "poisson", "gamma"])
+@weighted
+@pytest.mark.parametrize("n", [1, 2, 3, 9, 257])
+@pytest.mark.parametrize("dtype,d", [(np.float64, 48), (np.float32, 96), (np.float32, 400)])
+def test_kernels_that_ask_for_rows_ahead_give_the_sums_of_those_that_do_not(loss, weighted, n, dtype, d, rng,
+                                                                             monkeypatch):
+    """Rows of 384 and 1,600 bytes: the numba kernels ask for rows ahead of their loops (4 and 1 row pairs); the
+    sums, curvature and Hessian products are those of the same kernels compiled without asking, for every loss,
+    with and without weights, and for row counts where the rows asked for run past the last row (1, 2, 3, 9)
+    and past a block of the binomial kernel (257)."""
+    from dask_estimators.objectives import _fused
+
+    K = 3 if loss in ("multinomial", "squared") else 1
+    X = rng.normal(size=(n, d)).astype(dtype)
+    assert _fused._ahead(X) == (4 if d * X.itemsize == 384 else 1)
+    y = _kernel_targets(loss, n, K, rng)
+    s = rng.uniform(0.2, 2.0, size=n) if weighted else None
+    W, b = rng.normal(size=(K, d)) * (0.01 if loss in ("poisson", "gamma") else 0.2), rng.normal(size=K) * 0.1
+    P, pb = rng.normal(size=(K, d)), rng.normal(size=K)
+    eps = 0.2 if loss == "squared_epsilon_insensitive" else 0.0
+
+    def sums():
+        curv = np.empty((n, K))
+        value, gW, gb = _fused.value_grad(X, y, s, W, b, loss, eps, curv)
+        return (value, gW, gb, curv) + _fused.hessp(X, s, curv, P, pb, loss)
+
+    asked = sums()
+    monkeypatch.setattr(_fused, "_ahead", lambda X: None)
+    plain = sums()
+    for a, p in zip(asked, plain):
+        np.testing.assert_allclose(a, p, rtol=1e-13, atol=1e-13 * np.abs(p).max())
+
+
+def test_rows_are_asked_for_ahead_only_where_that_was_measured_to_pay():
+    """The kernels ask for rows about 1.6 KB ahead, for rows of 200 bytes to 2 KB only (``_fused._ahead``)."""
+    from dask_estimators.objectives import _fused
+
+    ahead = {(d, np.dtype(t).name): _fused._ahead(np.empty((2, d), dtype=t))
+             for d in (10, 24, 25, 50, 100, 200, 256, 257, 512, 513, 1000) for t in (np.float64, np.float32)}
+    assert ahead[(24, "float64")] is None and ahead[(25, "float64")] == 8  # 192 and 200 bytes
+    assert ahead[(50, "float32")] == 8 and ahead[(25, "float32")] is None  # 200 and 100 bytes
+    assert ahead[(100, "float64")] == 2 and ahead[(100, "float32")] == 4
+    assert ahead[(256, "float64")] == 1 and ahead[(257, "float64")] is None  # 2,048 and 2,056 bytes
+    assert ahead[(512, "float32")] == 1 and ahead[(513, "float32")] is None
+    assert ahead[(1000, "float64")] is None and ahead[(10, "float64")] is None
+
+
 @configs
 @both
 @weighted

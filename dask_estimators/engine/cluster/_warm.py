@@ -90,11 +90,12 @@ def warm_kernels(networks: bool = True) -> None:
 
         from ...objectives import _fused
 
-        X, y, W, b = np.ones((2, 2)), np.ones((2, 1)), np.zeros((1, 2)), np.zeros(1)
-        curv = np.empty((2, 1))
-        _fused.value_grad(X, y, None, W, b, "binomial", 0.0, curv)
-        _fused.value_grad(X, y, np.ones(2), W, b, "binomial", 0.0, curv)
-        _fused.hessp(X, None, curv, W, b, "binomial")
+        for d in (2, 32):  # rows the kernels read as they come, and rows they ask for ahead (_fused._ahead)
+            X, y, W, b = np.ones((2, d)), np.ones((2, 1)), np.zeros((1, d)), np.zeros(1)
+            curv = np.empty((2, 1))
+            _fused.value_grad(X, y, None, W, b, "binomial", 0.0, curv)
+            _fused.value_grad(X, y, np.ones(2), W, b, "binomial", 0.0, curv)
+            _fused.hessp(X, None, curv, W, b, "binomial")
     except Exception:  # noqa: BLE001 - a kernel that fails here fails in its task, with its error
         return
     if networks:
