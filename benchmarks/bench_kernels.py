@@ -20,7 +20,11 @@ in this process, alternating: the binomial value and gradient, the squared
 loss's with sample weights, and the binomial Hessian product, for X of
 10 to 1,000 columns in float64 and float32 (40 million values each), at the
 distance the kernels choose for that row length and at 4 row pairs ahead
-for every length.  Medians of ``--repeat``; ``--json`` writes them.
+for every length.  Then the SVMs' dual passes (``objectives/dual.py``,
+hinge loss, C=0.1, one pass over a random permutation of the rows, from
+the same dual point), which ask for the row 8 steps on in their order, against
+the same passes compiled without asking, on shards of 2 to 400 MB.  Medians
+of ``--repeat``; ``--json`` writes them.
 """
 
 from __future__ import annotations
@@ -124,6 +128,37 @@ def _prefetch_timings(repeat):
     return out
 
 
+DUAL_SHAPES = ((20_000, 20), (200_000, 20), (1_000_000, 20), (500_000, 100), (50_000, 1000))
+
+
+def _dual_timings(repeat):
+    """{rows x columns: {"none", "asked": ms, "MB": X's size}} of one hinge dual pass (see ``--prefetch``)."""
+    import statistics
+
+    from dask_estimators.objectives import dual
+
+    rng = np.random.default_rng(1)
+    out = {}
+    for n, d in DUAL_SHAPES:
+        X = rng.standard_normal((n, d))
+        y = np.where(X @ rng.standard_normal(d) + rng.standard_normal(n) > 0, 1.0, -1.0)
+        c = np.full(n, 0.1)
+        sqnorm = np.einsum("ij,ij->i", X, X)
+        alpha0 = np.zeros(n)
+        times = {"none": [], "asked": []}
+        for _ in range(repeat + 1):
+            perm = rng.permutation(n).astype(np.int64)
+            for way, ahead in (("none", None), ("asked", dual._DUAL_AHEAD)):
+                alpha, w, u = alpha0.copy(), np.zeros(d + 1), np.zeros(d + 1)
+                t0 = time.perf_counter()
+                dual._svc_pass(X, y, c, alpha, sqnorm, w, u, 1.0, 1.0, False, perm, ahead)
+                times[way].append(time.perf_counter() - t0)
+        out[f"{n:,} x {d}"] = {way: round(1e3 * statistics.median(ts[1:]), 2) for way, ts in times.items()}
+        out[f"{n:,} x {d}"]["MB"] = round(X.nbytes / 1e6)
+        del X
+    return out
+
+
 def _child(rows, features, repeat, barrier, queue):
     queue.put(_timings(rows, features, repeat, barrier))
 
@@ -145,6 +180,12 @@ def main(argv=None):
         for k, r in res.items():
             print(f"{k:42s} {str(r['ahead']):>5s} {r['none']:7.2f} {r['chosen']:7.2f} {r['chosen'] / r['none']:6.2f} "
                   f"{r['4 pairs']:7.2f} {r['4 pairs'] / r['none']:6.2f}")
+        duals = _dual_timings(args.repeat)
+        print(f"\nthe SVMs' dual pass, hinge, one random order; medians of {args.repeat}, ms")
+        print(f"{'rows x columns':20s} {'MB':>5s} {'none':>8s} {'asked':>8s} {'ratio':>6s}")
+        for k, r in duals.items():
+            print(f"{k:20s} {r['MB']:5d} {r['none']:8.2f} {r['asked']:8.2f} {r['asked'] / r['none']:6.2f}")
+        res = {"fused": res, "dual": duals}
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(res, f, indent=1)

@@ -19,7 +19,7 @@ import importlib.util
 import threading
 import types
 
-__all__ = ["AVAILABLE", "njit", "lazy_njit"]
+__all__ = ["AVAILABLE", "njit", "lazy_njit", "lazy_global"]
 
 #: Whether numba is installed (without importing it).
 AVAILABLE = importlib.util.find_spec("numba") is not None
@@ -82,10 +82,11 @@ class _LazyDispatcher:
 
     def _with_compiled_helpers(self):
         """``py_func``, or a copy of it whose globals name the compiled dispatchers of the ``lazy_njit``
-        functions it calls (numba cannot type a stand-in); the module's own names are left as they are."""
+        functions it calls and the objects its :func:`lazy_global` names stand for (numba cannot type a
+        stand-in); the module's own names are left as they are."""
         fn = self.py_func
         lazy = {name: fn.__globals__[name] for name in fn.__code__.co_names
-                if isinstance(fn.__globals__.get(name), _LazyDispatcher)}
+                if isinstance(fn.__globals__.get(name), (_LazyDispatcher, _LazyGlobal))}
         if not lazy:
             return fn
         env = dict(fn.__globals__)
@@ -96,6 +97,35 @@ class _LazyDispatcher:
 
     def __call__(self, *args):
         return self.dispatcher()(*args)
+
+
+class _LazyGlobal:
+    """A module's attribute, imported when a :func:`lazy_njit` function that names it is compiled."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def dispatcher(self):
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.name)
+
+
+def lazy_global(module: str, name: str):
+    """A stand-in for ``module.name`` (a numba function or intrinsic of a module that imports numba), for
+    :func:`lazy_njit` functions to call by a global name: imported when the first of them is compiled.
+
+    Examples
+    --------
+    >>> from dask_estimators._jit import lazy_global, lazy_njit
+    >>> sqrt = lazy_global("math", "sqrt")
+    >>> @lazy_njit()
+    ... def root(x):
+    ...     return sqrt(x)
+    >>> root(9.0)
+    3.0
+    """
+    return _LazyGlobal(module, name)
 
 
 def lazy_njit(**options):

@@ -123,44 +123,10 @@ def _ahead(X) -> int | None:
 
 
 if numba is not None:
-    from numba import types as _nbtypes
-    from numba.core import cgutils as _cgutils
-    from numba.extending import intrinsic as _intrinsic
-
-    @_intrinsic
-    def _prefetch(typingctx, a, i, j):  # pragma: no cover - numba
-        """Ask for the cache line of ``a[i, j]`` (a 2-D array; the indices are in range), to be read soon."""
-        if not isinstance(a, _nbtypes.Array) or a.ndim != 2:
-            return None
-
-        def codegen(context, builder, sig, args):
-            from llvmlite import ir
-
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            ptr = _cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1], args[2]], wraparound=False)
-            i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-            name = "llvm.prefetch.p0" if str(i8p) == "ptr" else "llvm.prefetch.p0i8"  # opaque or typed pointers
-            fn = _cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                                 name)
-            # read, keep in all cache levels, data
-            builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-            return context.get_dummy_value()
-
-        return _nbtypes.void(a, i, j), codegen
+    from ._prefetch import prefetch_rows as _prefetch_rows
 else:  # pragma: no cover
-    def _prefetch(a, i, j):
+    def _prefetch_rows(A, i, i2):
         return None
-
-
-@_jit_inline
-def _prefetch_rows(A, i, i2):
-    """Ask for every cache line of rows ``i`` and ``i2`` of the C-contiguous 2-D ``A``, where ``i2`` is a row of it
-    (``i < i2``); nothing for an empty ``A`` (no weights, no targets)."""
-    if i2 < A.shape[0]:
-        step = max(1, 64 // A.itemsize)
-        for j in range(0, A.shape[1], step):
-            _prefetch(A, i, j)
-            _prefetch(A, i2, j)
 
 
 @_jit_inline

@@ -42,7 +42,8 @@ import numpy as np
 
 from .._jit import lazy_njit
 from . import _host as _shard
-from .dual import _host, _host_x, _row_sqnorms, _row_add, _row_dot, layout_args
+from .dual import (_dual_ahead, _host, _host_x, _prefetch, _prefetch_row, _row_add, _row_dot, _row_sqnorms,
+                   layout_args)
 
 __all__ = ["CSSpec", "cs_objective", "cs_round", "cs_state"]
 
@@ -66,17 +67,27 @@ class CSSpec:
 
 
 @lazy_njit(nogil=True, boundscheck=False)
-def _cs_pass(X, data, indices, indptr, dense, y, c, alpha, sqnorm, W, U, bias, sigma, perm):  # pragma: no cover
+def _cs_pass(X, data, indices, indptr, dense, y, c, alpha, sqnorm, W, U, bias, sigma, perm,
+             ahead):  # pragma: no cover
     """One pass of the row steps over ``perm``; ``W`` (K, p + 1) local weights and ``U`` the round's change
     (both updated in place).  ``X, data, indices, indptr, dense``: :func:`~.dual.layout_args`.  Returns the
-    largest stopping value met (0 when no row was visited)."""
+    largest stopping value met (0 when no row was visited).  ``ahead``: :func:`~.dual._dual_ahead`'s (a
+    dense X's)."""
     K = W.shape[0]
     G = np.empty(K)
     B = np.empty(K)
     D = np.empty(K)
     new = np.empty(K)
     worst = 0.0
-    for t in range(perm.shape[0]):
+    m_rows = perm.shape[0]
+    for t in range(m_rows):
+        if ahead is not None and t + ahead < m_rows:  # the row `ahead` steps on (dual._svc_pass's comment)
+            k = perm[t + ahead]
+            _prefetch_row(X, k)
+            _prefetch_row(alpha, k)
+            _prefetch(c, k)
+            _prefetch(sqnorm, k)
+            _prefetch(y, k)
         i = perm[t]
         ci = c[i]
         if not ci > 0.0:  # a row of weight 0 is not part of the problem
@@ -167,11 +178,12 @@ def cs_round(shard, W, seed, passes, spec: CSSpec):
     alone = spec.n_shards == 1
     sigma = float(spec.n_shards)
     args = layout_args(st["X"])
+    ahead = _dual_ahead(st["X"])
     n = st["y"].shape[0]
     rng = np.random.default_rng([int(seed) & 0x7FFFFFFF, index])
     for h in range(int(passes)):
         perm = rng.permutation(n).astype(np.int64)
-        worst = _cs_pass(*args, st["y"], st["c"], st["alpha"], st["sqnorm"], w, U, spec.bias, sigma, perm)
+        worst = _cs_pass(*args, st["y"], st["c"], st["alpha"], st["sqnorm"], w, U, spec.bias, sigma, perm, ahead)
         if h == 0 or alone:
             stop[index] = worst
         done[index] = h + 1

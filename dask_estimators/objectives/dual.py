@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._jit import lazy_njit
+from .._jit import lazy_global, lazy_njit
 from . import _host as _shard
 from ._sparse import index_array
 
@@ -120,20 +120,48 @@ class DualSpec:
 
 
 # ---------------------------------------------------------------- numba kernels
+# Prefetching.  A pass visits the rows in a random order, which the hardware
+# prefetchers cannot follow: on a shard larger than the caches, each row's
+# loads (its X, and its entries of c, sqnorm, alpha and y) wait on memory one
+# after the other.  A pass over a shard of at least ``_DUAL_AHEAD_BYTES`` asks
+# for the row ``_DUAL_AHEAD`` steps on in its order while it works on the row
+# at hand (docs/design-measurements.md has the measurement); a smaller one is
+# compiled without asking (``ahead`` None: numba prunes the branch).
+_prefetch = lazy_global("dask_estimators.objectives._prefetch", "prefetch")
+_prefetch_row = lazy_global("dask_estimators.objectives._prefetch", "prefetch_row")
+
+#: How many rows ahead, in a pass's order, a dense pass asks for; the X bytes from which it asks.
+_DUAL_AHEAD = 8
+_DUAL_AHEAD_BYTES = 2 << 20
+
+
+def _dual_ahead(X) -> int | None:
+    """The rows a pass over the dense ``X`` asks for ahead of the one at hand; None: it does not ask."""
+    return _DUAL_AHEAD if isinstance(X, np.ndarray) and X.nbytes >= _DUAL_AHEAD_BYTES else None
+
+
 # The passes are written once per layout of X.  One body per loss with a layout flag and the row helpers
 # below (as the Crammer-Singer pass uses) ran slower, dense and CSR (docs/design-measurements.md has the measurement).
 @lazy_njit(nogil=True, boundscheck=False)
-def _svc_pass(X, y, c, alpha, sqnorm, w, u, bias, sigma, squared, perm):  # pragma: no cover - compiled
+def _svc_pass(X, y, c, alpha, sqnorm, w, u, bias, sigma, squared, perm, ahead):  # pragma: no cover - compiled
     """One pass of dual coordinate ascent over the rows ``perm`` (hinge or squared hinge).
 
     ``w`` (p + 1) are the local weights (updated in place), ``u`` the
     shard's change of ``w~(alpha)`` this round (updated in place).  Returns
     LIBLINEAR's (max, min) of the projected gradient over the visited rows,
-    (-inf, inf) when none was visited.
+    (-inf, inf) when none was visited.  ``ahead``: see :func:`_dual_ahead`.
     """
     p = X.shape[1]
     pg_max, pg_min = -np.inf, np.inf
-    for t in range(perm.shape[0]):
+    m = perm.shape[0]
+    for t in range(m):
+        if ahead is not None and t + ahead < m:  # the row `ahead` steps on: its X and its entries (explicit:
+            k = perm[t + ahead]  # behind an inlined helper of these arguments the pass ran 1.2-3x slower)
+            _prefetch_row(X, k)
+            _prefetch(c, k)
+            _prefetch(sqnorm, k)
+            _prefetch(alpha, k)
+            _prefetch(y, k)
         i = perm[t]
         ci = c[i]
         if not ci > 0.0:  # a row of weight 0 is not part of the problem
@@ -174,15 +202,23 @@ def _svc_pass(X, y, c, alpha, sqnorm, w, u, bias, sigma, squared, perm):  # prag
 
 
 @lazy_njit(nogil=True, boundscheck=False)
-def _svr_pass(X, y, c, beta, sqnorm, w, u, bias, sigma, squared, epsilon, perm):  # pragma: no cover - compiled
+def _svr_pass(X, y, c, beta, sqnorm, w, u, bias, sigma, squared, epsilon, perm, ahead):  # pragma: no cover
     """One pass of dual coordinate descent over the rows ``perm`` (epsilon-insensitive or its square).
 
     Returns LIBLINEAR's (max, sum) of the violations of the optimality
-    conditions over the visited rows.
+    conditions over the visited rows.  ``ahead``: see :func:`_dual_ahead`.
     """
     p = X.shape[1]
     v_max, v_sum = 0.0, 0.0
-    for t in range(perm.shape[0]):
+    m = perm.shape[0]
+    for t in range(m):
+        if ahead is not None and t + ahead < m:
+            k = perm[t + ahead]
+            _prefetch_row(X, k)
+            _prefetch(c, k)
+            _prefetch(sqnorm, k)
+            _prefetch(beta, k)
+            _prefetch(y, k)
         i = perm[t]
         ci = c[i]
         if not ci > 0.0:
@@ -583,6 +619,7 @@ def dual_round(shard, W, gamma, active, first, seed, passes, spec: DualSpec):
     dense = isinstance(X, np.ndarray)
     svc, svr = (_svc_pass, _svr_pass) if dense else (_svc_pass_csr, _svr_pass_csr)
     xargs = _pass_args(X)
+    ahead = (_dual_ahead(xargs[0]),) if dense else ()  # the dense passes' last argument
     rng = np.random.default_rng([int(seed) & 0x7FFFFFFF, index])
     tol = spec.tol
     for k in range(K):
@@ -595,10 +632,10 @@ def dual_round(shard, W, gamma, active, first, seed, passes, spec: DualSpec):
             perm = rng.permutation(n).astype(np.int64)
             if spec.classification:
                 a, b = svc(*xargs, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
-                           spec.squared, perm)
+                           spec.squared, perm, *ahead)
             else:
                 a, b = svr(*xargs, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
-                           spec.squared, spec.epsilon, perm)
+                           spec.squared, spec.epsilon, perm, *ahead)
             if h == 0 or alone:
                 stop[index, :, k] = (a, b)
             if h == 0:

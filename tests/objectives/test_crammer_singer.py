@@ -57,7 +57,7 @@ def test_row_step_minimises_the_dual_over_the_row():
     before = alpha.copy()
     W0 = W.copy()
     _cs_pass(X, np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), True, y, c, alpha, sqnorm, W, U, bias,
-             1.0, np.array([i], dtype=np.int64))
+             1.0, np.array([i], dtype=np.int64), None)
 
     def f_row(a):
         trial = before.copy()

@@ -186,3 +186,60 @@ def test_round_kernel_contract():
     assert not np.any(out["v"]) and np.any(out["u"])
     assert not np.any(out["stop"][0]) and np.all(out["stop"][1, 0] >= out["stop"][1, 1])
     assert out["passes"][1].tolist() == [1, 1, 1] and not np.any(out["passes"][0])
+
+
+# ------------------------------------------------------------------ rows asked for ahead
+@pytest.mark.parametrize("kind", ["svc", "svc-squared", "svr", "svr-squared", "crammer-singer"])
+@pytest.mark.parametrize("n", [1, 5, 9, 300])
+def test_passes_that_ask_for_rows_ahead_step_as_those_that_do_not(kind, n):
+    """A dense pass that asks for the row 8 steps on in its order (shards of 2 MiB and more) makes the steps of
+    the same pass compiled without asking: the same dual point, weights and stopping values, for every loss,
+    on fewer rows than the distance asked (1, 5) and more (9, 300)."""
+    from dask_estimators.objectives import dual
+    from dask_estimators.objectives.crammer_singer import _cs_pass
+
+    rng = np.random.default_rng(n)
+    p = 30
+    X = rng.normal(size=(n, p))
+    sqnorm = np.einsum("ij,ij->i", X, X) + 1.0
+    c = rng.uniform(0.05, 0.5, n)
+    if n > 2:
+        c[n // 2] = 0.0  # a row outside the problem
+    perm = rng.permutation(n).astype(np.int64)
+    squared = kind.endswith("squared")
+
+    def one_pass(ahead):
+        if kind == "crammer-singer":
+            K = 3
+            y = rng.integers(0, K, n) if ahead is None else one_pass.y
+            one_pass.y = y
+            alpha, W, U = np.zeros((n, K)), np.zeros((K, p + 1)), np.zeros((K, p + 1))
+            e = np.zeros(0, np.int64)
+            out = _cs_pass(X, np.zeros(0), e, e, True, y, c, alpha, sqnorm, W, U, 1.0, 1.0, perm, ahead)
+            return (out, alpha, W, U)
+        if kind.startswith("svc"):
+            y = np.where(X[:, 0] + 0.3 * X[:, 1] > 0, 1.0, -1.0)
+            alpha, w, u = np.zeros(n), np.zeros(p + 1), np.zeros(p + 1)
+            out = dual._svc_pass(X, y, c, alpha, sqnorm, w, u, 1.0, 1.0, squared, perm, ahead)
+        else:
+            y = X[:, 0] - 0.5 * X[:, 2]
+            alpha, w, u = np.zeros(n), np.zeros(p + 1), np.zeros(p + 1)
+            out = dual._svr_pass(X, y, c, alpha, sqnorm, w, u, 1.0, 1.0, squared, 0.1, perm, ahead)
+        return (out, alpha, w, u)
+
+    plain = one_pass(None)
+    asked = one_pass(dual._DUAL_AHEAD)
+    assert np.any(plain[1] != 0)  # the pass moved the dual point
+    for a, b in zip(asked, plain):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_passes_ask_for_rows_ahead_on_dense_shards_of_2_mib_and_more():
+    import scipy.sparse as sp
+
+    from dask_estimators.objectives import dual
+
+    assert dual._dual_ahead(np.empty((2, 10))) is None
+    assert dual._dual_ahead(np.empty((1 << 18, 1))) == 8  # 2 MiB
+    assert dual._dual_ahead(np.empty((1 << 18, 1), dtype=np.float32)) is None  # 1 MiB
+    assert dual._dual_ahead(sp.random(1 << 16, 1 << 10, density=0.1, format="csr")) is None
