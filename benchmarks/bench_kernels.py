@@ -23,8 +23,9 @@ distance the kernels choose for that row length and at 4 row pairs ahead
 for every length.  Then the SVMs' dual passes (``objectives/dual.py``,
 hinge loss, C=0.1, one pass over a random permutation of the rows, from
 the same dual point), which ask for the row 8 steps on in their order, against
-the same passes compiled without asking, on shards of 2 to 400 MB.  Medians
-of ``--repeat``; ``--json`` writes them.
+the same passes compiled without asking, on dense shards of 3 to 400 MB and
+CSR shards of 18 to 240 MB (values and indices).  Medians of ``--repeat``;
+``--json`` writes them.
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ def _prefetch_timings(repeat):
 
 
 DUAL_SHAPES = ((20_000, 20), (200_000, 20), (1_000_000, 20), (500_000, 100), (50_000, 1000))
+#: CSR shards of the dual passes: rows, columns, values a row
+DUAL_CSR_SHAPES = ((50_000, 50_000, 30), (300_000, 100_000, 30), (100_000, 100_000, 200))
 
 
 def _dual_timings(repeat):
@@ -137,25 +140,36 @@ def _dual_timings(repeat):
 
     from dask_estimators.objectives import dual
 
+    import scipy.sparse as sp
+
+    from dask_estimators.objectives._sparse import index_array
+
     rng = np.random.default_rng(1)
     out = {}
-    for n, d in DUAL_SHAPES:
-        X = rng.standard_normal((n, d))
-        y = np.where(X @ rng.standard_normal(d) + rng.standard_normal(n) > 0, 1.0, -1.0)
+    shards = [(f"{n:,} x {d}", lambda n=n, d=d: rng.standard_normal((n, d))) for n, d in DUAL_SHAPES]
+    shards += [(f"CSR {n:,} x {d:,}, {k} a row", lambda n=n, d=d, k=k: sp.csr_matrix(
+        (rng.random(n * k), np.sort(rng.integers(0, d, (n, k)), axis=1).ravel(), np.arange(n + 1) * k), shape=(n, d)))
+        for n, d, k in DUAL_CSR_SHAPES]
+    for name, make in shards:
+        X = make()
+        n, d = X.shape
+        dense = isinstance(X, np.ndarray)
+        y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
         c = np.full(n, 0.1)
-        sqnorm = np.einsum("ij,ij->i", X, X)
-        alpha0 = np.zeros(n)
+        sqnorm = np.einsum("ij,ij->i", X, X) if dense else np.asarray(X.multiply(X).sum(axis=1)).ravel()
+        xargs = (X,) if dense else (X.data, index_array(X.indices), index_array(X.indptr))
+        kernel = dual._svc_pass if dense else dual._svc_pass_csr
         times = {"none": [], "asked": []}
         for _ in range(repeat + 1):
             perm = rng.permutation(n).astype(np.int64)
             for way, ahead in (("none", None), ("asked", dual._DUAL_AHEAD)):
-                alpha, w, u = alpha0.copy(), np.zeros(d + 1), np.zeros(d + 1)
+                alpha, w, u = np.zeros(n), np.zeros(d + 1), np.zeros(d + 1)
                 t0 = time.perf_counter()
-                dual._svc_pass(X, y, c, alpha, sqnorm, w, u, 1.0, 1.0, False, perm, ahead)
+                kernel(*xargs, y, c, alpha, sqnorm, w, u, 1.0, 1.0, False, perm, ahead)
                 times[way].append(time.perf_counter() - t0)
-        out[f"{n:,} x {d}"] = {way: round(1e3 * statistics.median(ts[1:]), 2) for way, ts in times.items()}
-        out[f"{n:,} x {d}"]["MB"] = round(X.nbytes / 1e6)
-        del X
+        out[name] = {way: round(1e3 * statistics.median(ts[1:]), 2) for way, ts in times.items()}
+        out[name]["MB"] = round((X.nbytes if dense else X.data.nbytes + X.indices.nbytes) / 1e6)
+        del X, xargs
     return out
 
 
@@ -182,9 +196,9 @@ def main(argv=None):
                   f"{r['4 pairs']:7.2f} {r['4 pairs'] / r['none']:6.2f}")
         duals = _dual_timings(args.repeat)
         print(f"\nthe SVMs' dual pass, hinge, one random order; medians of {args.repeat}, ms")
-        print(f"{'rows x columns':20s} {'MB':>5s} {'none':>8s} {'asked':>8s} {'ratio':>6s}")
+        print(f"{'rows x columns':36s} {'MB':>5s} {'none':>8s} {'asked':>8s} {'ratio':>6s}")
         for k, r in duals.items():
-            print(f"{k:20s} {r['MB']:5d} {r['none']:8.2f} {r['asked']:8.2f} {r['asked'] / r['none']:6.2f}")
+            print(f"{k:36s} {r['MB']:5d} {r['none']:8.2f} {r['asked']:8.2f} {r['asked'] / r['none']:6.2f}")
         res = {"fused": res, "dual": duals}
         if args.json:
             with open(args.json, "w") as f:

@@ -19,7 +19,7 @@ from numba.extending import intrinsic
 
 from .._jit import njit  # numba's njit, cached on disk
 
-__all__ = ["prefetch", "prefetch_row", "prefetch_rows"]
+__all__ = ["prefetch", "prefetch_row", "prefetch_rows", "prefetch_span"]
 
 
 def _ask(context, builder, sig, args):
@@ -74,3 +74,13 @@ def prefetch_rows(A, i, i2):  # pragma: no cover - numba
             _prefetch2(A, i, j)
             _prefetch2(A, i2, j)
 
+
+
+@_inline
+def prefetch_span(a, lo, hi):  # pragma: no cover - numba
+    """Ask for every cache line of ``a[lo:hi]`` (1-D; ``0 <= lo <= hi <= a.shape[0]``)."""
+    step = max(1, 64 // a.itemsize)
+    for j in range(lo, hi, step):
+        prefetch(a, j)
+    if hi > lo:
+        prefetch(a, hi - 1)  # the last line, where the steps from lo skip past it

@@ -178,7 +178,7 @@ def cs_round(shard, W, seed, passes, spec: CSSpec):
     alone = spec.n_shards == 1
     sigma = float(spec.n_shards)
     args = layout_args(st["X"])
-    ahead = _dual_ahead(st["X"])
+    ahead = _dual_ahead(st["X"]) if isinstance(st["X"], np.ndarray) else None  # a CSR pass does not ask
     n = st["y"].shape[0]
     rng = np.random.default_rng([int(seed) & 0x7FFFFFFF, index])
     for h in range(int(passes)):

@@ -123,12 +123,15 @@ class DualSpec:
 # Prefetching.  A pass visits the rows in a random order, which the hardware
 # prefetchers cannot follow: on a shard larger than the caches, each row's
 # loads (its X, and its entries of c, sqnorm, alpha and y) wait on memory one
-# after the other.  A pass over a shard of at least ``_DUAL_AHEAD_BYTES`` asks
-# for the row ``_DUAL_AHEAD`` steps on in its order while it works on the row
-# at hand (docs/design-measurements.md has the measurement); a smaller one is
+# after the other.  A pass over a shard of at least ``_DUAL_AHEAD_BYTES``
+# (a CSR's values and indices) asks for the row ``_DUAL_AHEAD`` steps on in
+# its order while it works on the row at hand, and a CSR pass for the row
+# pointers of the row twice as far on, which it reads to find that row
+# (docs/design-measurements.md has the measurement); a smaller one is
 # compiled without asking (``ahead`` None: numba prunes the branch).
 _prefetch = lazy_global("dask_estimators.objectives._prefetch", "prefetch")
 _prefetch_row = lazy_global("dask_estimators.objectives._prefetch", "prefetch_row")
+_prefetch_span = lazy_global("dask_estimators.objectives._prefetch", "prefetch_span")
 
 #: How many rows ahead, in a pass's order, a dense pass asks for; the X bytes from which it asks.
 _DUAL_AHEAD = 8
@@ -136,8 +139,24 @@ _DUAL_AHEAD_BYTES = 2 << 20
 
 
 def _dual_ahead(X) -> int | None:
-    """The rows a pass over the dense ``X`` asks for ahead of the one at hand; None: it does not ask."""
-    return _DUAL_AHEAD if isinstance(X, np.ndarray) and X.nbytes >= _DUAL_AHEAD_BYTES else None
+    """The rows a pass over ``X`` (dense, or a CSR matrix: its values and indices) asks for ahead of the one at
+    hand; None: it does not ask."""
+    nbytes = X.nbytes if isinstance(X, np.ndarray) else X.data.nbytes + X.indices.nbytes
+    return _DUAL_AHEAD if nbytes >= _DUAL_AHEAD_BYTES else None
+
+
+@lazy_njit(nogil=True, boundscheck=False, inline="always")
+def _csr_ask(data, indices, indptr, perm, t, ahead):  # pragma: no cover - compiled
+    """A CSR pass's asking, in two stages: the row pointers of the row ``2 * ahead`` steps on, and the values and
+    indices of the row ``ahead`` steps on (found through its pointers, asked for ``ahead`` steps before)."""
+    m = perm.shape[0]
+    if t + 2 * ahead < m:
+        _prefetch(indptr, perm[t + 2 * ahead])
+    if t + ahead < m:
+        k = perm[t + ahead]
+        lo, hi = indptr[k], indptr[k + 1]
+        _prefetch_span(data, lo, hi)
+        _prefetch_span(indices, lo, hi)
 
 
 # The passes are written once per layout of X.  One body per loss with a layout flag and the row helpers
@@ -270,11 +289,21 @@ def _svr_pass(X, y, c, beta, sqnorm, w, u, bias, sigma, squared, epsilon, perm, 
 
 
 @lazy_njit(nogil=True, boundscheck=False)
-def _svc_pass_csr(data, indices, indptr, y, c, alpha, sqnorm, w, u, bias, sigma, squared, perm):  # pragma: no cover
+def _svc_pass_csr(data, indices, indptr, y, c, alpha, sqnorm, w, u, bias, sigma, squared, perm,
+                  ahead):  # pragma: no cover - compiled
     """:func:`_svc_pass` on a CSR X given by its three arrays: each row reads and updates only its columns."""
     p = w.shape[0] - 1
     pg_max, pg_min = -np.inf, np.inf
-    for t in range(perm.shape[0]):
+    m = perm.shape[0]
+    for t in range(m):
+        if ahead is not None:
+            _csr_ask(data, indices, indptr, perm, t, ahead)
+            if t + ahead < m:
+                k = perm[t + ahead]
+                _prefetch(c, k)
+                _prefetch(sqnorm, k)
+                _prefetch(alpha, k)
+                _prefetch(y, k)
         i = perm[t]
         ci = c[i]
         if not ci > 0.0:  # a row of weight 0 is not part of the problem
@@ -318,11 +347,20 @@ def _svc_pass_csr(data, indices, indptr, y, c, alpha, sqnorm, w, u, bias, sigma,
 
 @lazy_njit(nogil=True, boundscheck=False)
 def _svr_pass_csr(data, indices, indptr, y, c, beta, sqnorm, w, u, bias, sigma, squared, epsilon,
-                  perm):  # pragma: no cover - compiled
+                  perm, ahead):  # pragma: no cover - compiled
     """:func:`_svr_pass` on a CSR X given by its three arrays."""
     p = w.shape[0] - 1
     v_max, v_sum = 0.0, 0.0
-    for t in range(perm.shape[0]):
+    m = perm.shape[0]
+    for t in range(m):
+        if ahead is not None:
+            _csr_ask(data, indices, indptr, perm, t, ahead)
+            if t + ahead < m:
+                k = perm[t + ahead]
+                _prefetch(c, k)
+                _prefetch(sqnorm, k)
+                _prefetch(beta, k)
+                _prefetch(y, k)
         i = perm[t]
         ci = c[i]
         if not ci > 0.0:
@@ -619,7 +657,7 @@ def dual_round(shard, W, gamma, active, first, seed, passes, spec: DualSpec):
     dense = isinstance(X, np.ndarray)
     svc, svr = (_svc_pass, _svr_pass) if dense else (_svc_pass_csr, _svr_pass_csr)
     xargs = _pass_args(X)
-    ahead = (_dual_ahead(xargs[0]),) if dense else ()  # the dense passes' last argument
+    ahead = _dual_ahead(X)
     rng = np.random.default_rng([int(seed) & 0x7FFFFFFF, index])
     tol = spec.tol
     for k in range(K):
@@ -632,10 +670,10 @@ def dual_round(shard, W, gamma, active, first, seed, passes, spec: DualSpec):
             perm = rng.permutation(n).astype(np.int64)
             if spec.classification:
                 a, b = svc(*xargs, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
-                           spec.squared, perm, *ahead)
+                           spec.squared, perm, ahead)
             else:
                 a, b = svr(*xargs, st["y"][k], st["c"][k], st["alpha"][k], st["sqnorm"], w, u, spec.bias, sigma,
-                           spec.squared, spec.epsilon, perm, *ahead)
+                           spec.squared, spec.epsilon, perm, ahead)
             if h == 0 or alone:
                 stop[index, :, k] = (a, b)
             if h == 0:

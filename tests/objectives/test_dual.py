@@ -189,18 +189,32 @@ def test_round_kernel_contract():
 
 
 # ------------------------------------------------------------------ rows asked for ahead
-@pytest.mark.parametrize("kind", ["svc", "svc-squared", "svr", "svr-squared", "crammer-singer"])
-@pytest.mark.parametrize("n", [1, 5, 9, 300])
-def test_passes_that_ask_for_rows_ahead_step_as_those_that_do_not(kind, n):
-    """A dense pass that asks for the row 8 steps on in its order (shards of 2 MiB and more) makes the steps of
-    the same pass compiled without asking: the same dual point, weights and stopping values, for every loss,
-    on fewer rows than the distance asked (1, 5) and more (9, 300)."""
+@pytest.mark.parametrize("layout,kind", [(layout, kind) for layout in ("dense", "csr")
+                                         for kind in ("svc", "svc-squared", "svr", "svr-squared", "crammer-singer")
+                                         if (layout, kind) != ("csr", "crammer-singer")])  # asks on dense only
+@pytest.mark.parametrize("n", [1, 5, 9, 20, 300])
+def test_passes_that_ask_for_rows_ahead_step_as_those_that_do_not(layout, kind, n):
+    """A pass that asks for the row 8 steps on in its order (shards of 2 MiB and more; a CSR pass for the row
+    pointers 16 steps on too) makes the steps of the same pass compiled without asking: the same dual point,
+    weights and stopping values, for every loss, on fewer rows than the distances asked (1, 5, 9) and more
+    (20, 300), with empty CSR rows among them."""
+    import scipy.sparse as sp
+
     from dask_estimators.objectives import dual
+    from dask_estimators.objectives._sparse import index_array
     from dask_estimators.objectives.crammer_singer import _cs_pass
 
     rng = np.random.default_rng(n)
     p = 30
     X = rng.normal(size=(n, p))
+    if layout == "csr":
+        X[rng.random((n, p)) < 0.7] = 0.0
+        if n > 2:
+            X[n // 3] = 0.0  # an empty row
+        csr = sp.csr_matrix(X)
+        xargs = (csr.data, index_array(csr.indices), index_array(csr.indptr))
+    else:
+        xargs = (X,)
     sqnorm = np.einsum("ij,ij->i", X, X) + 1.0
     c = rng.uniform(0.05, 0.5, n)
     if n > 2:
@@ -220,11 +234,13 @@ def test_passes_that_ask_for_rows_ahead_step_as_those_that_do_not(kind, n):
         if kind.startswith("svc"):
             y = np.where(X[:, 0] + 0.3 * X[:, 1] > 0, 1.0, -1.0)
             alpha, w, u = np.zeros(n), np.zeros(p + 1), np.zeros(p + 1)
-            out = dual._svc_pass(X, y, c, alpha, sqnorm, w, u, 1.0, 1.0, squared, perm, ahead)
+            svc = dual._svc_pass if layout == "dense" else dual._svc_pass_csr
+            out = svc(*xargs, y, c, alpha, sqnorm, w, u, 1.0, 1.0, squared, perm, ahead)
         else:
             y = X[:, 0] - 0.5 * X[:, 2]
             alpha, w, u = np.zeros(n), np.zeros(p + 1), np.zeros(p + 1)
-            out = dual._svr_pass(X, y, c, alpha, sqnorm, w, u, 1.0, 1.0, squared, 0.1, perm, ahead)
+            svr = dual._svr_pass if layout == "dense" else dual._svr_pass_csr
+            out = svr(*xargs, y, c, alpha, sqnorm, w, u, 1.0, 1.0, squared, 0.1, perm, ahead)
         return (out, alpha, w, u)
 
     plain = one_pass(None)
@@ -234,7 +250,7 @@ def test_passes_that_ask_for_rows_ahead_step_as_those_that_do_not(kind, n):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_passes_ask_for_rows_ahead_on_dense_shards_of_2_mib_and_more():
+def test_passes_ask_for_rows_ahead_on_shards_of_2_mib_and_more():
     import scipy.sparse as sp
 
     from dask_estimators.objectives import dual
@@ -242,4 +258,6 @@ def test_passes_ask_for_rows_ahead_on_dense_shards_of_2_mib_and_more():
     assert dual._dual_ahead(np.empty((2, 10))) is None
     assert dual._dual_ahead(np.empty((1 << 18, 1))) == 8  # 2 MiB
     assert dual._dual_ahead(np.empty((1 << 18, 1), dtype=np.float32)) is None  # 1 MiB
-    assert dual._dual_ahead(sp.random(1 << 16, 1 << 10, density=0.1, format="csr")) is None
+    small = sp.random(1 << 10, 1 << 10, density=0.1, format="csr")  # 1.3 MB of values and indices
+    large = sp.random(1 << 12, 1 << 10, density=0.1, format="csr")  # 5 MB
+    assert dual._dual_ahead(small) is None and dual._dual_ahead(large) == 8
