@@ -76,6 +76,22 @@ def spread():
 
 
 @pytest.fixture
+def placements(monkeypatch):
+    """The placements made on the cluster while the test runs (each a call of the session's place)."""
+    from dask_estimators.session import _session
+
+    made = []
+    place = _session._placement.place
+
+    def counted(*args, **kwargs):
+        made.append(kwargs.get("workers"))  # None: every worker
+        return place(*args, **kwargs)
+
+    monkeypatch.setattr(_session._placement, "place", counted)
+    return made
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(0)
 

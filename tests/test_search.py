@@ -31,24 +31,9 @@ from sklearn.svm import SVC
 import dask_estimators as de
 from dask_estimators.model_selection import GridSearchCV, RandomizedSearchCV
 from dask_estimators.model_selection import _search
-from dask_estimators.session import _session
 
 # "spread": a search's rounds spread over the workers, as large data's; the others' small searches run in one task
 # on one worker (PlacedRuns' one-worker path)
-
-
-@pytest.fixture
-def placements(monkeypatch):
-    """The placements made on the cluster while the test runs (each a call of the session's place)."""
-    made = []
-    place = _session._placement.place
-
-    def counted(*args, **kwargs):
-        made.append(kwargs.get("workers"))
-        return place(*args, **kwargs)
-
-    monkeypatch.setattr(_session._placement, "place", counted)
-    return made
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from ..objectives import module as M
 from ..objectives import targets as T
 from .._progress import check_progress
-from ..optim.torch_driver import Monitor, TrainConfig, minimize_lbfgs
+from ..optim.torch_driver import LockstepMember, Monitor, TrainConfig, minimize_lbfgs
 from ..session import DataSession
 from ._base import DistributedEstimator, accepts_kept_data, check_class_share, dask_label_set
 from ._torch import Progress, renamed_strategy, resolve_strategy, split_callbacks, strategy_constraint
@@ -299,13 +299,7 @@ class _BaseMLP(DistributedEstimator):
                 "The validation set is too small. Increase 'validation_fraction' or the size of your dataset."
             )
         if reset:
-            self.n_iter_, self.t_, self._epochs_run = 0, 0, 0
-            self.n_outputs_, self.n_layers_ = spec.n_outputs, len(spec.hidden) + 2
-            self.out_activation_ = spec.out
-            self.history_, self.loss_curve_ = [], []
-            self.validation_scores_ = None
-            self._monitor_state = None
-            self._optimizer_state = None
+            self._reset_fitted(spec)
         strategy = self._resolve_strategy()
         stats = dict(data.stats(), strategy=strategy)
         if self.solver == "lbfgs":
@@ -349,6 +343,47 @@ class _BaseMLP(DistributedEstimator):
         self._set_result(spec, res, early_stopping, incremental)
         stats.update(batch_size=batch, steps_per_epoch=cfg.n_steps, seconds=sum(r["seconds"] for r in res.history))
         return stats
+
+    def _reset_fitted(self, spec):
+        """The fitted state of a fit from scratch, before its training (``spec``: its network)."""
+        self.n_iter_, self.t_, self._epochs_run = 0, 0, 0
+        self.n_outputs_, self.n_layers_ = spec.n_outputs, len(spec.hidden) + 2
+        self.out_activation_ = spec.out
+        self.history_, self.loss_curve_ = [], []
+        self.validation_scores_ = None
+        self._monitor_state = None
+        self._optimizer_state = None
+
+    def _lockstep_member(self, n_features, n_outputs, out, dtype, n_rows):
+        """This model (not fitted) as one network of a search's lockstep (:func:`fit_lockstep`), on ``n_rows``
+        rows: (its network, the optimizer layer's ``LockstepMember``), made as :meth:`fit` makes its training
+        run on one worker."""
+        spec = M.MLPSpec(n_features, self._hidden(), n_outputs, self.activation, out, dtype)
+        rng = check_random_state(self.random_state)
+        w0 = M.glorot_init(spec, rng)
+        drawn = int(rng.randint(np.iinfo(np.int32).max))
+        early_stopping = self.early_stopping and self.solver != "lbfgs"
+        vf = self.validation_fraction if early_stopping else 0.0
+        n_train = n_rows - M.validation_rows(n_rows, vf)
+        batch = self._batch_size(n_train)
+        cfg = TrainConfig(
+            solver=self.solver, learning_rate_init=self.learning_rate_init, learning_rate=self.learning_rate,
+            power_t=self.power_t, momentum=self.momentum, nesterovs_momentum=self.nesterovs_momentum,
+            beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon, alpha=self.alpha,
+            max_iter=self.max_iter, tol=self.tol, n_iter_no_change=self.n_iter_no_change,
+            early_stopping=early_stopping, shuffle=self.shuffle, seed=drawn,
+            n_steps=math.ceil(n_train / batch), n_train=n_train,
+        )
+        return spec, LockstepMember(spec, w0, cfg, self._monitor(early_stopping, True), batch, vf)
+
+    def _lockstep_fitted(self, spec, res, stats):
+        """Take the result ``res`` of this model's training in a search's lockstep, as :meth:`fit` takes its own."""
+        self._reset_fitted(spec)
+        self.callbacks_ = list(res.callbacks)
+        self._set_result(spec, res, self.early_stopping and self.solver != "lbfgs", False)
+        self._hidden_fitted = tuple(spec.hidden)
+        self.fit_stats_ = dict(stats, seconds=sum(r["seconds"] for r in res.history), **res.info.get("lockstep", {}))
+        return self
 
     def _batches(self, rows):
         """The batch size and each shard's cuts (:func:`~dask_estimators.objectives.module.batch_cuts`) for shards
@@ -1034,3 +1069,127 @@ def _check_stratifiable(shard_counts, classes):
             "early-stopping split. The minimum number of groups for any class cannot be less than 2. "
             f"Classes with too few members are: {too_few}"
         )
+
+
+# ----------------------------------------------------------------------------- a search's lockstep
+def lockstep_ready(est) -> bool:
+    """Whether ``est`` (not fitted) can train in a search's lockstep (:func:`fit_lockstep`): our
+    ``MLPClassifier`` or ``MLPRegressor`` (not a subclass) with a stochastic solver, fitted from scratch, with
+    nothing shown or called per epoch, no timeout on its rounds, and the ddp strategy."""
+    return (type(est) in (MLPClassifier, MLPRegressor) and est.solver in ("adam", "sgd") and not est.warm_start
+            and not est.callbacks and not est.verbose and not est.progress and est.timeout is None
+            and est.strategy in ("auto", "ddp"))
+
+
+def fit_lockstep(models, X, y, sample_weight, splits, on_done=None) -> list:
+    """Fit each of ``models`` (:func:`lockstep_ready`, not fitted) on each split's training rows of X (NumPy or
+    pandas, dense): a grid ``[model][split]`` of fitted models.
+
+    Each model comes out as its own ``fit`` on those rows would train it on one worker: the same initial
+    weights, batches, steps and stopping rules.  X is placed whole on every worker, once
+    (:meth:`~dask_estimators.session.DataSession.replicas`); the models of a split that take the same batches
+    (batch size, shuffling, validation rows, and the seed their ``random_state`` draws; models without one
+    take their group's) form a group, which trains in lockstep in one task on one worker
+    (:meth:`~dask_estimators.session.PlacedData.train_lockstep`), each step's batch read once for all of them.
+    The groups run on the workers as they free up, the costliest first (halved where there are fewer than two a
+    worker: :func:`_shared_out`).  The models share ``client`` and
+    ``device``.  ``on_done(n)``: ``n`` more fits have ended.
+
+    Input a model refuses, or a training that fails (such as non-finite weights), raises
+    :class:`~dask_estimators.estimators._grid.RejectedInput` with the model's error as its cause.
+    """
+    import scipy.sparse as sp
+    from sklearn.base import clone
+    from sklearn.utils import _safe_indexing
+
+    from ._grid import RejectedInput
+
+    first = models[0]
+    tmpl = clone(first)
+    try:
+        Xv, yv, swv, dask_input = tmpl._validate_input(X, y, sample_weight)
+    except (ValueError, TypeError) as e:
+        raise RejectedInput(str(e)) from e
+    if dask_input or sp.issparse(Xv):
+        raise ValueError("fit_lockstep takes dense NumPy or pandas X.")
+    storage = tmpl._storage_dtype(Xv)
+    fitted = [[None] * len(splits) for _ in models]
+    task_members = []
+    for k, (train, _) in enumerate(splits):
+        train = np.asarray(train)
+        train = np.flatnonzero(train) if train.dtype == bool else train.astype(np.int64, copy=False)
+        fold = clone(first)
+        try:
+            codes, out, n_out = fold._encode_targets(_safe_indexing(yv, train), False, None, True, False)
+        except ValueError as e:
+            raise RejectedInput(str(e)) from e
+        sw_k = None if swv is None else np.asarray(swv)[train]
+        groups, seeds = {}, {}
+        for i, model in enumerate(models):
+            est = clone(model)
+            for source, names in ((tmpl, ("n_features_in_", "feature_names_in_")), (fold, ("classes_", "_multilabel"))):
+                for name in names:
+                    if hasattr(source, name):
+                        setattr(est, name, copy.copy(getattr(source, name)))
+            spec, member = est._lockstep_member(tmpl.n_features_in_, n_out, out, storage.name, len(train))
+            if est.random_state is None:  # random batches: the group's
+                free = member.batches()[:2] + member.batches()[3:]
+                member.cfg.seed = seeds.setdefault(free, member.cfg.seed)
+            if member.cfg.early_stopping:
+                try:
+                    _check_early_stopping(est, codes, out, spec, len(train) - member.cfg.n_train)
+                except ValueError as e:
+                    raise RejectedInput(str(e)) from e
+            groups.setdefault(member.batches(), []).append((i, est, spec, member))
+        for group in groups.values():
+            task_members.append((k, group, (train, codes, sw_k)))
+
+    def done(i, results):
+        if on_done is not None:
+            on_done(len(results))
+
+    with DataSession(first.client, device=first.device) as session:
+        replicas = session.replicas(X=Xv, check=tmpl._block_check(dtype=storage))
+        task_members = _shared_out(task_members, len(replicas))
+        tasks = [(_cost(group, len(data[0])), "train_lockstep", (*data, [g[3] for g in group]))
+                 for _, group, data in task_members]
+        try:
+            results = session.spread(replicas, tasks, on_done=done)
+        except ValueError as e:  # a model's training failed (non-finite weights): in the model's words
+            raise RejectedInput(str(e)) from e
+        placement = replicas[0].stats()["placement"]
+    for (k, group, data), res in zip(task_members, results):
+        for (i, est, spec, member), r in zip(group, res):
+            stats = {"strategy": "lockstep", "n_shards": 1, "rows_per_shard": [len(data[0])],
+                     "placement": placement, "batch_size": member.batch_size, "steps_per_epoch": member.cfg.n_steps}
+            fitted[i][k] = est._lockstep_fitted(spec, r, stats)
+    return fitted
+
+
+def _cost(group, n_rows) -> int:
+    """A lockstep group's work, about: its networks' parameters times their epochs, times the rows."""
+    return n_rows * sum(g[3].spec.n_params * g[3].cfg.max_iter for g in group)
+
+
+def _shared_out(task_members, n_workers) -> list:
+    """The lockstep groups ``[(split, group, data)]`` cut so that the workers share them out evenly: while there
+    are fewer than two a worker, the costliest group of several members is halved."""
+    tasks = list(task_members)
+    while len(tasks) < 2 * n_workers:
+        splittable = [i for i, t in enumerate(tasks) if len(t[1]) > 1]
+        if not splittable:
+            break
+        i = max(splittable, key=lambda j: _cost(tasks[j][1], len(tasks[j][2][0])))
+        k, group, data = tasks.pop(i)
+        half = len(group) // 2
+        tasks += [(k, group[:half], data), (k, group[half:], data)]
+    return tasks
+
+
+def _check_early_stopping(est, codes, out, spec, n_val):
+    """scikit-learn's errors of a fit with ``early_stopping`` whose validation rows are too few (``n_val``), or
+    whose classes cannot all be split between training and validation rows."""
+    if out == "softmax" or (out == "logistic" and spec.n_outputs == 1 and np.ndim(codes) == 1):
+        _check_stratifiable([np.bincount(np.asarray(codes, dtype=np.int64))], getattr(est, "classes_", None))
+    if n_val < 2:
+        raise ValueError("The validation set is too small. Increase 'validation_fraction' or the size of your dataset.")

@@ -26,6 +26,14 @@ give the same attributes; where every candidate's estimator is our
   placed per split are scored on the client with scikit-learn's scorers.
   Dask input stays on the workers throughout.
 
+Where every candidate is our ``MLPClassifier`` or ``MLPRegressor`` with a
+stochastic solver (:func:`~dask_estimators.estimators.neural.lockstep_ready`)
+and X is dense NumPy or pandas, X is placed whole on every worker once, and
+each split's candidates that take the same batches train in lockstep in one
+task on one worker, each as its own fit on one worker would
+(:func:`~dask_estimators.estimators.neural.fit_lockstep`); they are scored
+on the client.
+
 Anything else (another estimator in the grid, metadata routing,
 ``class_weight="balanced"``, dask input with other scorers) runs
 scikit-learn's own search, unchanged.
@@ -34,6 +42,7 @@ scikit-learn's own search, unchanged.
 from __future__ import annotations
 
 import copy
+import sys
 import time
 import traceback
 import warnings
@@ -42,6 +51,7 @@ from contextlib import ExitStack
 from numbers import Integral
 
 import numpy as np
+import scipy.sparse as sp
 from dask.base import is_dask_collection
 from sklearn import get_config
 from sklearn.base import _fit_context, clone, is_classifier
@@ -59,6 +69,7 @@ from sklearn.utils import _safe_indexing, check_random_state
 from sklearn.utils.validation import indexable
 
 from .._progress import check_progress, progress_bar
+from ..session import ReplicasWontFit
 from ..estimators._grid import (
     PER_FIT,
     PlacedRuns,
@@ -74,6 +85,8 @@ __all__ = ["GridSearchCV", "RandomizedSearchCV"]
 
 #: scikit-learn's private methods of its searches that the placed path calls (docs/private-apis.md): where one
 #: is missing, scikit-learn's own search runs.
+_NEURAL = "dask_estimators.estimators.neural"  # imported where a candidate is one of our networks
+
 _SEARCH_INTERNALS = ("_format_results", "_select_best_index", "_get_scorers", "_check_refit_for_multimetric",
                      "_check_scorers_accept_sample_weight")
 
@@ -103,9 +116,12 @@ class _Plan:
     """A search the placed path runs: its candidates, their groups, the name of the fit's weights (a
     pipeline's last step's), the weights, and whether the input stays on the workers (dask)."""
 
-    def __init__(self, candidates, groups, weight_key, fit_weight, on_workers):
+    def __init__(self, candidates, groups, weight_key, fit_weight, on_workers, networks=False):
         self.candidates, self.groups, self.weight_key = candidates, groups, weight_key
         self.fit_weight, self.on_workers = fit_weight, on_workers
+        #: The candidates are our networks, trained in lockstep on X placed whole on every worker
+        #: (:func:`~dask_estimators.estimators.neural.fit_lockstep`); one group
+        self.networks = networks
 
 
 class _PlacedSearch:
@@ -143,6 +159,8 @@ class _PlacedSearch:
         self._candidates(probe=False)  # the draws scikit-learn's search would have made (a RandomState moves on)
         try:
             return self._fit_placed(plan, X, y, params)
+        except ReplicasWontFit:  # the networks' X would not fit whole on every worker
+            pass
         except RejectedInput as e:
             if self.error_score == "raise":
                 raise e.__cause__ from None
@@ -161,6 +179,9 @@ class _PlacedSearch:
         if y is None or not candidates:
             return None
         est = self.estimator
+        neural = sys.modules.get(_NEURAL)
+        if neural is not None and neural.lockstep_ready(est):
+            return self._networks_plan(X, params, candidates, neural)
         if not grid_ready(_final(est)) and not any(
                 hasattr(v, "fit") for cand in candidates for v in cand.values()):  # no candidate brings ours
             return None
@@ -193,6 +214,26 @@ class _PlacedSearch:
             shape = tuple(sorted((k, repr(v)) for k, v in cand.items() if not _per_fit(k, last)))
             groups[shape].append((i, model))
         return _Plan(candidates, list(groups.values()), weight_key, params.get(weight_key), on_workers)
+
+    def _networks_plan(self, X, params, candidates, neural):
+        """The plan of a search over our networks (:func:`~dask_estimators.estimators.neural.lockstep_ready`
+        candidates of one client and device, on dense NumPy or pandas X), or None where scikit-learn's search
+        runs."""
+        est = self.estimator
+        if set(params) - {"groups", "sample_weight"} or is_dask_collection(X) or is_dask_collection(
+                params.get("sample_weight")) or is_dask_collection(params.get("groups")) or sp.issparse(X):
+            return None
+        models = []
+        for i, cand in enumerate(candidates):
+            try:
+                model = clone(est).set_params(**clone(cand, safe=False))
+                model._validate_params()
+            except Exception:  # scikit-learn's search meets it in its own words
+                return None
+            if not neural.lockstep_ready(model) or model.client is not est.client or model.device != est.device:
+                return None
+            models.append((i, model))
+        return _Plan(candidates, [models], "sample_weight", params.get("sample_weight"), False, networks=True)
 
     def _scorer_names(self) -> dict | None:
         """``{result name: scikit-learn scorer name}`` where ``scoring`` names scikit-learn's own scorers (None:
@@ -262,7 +303,7 @@ class _PlacedSearch:
         score_weight = None
         if weight is not None and plan.weight_key == "sample_weight" and self._check_scorers_accept_sample_weight():
             score_weight = weight
-        scored_on_workers = plan.on_workers or self._worker_scored(y_split)
+        scored_on_workers = not plan.networks and (plan.on_workers or self._worker_scored(y_split))
         worker_scores = [[None] * len(splits) for _ in plan.candidates] if scored_on_workers else None
         shifts = self._r2_shifts(y_split, splits) if scored_on_workers else None
         fitted = [[None] * n_splits for _ in range(n_cand)]
@@ -276,7 +317,9 @@ class _PlacedSearch:
             # one group: its placement also holds a split of every row, for the refit of its best candidate
             keep = len(plan.groups) == 1 and bool(self.refit)
             refit_on = None
-            for members in plan.groups:
+            if plan.networks:
+                self._fit_networks(plan.groups[0], X, y, weight, splits, fitted, fit_time)
+            for members in [] if plan.networks else plan.groups:
                 refit_on = self._fit_group(members, X, y, weight, splits, fitted, fit_time, stack, keep, len(y_split),
                                            worker_scores, shifts, plan.on_workers)
             if bar is not None:
@@ -390,6 +433,18 @@ class _PlacedSearch:
                 fitted[i][k] = _with_final(model, steps, row[0])
                 fit_time[i, k] = seconds / len(members)
         return None
+
+    def _fit_networks(self, members, X, y, weight, splits, fitted, fit_time):
+        """Fit our networks ``members`` on every split, in lockstep groups on X placed whole on every worker
+        (:func:`~dask_estimators.estimators.neural.fit_lockstep`), filling ``fitted`` and ``fit_time``."""
+        neural = sys.modules[_NEURAL]
+        t0 = time.perf_counter()
+        grid = neural.fit_lockstep([m for _, m in members], X, y, weight, splits, on_done=self._fits_done)
+        seconds = (time.perf_counter() - t0) / (len(members) * len(splits))
+        for (i, _), row in zip(members, grid):
+            for k, est in enumerate(row):
+                fitted[i][k] = est
+                fit_time[i, k] = seconds
 
     def _fits_done(self, n=1):
         """``n`` fits have ended: the bar (``progress``) counts them."""
@@ -581,7 +636,12 @@ class GridSearchCV(_PlacedSearch, _SkGridSearchCV):
     each with its own line search and stopping test, as it would alone.
     The held-out scores of scikit-learn's accuracy, log-loss, r2 and
     squared-error scorers are summed on the workers, others' computed by
-    scikit-learn's scorers on the client.  Anything else is scikit-learn's
+    scikit-learn's scorers on the client.  Where every candidate is our
+    ``MLPClassifier`` or ``MLPRegressor`` (solver "adam" or "sgd") on dense
+    NumPy or pandas X, X is placed whole on every worker once, and each
+    split's candidates that take the same batches train together on one
+    worker, each step's batch read once for all of them; each comes out as
+    its own fit on one worker would.  Anything else is scikit-learn's
     search (``n_jobs`` applies there).
 
     Parameters

@@ -58,6 +58,7 @@ __all__ = [
     "glorot_init",
     "forward_numpy",
     "prepare",
+    "validation_rows",
     "value_grad",
     "loss_grad_",
     "loss_grad_kernel",
@@ -659,6 +660,13 @@ def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: i
     return out
 
 
+def validation_rows(n: int, validation_fraction: float) -> int:
+    """The rows :func:`init_rows` holds out of a shard of ``n`` rows for validation: ``validation_fraction`` of
+    them, rounded, and at least one row left to train on."""
+    n_val = int(round(validation_fraction * n)) if validation_fraction else 0
+    return min(n_val, n - 1) if n > 1 else 0
+
+
 def init_rows(shard, validation_fraction: float, seed: int, rank: int, labels=None) -> dict:
     """Split this shard's rows into training and (seeded) validation rows; reset the per-fit cache.
 
@@ -667,8 +675,7 @@ def init_rows(shard, validation_fraction: float, seed: int, rank: int, labels=No
     random among its rows.
     """
     n = shard.n_rows
-    n_val = int(round(validation_fraction * n)) if validation_fraction else 0
-    n_val = min(n_val, n - 1) if n > 1 else 0
+    n_val = validation_rows(n, validation_fraction)
     if n_val:
         g = torch.Generator().manual_seed(_mix(seed, rank, -1))
         perm = torch.randperm(n, generator=g)

@@ -18,7 +18,10 @@ validation score of ``early_stopping`` (best parameters restored), and the
 ``"invscaling"``/``"adaptive"`` learning rates of SGD.  Optimizer state is
 kept in one layout (per layer, as ``module.parameters()``), so a
 ``partial_fit`` or a warm start can change strategy.  Both return a
-:class:`TrainResult`.  Nothing here sees Dask.
+:class:`TrainResult`.  A search's networks that take the same batches train
+in lockstep on one worker (the engine's ``train_lockstep``): each keeps its
+own epoch ends (:class:`EpochRun`), and :func:`run_epochs_together` steps
+them all.  Nothing here sees Dask.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ NON_FINITE_WEIGHTS = (
 )
 
 __all__ = ["TrainConfig", "Monitor", "TrainResult", "make_optimizer", "fast_step", "steps_in_parts", "AdamPartStep",
-           "adam_zero_state", "run_epochs", "train_rounds", "torch_state", "minimize_lbfgs", "TorchTraining",
+           "adam_zero_state", "run_epochs", "EpochRun", "run_epochs_together", "LockstepMember", "train_rounds",
+           "torch_state", "minimize_lbfgs", "TorchTraining",
            "TRAINING"]
 
 
@@ -329,28 +333,53 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
         seen: what a run resumed after this epoch needs besides the
         optimizer's, the stopping rule's and the callbacks' state.
     """
-    reduce_epoch = reduce_epoch or (lambda v: v)
-    history, stopped, t_seen = [], False, cfg.t0
-    loop = [monitor, *callbacks]
-    for cb in loop:
-        cb.on_train_begin(optimizer=opt)
-    n_epochs = 1 if cfg.incremental else cfg.max_iter
-    for it in range(n_epochs):
+    run = EpochRun(cfg, opt, monitor, reduce_epoch=reduce_epoch, validate=validate, params=params, report=report,
+                   callbacks=callbacks, checkpoint=checkpoint)
+    for it in range(run.n_epochs):
         epoch = cfg.epoch0 + it
         t_start = time.perf_counter()
         acc = 0.0
         for k in range(cfg.n_steps):
             acc += step(epoch, k)
-        loss = reduce_epoch(acc) / cfg.n_train
-        if not math.isfinite(loss) and not cfg.early_stopping and not np.all(np.isfinite(params())):
+        if run.end_epoch(epoch, acc, time.perf_counter() - t_start):
+            break
+    return run.result()
+
+
+class EpochRun:
+    """What :func:`run_epochs` does around one run's steps: the callbacks' start, each epoch's end (its loss,
+    validation score, record, learning rate and stopping rules) and the result.
+
+    :func:`run_epochs_together` keeps one per run, for runs that step in lockstep on the same batches.
+    The arguments are :func:`run_epochs`'.
+    """
+
+    def __init__(self, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=None, validate=None, params=None,
+                 report=None, callbacks=(), checkpoint=None):
+        self.cfg, self.opt, self.monitor = cfg, opt, monitor
+        self.reduce_epoch = reduce_epoch or (lambda v: v)
+        self.validate, self.params, self.report, self.checkpoint = validate, params, report, checkpoint
+        self.callbacks = list(callbacks)
+        self.history, self.stopped, self.t_seen = [], False, cfg.t0
+        self.loop = [monitor, *self.callbacks]
+        for cb in self.loop:
+            cb.on_train_begin(optimizer=opt)
+        #: The epochs this run takes at most.
+        self.n_epochs = 1 if cfg.incremental else cfg.max_iter
+
+    def end_epoch(self, epoch: int, acc: float, seconds: float) -> bool:
+        """Close ``epoch`` (its steps' summed ``acc`` of :func:`run_epochs`' ``step``, over ``seconds``): True
+        where the run stops there."""
+        cfg, opt = self.cfg, self.opt
+        loss = self.reduce_epoch(acc) / cfg.n_train
+        if not math.isfinite(loss) and not cfg.early_stopping and not np.all(np.isfinite(self.params())):
             # diverged: non-finite weights stay non-finite, and without early stopping no earlier weights are
             # kept, so the fit ends in scikit-learn's error now rather than after max_iter epochs
             raise ValueError(NON_FINITE_WEIGHTS)
-        score = validate() if cfg.early_stopping else None
-        t_seen += cfg.n_train
+        score = self.validate() if cfg.early_stopping else None
+        self.t_seen += cfg.n_train
         if cfg.solver == "sgd" and cfg.learning_rate == "invscaling":
-            _set_lr(opt, cfg.learning_rate_init / (t_seen + 1) ** cfg.power_t)
-        seconds = time.perf_counter() - t_start
+            _set_lr(opt, cfg.learning_rate_init / (self.t_seen + 1) ** cfg.power_t)
         rec = {
             "epoch": epoch + 1,
             "loss": loss,
@@ -358,20 +387,73 @@ def run_epochs(step, cfg: TrainConfig, opt, monitor: Monitor, *, reduce_epoch=No
             "seconds": seconds,
             "samples_per_s": cfg.n_train / seconds if seconds > 0 else float("inf"),
         }
+        history = self.history
         history.append(rec)
-        if report is not None:
-            report(dict(rec, params=params().astype(np.float64).tobytes()) if cfg.send_params else rec)
+        if self.report is not None:
+            self.report(dict(rec, params=self.params().astype(np.float64).tobytes()) if cfg.send_params else rec)
         # every callback sees every epoch (no short cut): scikit-learn's rule first, then the user's
-        stops = [cb.on_epoch_end(history, params=params, optimizer=opt, config=cfg) for cb in loop]
-        stopped = any(stops)
-        if checkpoint is not None:
-            checkpoint(history, stopped, t_seen)
-        if stopped:
-            break
-    for cb in loop:
-        cb.on_train_end(history)
-    return TrainResult(history=history, stopped=stopped, t=t_seen, n_epochs=len(history), monitor=monitor,
-                       callbacks=list(callbacks))
+        stops = [cb.on_epoch_end(history, params=self.params, optimizer=opt, config=cfg) for cb in self.loop]
+        self.stopped = any(stops)
+        if self.checkpoint is not None:
+            self.checkpoint(history, self.stopped, self.t_seen)
+        return self.stopped or len(history) >= self.n_epochs
+
+    def result(self) -> TrainResult:
+        """The run's :class:`TrainResult` (its callbacks' ``on_train_end`` called)."""
+        for cb in self.loop:
+            cb.on_train_end(self.history)
+        return TrainResult(history=self.history, stopped=self.stopped, t=self.t_seen, n_epochs=len(self.history),
+                           monitor=self.monitor, callbacks=self.callbacks)
+
+
+def run_epochs_together(step, runs: list, epoch0: int = 0) -> list:
+    """Several runs' epochs in lockstep on the same batches: :func:`run_epochs` for each, one loop for all.
+
+    ``runs``: an :class:`EpochRun` per run, all of the same ``n_steps``.  ``step(epoch, k, active)`` computes
+    batch ``k`` of ``epoch`` for the runs of the indices ``active`` (those not yet stopped) and steps their
+    optimizers; it returns each one's part of ``batch_loss * batch_rows``, in ``active``'s order.  A run
+    stops at its own epoch (its stopping rules, its ``max_iter``), and the others go on without it.  Each
+    epoch's seconds are the lockstep's.  Returns the runs' :class:`TrainResult` in order.
+    """
+    n_steps = {r.cfg.n_steps for r in runs}
+    if len(n_steps) != 1:
+        raise ValueError(f"Runs in lockstep take the same batches; their n_steps differ: {sorted(n_steps)}.")
+    (n_steps,) = n_steps
+    active = list(range(len(runs)))
+    epoch = epoch0
+    while active:
+        t_start = time.perf_counter()
+        acc = [0.0] * len(active)
+        for k in range(n_steps):
+            for j, v in enumerate(step(epoch, k, active)):
+                acc[j] += v
+        seconds = time.perf_counter() - t_start
+        active = [i for i, a in zip(active, acc) if not runs[i].end_epoch(epoch, a, seconds)]
+        epoch += 1
+    return [r.result() for r in runs]
+
+
+class LockstepMember:
+    """One network of a lockstep group: its problem, starting point, configuration and stopping rule.
+
+    ``spec`` a :class:`~dask_estimators.objectives.module.NetworkProblem` with a hand-written gradient
+    (``loss_grad_``); ``cfg`` and ``monitor`` the optimizer layer's (its ``TrainConfig`` and ``Monitor``);
+    ``batch_size`` the rows of its global batches, ``validation_fraction`` the share of rows it holds out
+    (with ``cfg.early_stopping``).  The members of one group take the same batches: they share these two,
+    ``cfg.seed``, ``shuffle``, ``n_steps``, ``n_train``, ``early_stopping`` and ``epoch0``, and the
+    network's output and dtype (the engine's ``train_lockstep`` checks).
+    """
+
+    def __init__(self, spec, w0, cfg, monitor, batch_size, validation_fraction=0.0):
+        self.spec, self.w0, self.cfg, self.monitor = spec, np.asarray(w0), cfg, monitor
+        self.batch_size = int(batch_size)
+        self.validation_fraction = float(validation_fraction) if cfg.early_stopping else 0.0
+
+    def batches(self) -> tuple:
+        """What the members of one group share."""
+        c = self.cfg
+        return (self.batch_size, self.validation_fraction, c.seed, c.shuffle, c.n_steps, c.n_train,
+                c.early_stopping, c.epoch0, self.spec.out, self.spec.dtype)
 
 
 def torch_state(state):
@@ -432,6 +514,16 @@ class TorchTraining:
     def epochs(step, cfg: TrainConfig, opt, monitor: Monitor, **kwargs) -> TrainResult:
         """:func:`run_epochs`."""
         return run_epochs(step, cfg, opt, monitor, **kwargs)
+
+    @staticmethod
+    def epoch_run(cfg: TrainConfig, opt, monitor: Monitor, **kwargs) -> EpochRun:
+        """:class:`EpochRun`: one run's epoch ends, for :meth:`epochs_together`."""
+        return EpochRun(cfg, opt, monitor, **kwargs)
+
+    @staticmethod
+    def epochs_together(step, runs, epoch0: int = 0) -> list:
+        """:func:`run_epochs_together`."""
+        return run_epochs_together(step, runs, epoch0)
 
     @staticmethod
     def result(**fields) -> TrainResult:

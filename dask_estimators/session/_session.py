@@ -21,6 +21,7 @@ __all__ = [
     "REDUCTIONS",
     "DataSession",
     "PlacedData",
+    "ReplicasWontFit",
     "adopt_sender",
     "canonical_csr",
     "check_lengths",
@@ -33,6 +34,11 @@ __all__ = [
     "warn_again",
     "worker_solve_below",
 ]
+
+
+class ReplicasWontFit(Exception):
+    """Arrays placed whole on every worker (:meth:`DataSession.replicas`) would take more than the dask config
+    ``dask-estimators.search-replica-share`` of a worker's memory."""
 
 
 class DataSession:
@@ -192,6 +198,61 @@ class DataSession:
         self._placed.append(data)
         return data
 
+    def replicas(self, *, check=None, **arrays) -> list[PlacedData]:
+        """``arrays`` placed whole on every worker: one :class:`PlacedData` of one shard per worker, for the many
+        small fits of a search on the same rows (:meth:`PlacedData.train_lockstep`).  Each is placed, kept
+        and released as :meth:`data`'s with ``workers=[worker]``."""
+        self._need_open()
+        workers = self.workers()
+        need = sum(_kept._shard_bytes(a) or 0 for a in arrays.values() if a is not None)
+        room = float(_config.get("search-replica-share")) * min(_kept._limits(self.client, [w]) for w in workers)
+        if 2 * need > room:  # the replica, and a split's rows copied from it
+            raise ReplicasWontFit(f"Arrays of {need} bytes placed whole on every worker would take more than the "
+                                  f"dask config dask-estimators.search-replica-share of a worker's memory.")
+        return [self.data(check=check, workers=[w], **arrays) for w in workers]
+
+    @staticmethod
+    def spread(replicas: list[PlacedData], tasks: list, on_done=None) -> list:
+        """Run ``tasks`` over the ``replicas`` (:meth:`replicas`), each on one of them, a replica taking the next
+        task as it frees up: ``tasks`` are ``(cost, method name, args)``, the costliest first, each run as
+        ``getattr(replica, name)(*args)``.  Returns the results in the tasks' order; ``on_done(i, result)``
+        is called as task ``i`` ends.  The first error stops the tasks not yet started and is raised.
+        """
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        order = sorted(range(len(tasks)), key=lambda i: -tasks[i][0])
+        out, lock, failed = [None] * len(tasks), threading.Lock(), []
+
+        def serve(replica):
+            while True:
+                with lock:
+                    if failed or not order:
+                        return
+                    i = order.pop(0)
+                try:
+                    out[i] = getattr(replica, tasks[i][1])(*tasks[i][2])
+                except BaseException as e:
+                    with lock:
+                        failed.append(e)
+                    return
+                if on_done is not None:
+                    on_done(i, out[i])
+
+        ex = ThreadPoolExecutor(max_workers=max(1, len(replicas)), thread_name_prefix="dask-estimators-spread")
+        try:
+            for f in [ex.submit(serve, r) for r in replicas]:
+                f.result()
+        except BaseException:  # an interrupt: no task starts any more; those running end with the session
+            with lock:
+                failed.append(None)
+            raise
+        finally:
+            ex.shutdown(wait=False)
+        if failed:
+            raise failed[0]
+        return out
+
 
 _TURNS = itertools.count()
 
@@ -327,6 +388,31 @@ class PlacedData:
         evaluator = self.evaluator()
         res = train_rounds(evaluator, spec, w0, cfg, monitor, opt_state, report=progress, callbacks=callbacks)
         return res, evaluator.stats.as_dict()
+
+    def train_lockstep(self, rows, y, sample_weight, members) -> list:
+        """Train the networks ``members`` (the optimizer layer's ``LockstepMember``) in lockstep on the rows
+        ``rows`` of this one shard's X (:meth:`DataSession.replicas`), ``y`` and ``sample_weight`` (None:
+        unweighted) being those rows': one task on its worker, each step's batch read once for every member.  Returns
+        each member's training result (the optimizer layer's ``TrainResult``), in order.
+
+        The task does not change the shard, and is not replayed on a shard rebuilt after a worker loss: a
+        worker lost while it runs has the shard placed again on a survivor, and the task runs again there.
+        """
+        from ..engine.cluster._watch import WorkerLostError
+        from ..engine.ddp.lockstep import train_lockstep
+        from ..optim.torch_driver import TRAINING
+
+        if self.n_shards != 1:
+            raise ValueError(f"train_lockstep needs data on one shard; it has {self.n_shards}.")
+        p = self._placement
+        args = (np.asarray(rows, dtype=np.int64), y, sample_weight, list(members), TRAINING, self.session.device)
+        for attempt in itertools.count():
+            try:
+                return p.wait(p.submit_each(train_lockstep, [args]), timeout=self.session.timeout)[0]
+            except WorkerLostError as e:
+                if attempt >= int(_config.get("max-recoveries")):
+                    raise
+                p.recover(e.workers)
 
     def warm_others(self, networks: bool = False) -> None:
         """Ask the cluster's other workers to load the engine (and, with ``networks``, the networks' first use)

@@ -21,6 +21,7 @@ import gc
 import os
 import signal
 import time
+import warnings
 
 import dask
 import dask.array as da
@@ -29,6 +30,7 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 
 import dask_estimators as de
 from dask_estimators.engine import DistributedEvaluator, WorkerLostError, WorkerLostWarning
@@ -233,29 +235,36 @@ def test_worker_killed_mid_grid_search_gives_the_undisturbed_results(fc, monkeyp
     assert _nothing_held(fc, timeout=10) is True
 
 
-def _kill_in_the_solve_once(marker):
-    """On a worker: the next solver run on this worker SIGKILLs its process after its first evaluation, unless
-    ``marker`` exists (made then, so that one worker dies, once)."""
-    from dask_estimators.engine.rounds import evaluator
+def _kill_after_once(module, owner, name, marker):
+    """On a worker: the next call of ``owner.name`` (a class of the module ``module``) SIGKILLs its process once
+    it returns, unless ``marker`` exists (made then, so that one worker dies, once)."""
+    import importlib
 
-    kept = evaluator.__dict__.get("_unpatched", evaluator.LocalEvaluator.__call__)
-    evaluator._unpatched = kept
+    cls = getattr(importlib.import_module(module), owner)
+    kept = cls.__dict__.get("_unpatched", getattr(cls, name))
+    cls._unpatched = kept
 
-    def killing(self, fn, *args):
-        out = kept(self, fn, *args)
+    def killing(self, *args):
+        out = kept(self, *args)
         if not os.path.exists(marker):
             open(marker, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
         return out
 
-    evaluator.LocalEvaluator.__call__ = killing
+    setattr(cls, name, killing)
 
 
-def _unpatch_the_solve():
-    from dask_estimators.engine.rounds import evaluator
+def _unpatch(module, owner, name):
+    import importlib
 
-    if "_unpatched" in evaluator.__dict__:
-        evaluator.LocalEvaluator.__call__ = evaluator.__dict__.pop("_unpatched")
+    cls = getattr(importlib.import_module(module), owner)
+    if "_unpatched" in cls.__dict__:
+        setattr(cls, name, cls.__dict__["_unpatched"])
+        del cls._unpatched
+
+
+#: A small fit's solver evaluating its one shard in the task on its worker.
+_IN_THE_SOLVE = ("dask_estimators.engine.rounds.evaluator", "LocalEvaluator", "__call__")
 
 
 def test_worker_killed_in_a_small_fits_solve_solves_again_on_another(fc, tmp_path):
@@ -265,13 +274,13 @@ def test_worker_killed_in_a_small_fits_solve_solves_again_on_another(fc, tmp_pat
     marker = tmp_path / "killed"
     with dask.config.set({"dask-estimators.worker-solve-below": 2**21}):  # the default, which this module turns off
         ref = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
-        fc.run(_kill_in_the_solve_once, str(marker))
+        fc.run(_kill_after_once, *_IN_THE_SOLVE, str(marker))
         try:
             t0 = time.monotonic()
             est = de.LogisticRegression(client=fc, **TIGHT).fit(X, y)
             assert time.monotonic() - t0 < HANG_GUARD
         finally:
-            fc.run(_unpatch_the_solve)
+            fc.run(_unpatch, *_IN_THE_SOLVE)
     assert marker.exists()  # a worker died inside the solve
     assert ref.fit_stats_["solved_on_worker"] and est.fit_stats_["solved_on_worker"]
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
@@ -295,13 +304,13 @@ def test_worker_killed_in_a_small_searchs_paths_runs_them_again_on_another(fc, t
     make = lambda: de.LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], cv=3, client=fc, **TIGHT)  # noqa: E731
     with dask.config.set({"dask-estimators.worker-solve-below": 2**21}):  # the default, which this module turns off
         ref = make().fit(X, y)
-        fc.run(_kill_in_the_solve_once, str(marker))
+        fc.run(_kill_after_once, *_IN_THE_SOLVE, str(marker))
         try:
             t0 = time.monotonic()
             est = make().fit(X, y)
             assert time.monotonic() - t0 < HANG_GUARD
         finally:
-            fc.run(_unpatch_the_solve)
+            fc.run(_unpatch, *_IN_THE_SOLVE)
     assert marker.exists()  # a worker died inside the paths
     assert ref.fit_stats_["solved_on_worker"] and est.fit_stats_["solved_on_worker"]
     np.testing.assert_array_equal(est.C_, ref.C_)
@@ -883,3 +892,42 @@ def test_interrupted_or_failed_fit_releases_everything(fc, monkeypatch, exc, con
     assert grew > 5e6, "the shards were not on the workers during the fit"
     for w in before:  # memory returns to its starting level (within a few MB of allocator slack)
         assert after[w] - before[w] < 0.5 * grew + 4e6, (w, before[w], seen["during"][w], after[w])
+
+
+#: A network lockstep's end of an epoch.
+_IN_A_LOCKSTEP = ("dask_estimators.optim.torch_driver", "EpochRun", "end_epoch")
+
+
+def test_worker_killed_in_a_network_searchs_lockstep_gives_the_undisturbed_results(fc, tmp_path):
+    """dask_estimators.model_selection over our networks: X is placed whole on every worker and each split's
+    candidates train in lockstep in one task; a SIGKILL of a worker in the middle of one places its copy of X on
+    a surviving worker, where that lockstep runs again from the start: the undisturbed cv_results_, to the bit."""
+    from sklearn.model_selection import ParameterGrid
+
+    from dask_estimators.model_selection import GridSearchCV
+
+    X, y = _data("multiclass", n=900)
+    grid = {"hidden_layer_sizes": [(4,), (8,)], "alpha": [1e-4, 1e-1]}
+
+    def search():
+        est = de.MLPClassifier(max_iter=4, random_state=0, client=fc)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return GridSearchCV(est, grid, cv=3).fit(X, y)
+
+    ref = search()
+    marker = tmp_path / "killed"
+    fc.run(_kill_after_once, *_IN_A_LOCKSTEP, str(marker))
+    try:
+        t0 = time.monotonic()
+        got = search()
+        assert time.monotonic() - t0 < HANG_GUARD
+    finally:
+        fc.run(_unpatch, *_IN_A_LOCKSTEP)
+    assert marker.exists()  # a worker died inside a lockstep
+    assert len(got.cv_results_["params"]) == len(ParameterGrid(grid))
+    for key in ("mean_test_score", "split0_test_score", "split1_test_score", "split2_test_score", "rank_test_score"):
+        np.testing.assert_array_equal(got.cv_results_[key], ref.cv_results_[key], err_msg=key)
+    assert got.best_params_ == ref.best_params_
+    gc.collect()
+    assert _nothing_held(fc, timeout=10) is True

@@ -612,3 +612,54 @@ def test_the_driver_sees_no_dask_and_the_networks_declare_their_protocol():
     assert isinstance(mlp, M.NetworkProblem) and isinstance(lstm, M.NetworkProblem)
     assert mlp.hand_gradient and callable(mlp.loss_grad_)
     assert not lstm.hand_gradient and not hasattr(lstm, "loss_grad_")
+
+
+def _quadratic_run(cfg, target):
+    """A run on ``0.5 * ||w - target||^2`` summed over each batch's 10 rows: (its parameter, optimizer, step)."""
+    w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    opt = make_optimizer([w], cfg)
+
+    def step(epoch, k):
+        opt.zero_grad()
+        loss = 0.5 * ((w - torch.as_tensor(target) * (1 + k)) ** 2).sum() * 10
+        loss.backward()
+        opt.step()
+        return float(loss)
+
+    return w, opt, step
+
+
+def test_runs_in_lockstep_end_as_each_run_alone_each_at_its_own_epoch():
+    from dask_estimators.optim.torch_driver import EpochRun, run_epochs, run_epochs_together
+
+    cfgs = [TrainConfig(solver="sgd", learning_rate_init=0.01, max_iter=30, tol=t, n_iter_no_change=2, n_steps=3,
+                        n_train=30, momentum=0.0) for t in (1e-1, 0.0)]
+    cfgs.append(TrainConfig(solver="adam", learning_rate_init=0.05, max_iter=7, tol=0.0, n_steps=3, n_train=30))
+    targets = [np.array([1.0, -2.0]), np.array([0.5, 3.0]), np.array([-1.0, 1.0])]
+    alone = []
+    for cfg, target in zip(cfgs, targets):
+        w, opt, step = _quadratic_run(cfg, target)
+        alone.append((run_epochs(step, cfg, opt, Monitor(cfg.tol, cfg.n_iter_no_change, False)), w.detach().clone()))
+    runs, ws = [], []
+    for cfg, target in zip(cfgs, targets):
+        w, opt, step = _quadratic_run(cfg, target)
+        runs.append((EpochRun(cfg, opt, Monitor(cfg.tol, cfg.n_iter_no_change, False)), step))
+        ws.append(w)
+    seen = []
+
+    def together(epoch, k, active):
+        seen.append(tuple(active))
+        return [runs[i][1](epoch, k) for i in active]
+
+    results = run_epochs_together(together, [r for r, _ in runs])
+    for (ref, w_ref), res, w in zip(alone, results, ws):
+        assert [r["loss"] for r in res.history] == [r["loss"] for r in ref.history]
+        assert res.n_epochs == ref.n_epochs and res.stopped == ref.stopped
+        torch.testing.assert_close(w.detach(), w_ref, rtol=0, atol=0)
+    # each at its own epoch: two by their stopping rule, the third at its max_iter
+    assert len({r.n_epochs for r in results}) == 3 and results[2].n_epochs == 7 and not results[2].stopped
+    assert results[0].stopped and results[1].stopped
+    assert len(set(seen)) == 3  # the active runs shrink twice
+    with pytest.raises(ValueError, match="n_steps"):
+        run_epochs_together(together, [EpochRun(TrainConfig(n_steps=2), None, Monitor(0, 1, False)),
+                                       EpochRun(TrainConfig(n_steps=3), None, Monitor(0, 1, False))])

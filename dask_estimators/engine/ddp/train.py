@@ -65,6 +65,13 @@ class Training(Protocol):
     def result(self, **fields):
         """The run's result (its ``TrainResult``) made of ``fields``."""
 
+    def epoch_run(self, cfg, opt, monitor, **kwargs):
+        """One run's epoch ends (its ``EpochRun``), for :meth:`epochs_together` (the lockstep, :mod:`.lockstep`)."""
+
+    def epochs_together(self, step, runs, epoch0=0):
+        """Run several runs' epochs in lockstep: ``step(epoch, k, active)`` takes step ``k`` of the runs ``active``
+        and returns their loss sums; returns their results."""
+
 #: fit key -> the state at the end of the last epoch this rank finished (see _Checkpoints), on each worker
 _CHECKPOINTS: dict = {}
 #: rank 0's shard -> its last result handed to the client through shared memory (:func:`_shipped_rank`)
