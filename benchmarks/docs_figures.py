@@ -342,8 +342,9 @@ def block_search_regression() -> str:
 def block_search_mlp() -> str:
     s = load("search_mlp.json")
     label = {"scikit-learn": "scikit-learn's over its `MLPClassifier`, `n_jobs=-1`",
-             _OURS: "`dask_estimators.model_selection.GridSearchCV` over ours (each candidate's fits one by one)",
-             "ours, training rounds alone": "ours: the 13 fits' training rounds alone"}
+             _OURS: "`dask_estimators.model_selection.GridSearchCV` over ours: X placed once per worker, each "
+                    "split's candidates in lockstep on one worker",
+             "scikit-learn's GridSearchCV over ours": "scikit-learn's over ours: each fit on its own, on both workers"}
     grid = s["grid"]
     return _search_table(s, "scikit-learn", label,
                          f"`GridSearchCV(MLPClassifier(max_iter={s['epochs']}))`, hidden sizes "
