@@ -233,3 +233,12 @@ def test_a_convergence_warning_is_raised_as_by_each_fit():
     X, y = _digits(300)
     with pytest.warns(ConvergenceWarning, match="Maximum iterations"):
         GridSearchCV(de.MLPClassifier((4,), max_iter=1, random_state=0), {"alpha": [1e-4, 1e-3]}, cv=2).fit(X, y)
+
+
+def test_the_progress_bar_counts_every_network_fit_and_shows_the_best_score(capsys, lockstep_tasks):
+    X, y = _digits(300)
+    grid = {"alpha": [1e-4, 1e-3], "hidden_layer_sizes": [(4,), (6,)]}
+    search = GridSearchCV(de.MLPClassifier(max_iter=2, random_state=0), grid, cv=3, progress=True).fit(X, y)
+    err = capsys.readouterr().err
+    assert lockstep_tasks and "12/12" in err
+    assert f"best={np.max(search.cv_results_['mean_test_score']):.4g}" in err
