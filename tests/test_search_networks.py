@@ -22,7 +22,8 @@ from sklearn.base import clone
 from sklearn.datasets import load_diabetes, load_digits, load_iris
 from sklearn.exceptions import ConvergenceWarning, FitFailedWarning
 from sklearn.model_selection import KFold, StratifiedKFold
-from sklearn.preprocessing import StandardScaler
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import MinMaxScaler, PolynomialFeatures, StandardScaler
 
 import dask_estimators as de
 from dask_estimators.estimators import neural
@@ -41,9 +42,9 @@ def lockstep_tasks(monkeypatch):
     tasks = []
     run = _session.PlacedData.train_lockstep
 
-    def counted(self, rows, y, sample_weight, members):
+    def counted(self, rows, y, sample_weight, members, through=None):
         tasks.append(len(members))
-        return run(self, rows, y, sample_weight, members)
+        return run(self, rows, y, sample_weight, members, through)
 
     monkeypatch.setattr(_session.PlacedData, "train_lockstep", counted)
     return tasks
@@ -95,7 +96,7 @@ def test_each_classifier_comes_out_as_its_own_fit_on_one_worker(case):
     X, y = _digits()
     models = CLASSIFIERS[case]
     splits = list(StratifiedKFold(3).split(X, y))
-    grid = neural.fit_lockstep(models, X, y, None, splits)
+    grid, _ = neural.fit_lockstep(models, X, y, None, splits)
     for i, model in enumerate(models):
         for k, (train, _) in enumerate(splits):
             _same_fit(grid[i][k], _alone(model, X[train], y[train]))
@@ -110,7 +111,7 @@ def test_each_regressor_comes_out_as_its_own_fit_with_weights_float32_and_two_ou
     models = [de.MLPRegressor(hidden_layer_sizes=(6,), alpha=a, max_iter=3, batch_size=50, random_state=3)
               for a in [1e-4, 1.0]]
     splits = list(KFold(3, shuffle=True, random_state=0).split(X))
-    grid = neural.fit_lockstep(models, X, Y, w, splits)
+    grid, _ = neural.fit_lockstep(models, X, Y, w, splits)
     for i, model in enumerate(models):
         for k, (train, _) in enumerate(splits):
             ref = _alone(model, X[train], Y[train], w[train])
@@ -165,7 +166,7 @@ def test_candidates_without_a_random_state_share_their_splits_batches(lockstep_t
     assert np.all(np.isfinite(ours.cv_results_["mean_test_score"]))
     # the initial weights stay each candidate's own draw
     models = [de.MLPClassifier((4,), max_iter=1) for _ in range(2)]
-    grid = neural.fit_lockstep(models, X, y, None, [(np.arange(200), np.arange(200, 300))])
+    grid, _ = neural.fit_lockstep(models, X, y, None, [(np.arange(200), np.arange(200, 300))])
     assert not np.array_equal(grid[0][0].coefs_[0], grid[1][0].coefs_[0])
 
 
@@ -181,6 +182,7 @@ def test_what_the_lockstep_does_not_take_runs_scikit_learns_search(monkeypatch):
         (de.MLPClassifier(max_iter=2), {"solver": ["adam", "lbfgs"]}),
         (de.MLPClassifier(max_iter=2, strategy="rounds"), {"alpha": [1e-4, 1e-2]}),
         (de.MLPClassifier(max_iter=2, warm_start=True), {"alpha": [1e-4, 1e-2]}),
+        (Pipeline([("poly", PolynomialFeatures(2)), ("mlp", de.MLPClassifier(max_iter=2))]), {"mlp__alpha": [1e-4]}),
     ]:
         ours = GridSearchCV(est, grid, cv=2).fit(X, y)
         theirs = skms.GridSearchCV(est, grid, cv=2).fit(X, y)
@@ -242,3 +244,41 @@ def test_the_progress_bar_counts_every_network_fit_and_shows_the_best_score(caps
     err = capsys.readouterr().err
     assert lockstep_tasks and "12/12" in err
     assert f"best={np.max(search.cv_results_['mean_test_score']):.4g}" in err
+
+
+@pytest.mark.parametrize("scaler", [StandardScaler(), MinMaxScaler()], ids=["standard", "minmax"])
+def test_a_pipelines_scaler_is_fitted_once_a_split_and_scales_the_rows_where_x_is(scaler, placements,
+                                                                                   lockstep_tasks, client):
+    X, y = load_digits(return_X_y=True, as_frame=True)
+    X, y = X.iloc[:600], y.iloc[:600]
+    pipe = Pipeline([("scale", scaler), ("mlp", de.MLPClassifier(max_iter=3, random_state=0))])
+    grid = {"mlp__alpha": [1e-4, 1e-1], "mlp__hidden_layer_sizes": [(8,), (12,)]}
+    w = np.linspace(0.5, 1.5, len(y))
+    fitted = []
+    original = _search._with_final
+
+    def kept(model, steps, final):
+        out = original(model, steps, final)
+        fitted.append(out)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_search, "_with_final", kept)
+        ours = GridSearchCV(pipe, grid, cv=3).fit(X, y, mlp__sample_weight=w)
+    n_workers = len(client.scheduler_info()["workers"])
+    assert sorted(map(len, placements[:-1])) == [1] * n_workers and placements[-1] is None  # X once a worker
+    assert sum(lockstep_tasks) == 4 * 3
+    with dask.config.set(ONE_WORKER):
+        theirs = skms.GridSearchCV(pipe, grid, cv=3).fit(X, y, mlp__sample_weight=w)
+    for key in ("mean_test_score", "split0_test_score", "split1_test_score", "split2_test_score"):
+        np.testing.assert_array_equal(ours.cv_results_[key], theirs.cv_results_[key], err_msg=key)
+    assert ours.best_params_ == theirs.best_params_
+    # each candidate's pipeline: its split's scaler, and its network as the pipeline's own fit on one worker
+    splits = list(StratifiedKFold(3).split(X, y))
+    train = splits[0][0]
+    for model in fitted[: 4 * 3 : 3]:  # each candidate's fit on the first split (the fits go candidate by candidate)
+        with dask.config.set(ONE_WORKER):
+            ref = clone(model).fit(X.iloc[train], y.iloc[train], mlp__sample_weight=w[train])
+        np.testing.assert_array_equal(model[0].transform(X.iloc[:5]), ref[0].transform(X.iloc[:5]))
+        _same_fit(model[-1], ref[-1])
+        assert not hasattr(model[-1], "feature_names_in_") and list(model.feature_names_in_) == list(X.columns)

@@ -1081,9 +1081,15 @@ def lockstep_ready(est) -> bool:
             and est.strategy in ("auto", "ddp"))
 
 
-def fit_lockstep(models, X, y, sample_weight, splits, on_done=None) -> list:
+def fit_lockstep(models, X, y, sample_weight, splits, on_done=None, scalers=None):
     """Fit each of ``models`` (:func:`lockstep_ready`, not fitted) on each split's training rows of X (NumPy or
-    pandas, dense): a grid ``[model][split]`` of fitted models.
+    pandas, dense): a grid ``[model][split]`` of fitted models, and the grid of their fitted scalers.
+
+    ``scalers``: for each model, None or the scaler (not fitted; one of
+    :func:`~dask_estimators.estimators._grid.affine_transformer`'s, without a set output) it sees X through, as
+    the last step of ``Pipeline([(name, scaler), (name, model)])``: fitted on each split's training rows on the
+    client (once for the models whose scalers have the same parameters), and its fitted copy scales the split's
+    rows where X is, on the worker; without one, the scalers' grid holds None.
 
     Each model comes out as its own ``fit`` on those rows would train it on one worker: the same initial
     weights, batches, steps and stopping rules.  X is placed whole on every worker, once
@@ -1105,6 +1111,7 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None) -> list:
     from ._grid import RejectedInput
 
     first = models[0]
+    scalers = [None] * len(models) if scalers is None else list(scalers)
     tmpl = clone(first)
     try:
         Xv, yv, swv, dask_input = tmpl._validate_input(X, y, sample_weight)
@@ -1114,6 +1121,9 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None) -> list:
         raise ValueError("fit_lockstep takes dense NumPy or pandas X.")
     storage = tmpl._storage_dtype(Xv)
     fitted = [[None] * len(splits) for _ in models]
+    scaled = [[None] * len(splits) for _ in models]
+    # the attributes each model takes from the input: a scaled model sees the scaler's NumPy output, without names
+    seen = ("n_features_in_", "feature_names_in_")
     task_members = []
     for k, (train, _) in enumerate(splits):
         train = np.asarray(train)
@@ -1124,10 +1134,20 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None) -> list:
         except ValueError as e:
             raise RejectedInput(str(e)) from e
         sw_k = None if swv is None else np.asarray(swv)[train]
-        groups, seeds = {}, {}
+        groups, seeds, fitted_scalers = {}, {}, {}
         for i, model in enumerate(models):
             est = clone(model)
-            for source, names in ((tmpl, ("n_features_in_", "feature_names_in_")), (fold, ("classes_", "_multilabel"))):
+            through = None
+            if scalers[i] is not None:  # fitted once a split for each of its parameters
+                key = (type(scalers[i]), repr(sorted(scalers[i].get_params().items())))
+                if key not in fitted_scalers:
+                    try:
+                        fitted_scalers[key] = clone(scalers[i]).fit(_safe_indexing(X, train), _safe_indexing(y, train))
+                    except (ValueError, TypeError) as e:
+                        raise RejectedInput(str(e)) from e
+                scaled[i][k] = fitted_scalers[key]
+                through = key
+            for source, names in ((tmpl, seen[:1] if through else seen), (fold, ("classes_", "_multilabel"))):
                 for name in names:
                     if hasattr(source, name):
                         setattr(est, name, copy.copy(getattr(source, name)))
@@ -1140,9 +1160,9 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None) -> list:
                     _check_early_stopping(est, codes, out, spec, len(train) - member.cfg.n_train)
                 except ValueError as e:
                     raise RejectedInput(str(e)) from e
-            groups.setdefault(member.batches(), []).append((i, est, spec, member))
-        for group in groups.values():
-            task_members.append((k, group, (train, codes, sw_k)))
+            groups.setdefault((member.batches(), through), []).append((i, est, spec, member))
+        for (_, through), group in groups.items():
+            task_members.append((k, group, (train, codes, sw_k), _unnamed(fitted_scalers.get(through))))
 
     def done(i, results):
         if on_done is not None:
@@ -1151,19 +1171,29 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None) -> list:
     with DataSession(first.client, device=first.device) as session:
         replicas = session.replicas(X=Xv, check=tmpl._block_check(dtype=storage))
         task_members = _shared_out(task_members, len(replicas))
-        tasks = [(_cost(group, len(data[0])), "train_lockstep", (*data, [g[3] for g in group]))
-                 for _, group, data in task_members]
+        tasks = [(_cost(group, len(data[0])), "train_lockstep", (*data, [g[3] for g in group], through))
+                 for _, group, data, through in task_members]
         try:
             results = session.spread(replicas, tasks, on_done=done)
         except ValueError as e:  # a model's training failed (non-finite weights): in the model's words
             raise RejectedInput(str(e)) from e
         placement = replicas[0].stats()["placement"]
-    for (k, group, data), res in zip(task_members, results):
+    for (k, group, data, _), res in zip(task_members, results):
         for (i, est, spec, member), r in zip(group, res):
             stats = {"strategy": "lockstep", "n_shards": 1, "rows_per_shard": [len(data[0])],
                      "placement": placement, "batch_size": member.batch_size, "steps_per_epoch": member.cfg.n_steps}
             fitted[i][k] = est._lockstep_fitted(spec, r, stats)
-    return fitted
+    return fitted, scaled
+
+
+def _unnamed(scaler):
+    """A fitted scaler to scale the validated X's rows on a worker: a copy without the column names it was fitted
+    with (the worker's rows have none); None for None."""
+    if scaler is None:
+        return None
+    scaler = copy.copy(scaler)
+    scaler.__dict__.pop("feature_names_in_", None)
+    return scaler
 
 
 def _cost(group, n_rows) -> int:
@@ -1172,7 +1202,7 @@ def _cost(group, n_rows) -> int:
 
 
 def _shared_out(task_members, n_workers) -> list:
-    """The lockstep groups ``[(split, group, data)]`` cut so that the workers share them out evenly: while there
+    """The lockstep groups ``[(split, group, data, scaler)]`` cut so that the workers share them out evenly: while there
     are fewer than two a worker, the costliest group of several members is halved."""
     tasks = list(task_members)
     while len(tasks) < 2 * n_workers:
@@ -1180,9 +1210,9 @@ def _shared_out(task_members, n_workers) -> list:
         if not splittable:
             break
         i = max(splittable, key=lambda j: _cost(tasks[j][1], len(tasks[j][2][0])))
-        k, group, data = tasks.pop(i)
+        k, group, data, through = tasks.pop(i)
         half = len(group) // 2
-        tasks += [(k, group[:half], data), (k, group[half:], data)]
+        tasks += [(k, group[:half], data, through), (k, group[half:], data, through)]
     return tasks
 
 

@@ -27,8 +27,10 @@ give the same attributes; where every candidate's estimator is our
   Dask input stays on the workers throughout.
 
 Where every candidate is our ``MLPClassifier`` or ``MLPRegressor`` with a
-stochastic solver (:func:`~dask_estimators.estimators.neural.lockstep_ready`)
-and X is dense NumPy or pandas, X is placed whole on every worker once, and
+stochastic solver (:func:`~dask_estimators.estimators.neural.lockstep_ready`),
+alone or after one scaler in a ``Pipeline`` (fitted once a split on the
+client, and applied to the split's rows on the worker), and X is dense
+NumPy or pandas, X is placed whole on every worker once, and
 each split's candidates that take the same batches train in lockstep in one
 task on one worker, each as its own fit on one worker would
 (:func:`~dask_estimators.estimators.neural.fit_lockstep`); they are scored
@@ -180,7 +182,7 @@ class _PlacedSearch:
             return None
         est = self.estimator
         neural = sys.modules.get(_NEURAL)
-        if neural is not None and neural.lockstep_ready(est):
+        if neural is not None and neural.lockstep_ready(_final(est)):
             return self._networks_plan(X, params, candidates, neural)
         if not grid_ready(_final(est)) and not any(
                 hasattr(v, "fit") for cand in candidates for v in cand.values()):  # no candidate brings ours
@@ -217,12 +219,15 @@ class _PlacedSearch:
 
     def _networks_plan(self, X, params, candidates, neural):
         """The plan of a search over our networks (:func:`~dask_estimators.estimators.neural.lockstep_ready`
-        candidates of one client and device, on dense NumPy or pandas X), or None where scikit-learn's search
-        runs."""
+        candidates of one client and device, alone or after one scaler in a ``Pipeline``, on dense NumPy or
+        pandas X), or None where scikit-learn's search runs."""
         est = self.estimator
-        if set(params) - {"groups", "sample_weight"} or is_dask_collection(X) or is_dask_collection(
-                params.get("sample_weight")) or is_dask_collection(params.get("groups")) or sp.issparse(X):
+        last = est.steps[-1][0] if isinstance(est, Pipeline) else None
+        weight_key = "sample_weight" if last is None else f"{last}__sample_weight"
+        if set(params) - {"groups", weight_key} or is_dask_collection(X) or is_dask_collection(
+                params.get(weight_key)) or is_dask_collection(params.get("groups")) or sp.issparse(X):
             return None
+        final0 = _final(est)
         models = []
         for i, cand in enumerate(candidates):
             try:
@@ -230,10 +235,13 @@ class _PlacedSearch:
                 model._validate_params()
             except Exception:  # scikit-learn's search meets it in its own words
                 return None
-            if not neural.lockstep_ready(model) or model.client is not est.client or model.device != est.device:
+            final = _final(model)
+            if isinstance(model, Pipeline) and (model.steps[-1][0] != last or _scaler_of(model) is None):
+                return None
+            if not neural.lockstep_ready(final) or final.client is not final0.client or final.device != final0.device:
                 return None
             models.append((i, model))
-        return _Plan(candidates, [models], "sample_weight", params.get("sample_weight"), False, networks=True)
+        return _Plan(candidates, [models], weight_key, params.get(weight_key), False, networks=True)
 
     def _scorer_names(self) -> dict | None:
         """``{result name: scikit-learn scorer name}`` where ``scoring`` names scikit-learn's own scorers (None:
@@ -439,11 +447,13 @@ class _PlacedSearch:
         (:func:`~dask_estimators.estimators.neural.fit_lockstep`), filling ``fitted`` and ``fit_time``."""
         neural = sys.modules[_NEURAL]
         t0 = time.perf_counter()
-        grid = neural.fit_lockstep([m for _, m in members], X, y, weight, splits, on_done=self._fits_done)
+        grid, scalers = neural.fit_lockstep([_final(m) for _, m in members], X, y, weight, splits,
+                                            on_done=self._fits_done, scalers=[_scaler_of(m) for _, m in members])
         seconds = (time.perf_counter() - t0) / (len(members) * len(splits))
-        for (i, _), row in zip(members, grid):
+        for (i, model), row, scaled in zip(members, grid, scalers):
             for k, est in enumerate(row):
-                fitted[i][k] = est
+                steps = None if scaled[k] is None else [(model.steps[0][0], scaled[k])]
+                fitted[i][k] = _with_final(model, steps, est)
                 fit_time[i, k] = seconds
 
     def _fits_done(self, n=1):
@@ -637,8 +647,9 @@ class GridSearchCV(_PlacedSearch, _SkGridSearchCV):
     The held-out scores of scikit-learn's accuracy, log-loss, r2 and
     squared-error scorers are summed on the workers, others' computed by
     scikit-learn's scorers on the client.  Where every candidate is our
-    ``MLPClassifier`` or ``MLPRegressor`` (solver "adam" or "sgd") on dense
-    NumPy or pandas X, X is placed whole on every worker once, and each
+    ``MLPClassifier`` or ``MLPRegressor`` (solver "adam" or "sgd"; alone or
+    after one scaler) on dense NumPy or pandas X, X is placed whole on
+    every worker once, and each
     split's candidates that take the same batches train together on one
     worker, each step's batch read once for all of them; each comes out as
     its own fit on one worker would.  Anything else is scikit-learn's

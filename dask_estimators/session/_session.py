@@ -389,11 +389,12 @@ class PlacedData:
         res = train_rounds(evaluator, spec, w0, cfg, monitor, opt_state, report=progress, callbacks=callbacks)
         return res, evaluator.stats.as_dict()
 
-    def train_lockstep(self, rows, y, sample_weight, members) -> list:
+    def train_lockstep(self, rows, y, sample_weight, members, through=None) -> list:
         """Train the networks ``members`` (the optimizer layer's ``LockstepMember``) in lockstep on the rows
         ``rows`` of this one shard's X (:meth:`DataSession.replicas`), ``y`` and ``sample_weight`` (None:
         unweighted) being those rows': one task on its worker, each step's batch read once for every member.  Returns
-        each member's training result (the optimizer layer's ``TrainResult``), in order.
+        each member's training result (the optimizer layer's ``TrainResult``), in order.  ``through``: a fitted
+        transformer whose ``transform`` makes the rows what the members see (a pipeline's scaler), or None.
 
         The task does not change the shard, and is not replayed on a shard rebuilt after a worker loss: a
         worker lost while it runs has the shard placed again on a survivor, and the task runs again there.
@@ -405,7 +406,8 @@ class PlacedData:
         if self.n_shards != 1:
             raise ValueError(f"train_lockstep needs data on one shard; it has {self.n_shards}.")
         p = self._placement
-        args = (np.asarray(rows, dtype=np.int64), y, sample_weight, list(members), TRAINING, self.session.device)
+        args = (np.asarray(rows, dtype=np.int64), y, sample_weight, list(members), TRAINING, self.session.device,
+                through)
         for attempt in itertools.count():
             try:
                 return p.wait(p.submit_each(train_lockstep, [args]), timeout=self.session.timeout)[0]

@@ -72,7 +72,7 @@ class _Run:
         return self.w.detach().to("cpu", torch.float64).numpy().copy()
 
 
-def train_lockstep(shard, rows, y, sample_weight, members, training, device="cpu"):
+def train_lockstep(shard, rows, y, sample_weight, members, training, device="cpu", through=None):
     """Task body: train ``members`` (the optimizer layer's ``LockstepMember``: a network, its starting point,
     configuration and stopping rule, and the batches it takes) in lockstep on the rows ``rows`` of this worker's
     X, with their targets ``y`` and weights ``sample_weight`` (None: unweighted), as given for those rows.
@@ -82,7 +82,8 @@ def train_lockstep(shard, rows, y, sample_weight, members, training, device="cpu
     (:func:`~dask_estimators.objectives.module.prepare`: targets encoded, validation rows held out).
     ``training`` is the optimizer layer's (:data:`~dask_estimators.optim.torch_driver.TRAINING`).  Returns
     each member's result, in order: ``training.result``'s fields with ``w`` (the flat parameters, in the
-    network's dtype) and ``opt_state`` as NumPy.
+    network's dtype) and ``opt_state`` as NumPy.  ``through``: a fitted transformer (a pipeline's scaler) whose
+    ``transform`` makes the split's rows what the members see, or None.
     """
     from ..data._worker import Shard, setup_threads
 
@@ -97,9 +98,13 @@ def train_lockstep(shard, rows, y, sample_weight, members, training, device="cpu
     X = shard.host("X")
     if X is not None:
         X = np.take(X, rows, axis=0)
+        if through is not None:
+            X = through.transform(X)
     else:  # on a GPU
         X = shard.get("X")
         X = torch.index_select(X, 0, torch.as_tensor(rows, device=X.device))
+        if through is not None:
+            X = torch.as_tensor(through.transform(X.cpu().numpy()), device=X.device)
     arrays = {"X": X, "y": y, "sample_weight": sample_weight}
     fold = Shard({k: v for k, v in arrays.items() if v is not None}, device=device)
     vf = first.validation_fraction if cfg0.early_stopping else 0.0
