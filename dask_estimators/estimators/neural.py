@@ -316,16 +316,9 @@ class _BaseMLP(DistributedEstimator):
         if cuts is None:
             batch, cuts = self._batches([c["n_train"] for c in counts])
             data.map_each(M.set_batch_cuts, [(row,) for row in cuts])
-        cfg = TrainConfig(
-            solver=self.solver, learning_rate_init=self.learning_rate_init, learning_rate=self.learning_rate,
-            power_t=self.power_t, momentum=self.momentum, nesterovs_momentum=self.nesterovs_momentum,
-            beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon, alpha=self.alpha,
-            max_iter=self.max_iter, tol=self.tol, n_iter_no_change=self.n_iter_no_change,
-            early_stopping=early_stopping, shuffle=self.shuffle, seed=seed,
-            n_steps=math.ceil(n_train / batch), n_train=n_train, epoch0=getattr(self, "_epochs_run", self.n_iter_),
-            t0=self.t_,
-            incremental=incremental,
-            send_params=any(cb.needs_params for cb in client_callbacks),
+        cfg = self._train_config(
+            early_stopping, seed, n_train, batch, epoch0=getattr(self, "_epochs_run", self.n_iter_), t0=self.t_,
+            incremental=incremental, send_params=any(cb.needs_params for cb in client_callbacks),
         )
         monitor = self._monitor(early_stopping, reset)
         opt_state = self._optimizer_state if incremental else None
@@ -366,15 +359,20 @@ class _BaseMLP(DistributedEstimator):
         vf = self.validation_fraction if early_stopping else 0.0
         n_train = n_rows - M.validation_rows(n_rows, vf)
         batch = self._batch_size(n_train)
-        cfg = TrainConfig(
+        cfg = self._train_config(early_stopping, drawn, n_train, batch)
+        return spec, LockstepMember(spec, w0, cfg, self._monitor(early_stopping, True), batch, vf)
+
+    def _train_config(self, early_stopping, seed, n_train, batch, **more):
+        """The optimizer layer's ``TrainConfig`` of this model's parameters, for ``n_train`` training rows in
+        batches of ``batch``; ``more``: its other fields (a warm start's or ``partial_fit``'s)."""
+        return TrainConfig(
             solver=self.solver, learning_rate_init=self.learning_rate_init, learning_rate=self.learning_rate,
             power_t=self.power_t, momentum=self.momentum, nesterovs_momentum=self.nesterovs_momentum,
             beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon, alpha=self.alpha,
             max_iter=self.max_iter, tol=self.tol, n_iter_no_change=self.n_iter_no_change,
-            early_stopping=early_stopping, shuffle=self.shuffle, seed=drawn,
-            n_steps=math.ceil(n_train / batch), n_train=n_train,
+            early_stopping=early_stopping, shuffle=self.shuffle, seed=seed,
+            n_steps=math.ceil(n_train / batch), n_train=n_train, **more,
         )
-        return spec, LockstepMember(spec, w0, cfg, self._monitor(early_stopping, True), batch, vf)
 
     def _lockstep_fitted(self, spec, res, stats):
         """Take the result ``res`` of this model's training in a search's lockstep, as :meth:`fit` takes its own."""
