@@ -523,29 +523,30 @@ def loss_grad_(spec: MLPSpec, w, X, y, sw, g, scale=1.0, work=None, rows=None) -
     batch is their rows ``rows`` (:func:`take`'s); the numba call gathers
     them itself, one call fewer per array and step.
     """
+    # the same tensors every step (a shard's, or a batch's kept buffers): which kernel, and their NumPy views,
+    # worked out once (docs/design-measurements.md)
+    kept = None if work is None else work.get("nb_views")
+    if kept is None or any(a is not b for a, b in zip(kept[0], (X, y, sw, w, g))):
+        numba = loss_grad_kernel(X) == "numba" and X.is_contiguous()
+        kept = ((X, y, sw, w, g), (w.numpy(), X.numpy(), y.numpy(), None if sw is None else sw.numpy(),
+                                   g.numpy()) if numba else None)
+        if work is not None:
+            work["nb_views"] = kept
+    if kept[1] is not None:
+        if (X.shape[0] if rows is None else rows.shape[0]) == 0:
+            g.zero_()
+            return 0.0
+        wn, Xn, yn, swn, gn = kept[1]
+        return _fused_mlp.loss_grad(spec, wn, Xn, yn, swn, gn, scale, {} if work is None else work,
+                                    None if rows is None else rows.numpy())
     if rows is not None:
-        # the same tensors every step: which kernel, and their NumPy views, worked out once
-        # (docs/design-measurements.md)
-        kept = None if work is None else work.get("nb_views")
-        if kept is None or any(a is not b for a, b in zip(kept[0], (X, y, sw, w, g))):
-            numba = loss_grad_kernel(X) == "numba" and X.is_contiguous()
-            kept = ((X, y, sw, w, g), (w.numpy(), X.numpy(), y.numpy(), None if sw is None else sw.numpy(),
-                                       g.numpy()) if numba else None)
-            if work is not None:
-                work["nb_views"] = kept
-        if kept[1] is not None:
-            if rows.shape[0] == 0:
-                g.zero_()
-                return 0.0
-            wn, Xn, yn, swn, gn = kept[1]
-            return _fused_mlp.loss_grad(spec, wn, Xn, yn, swn, gn, scale, {} if work is None else work, rows.numpy())
         X, y, sw = take_rows(X, y, sw, rows, work)
     if X.shape[0] == 0:
         g.zero_()
         return 0.0
     if is_sparse(X):  # the first layer a sparse-dense product (numba on CPU), the rest torch ops
         return float(_loss_grad_torch(spec, param_views(spec, w), X, y, sw, param_views(spec, g), scale, work))
-    if loss_grad_kernel(X) == "numba" and X.is_contiguous():
+    if rows is not None and loss_grad_kernel(X) == "numba" and X.is_contiguous():  # a gathered batch
         return _fused_mlp.loss_grad(spec, w.numpy(), X.numpy(), y.numpy(), None if sw is None else sw.numpy(),
                                     g.numpy(), scale, {} if work is None else work)
     return float(_loss_grad_torch(spec, param_views(spec, w), X, y, sw, param_views(spec, g), scale, work))

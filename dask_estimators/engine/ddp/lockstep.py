@@ -118,7 +118,17 @@ def train_lockstep(shard, rows, y, sample_weight, members, training, device="cpu
     add_ = _torch_api.foreach_add_fn()
     Xs, ys, sws = fold.get("X"), fold.get("y"), fold.get("sample_weight")
     epoch_rows = {}
-    work = {}  # the batch's rows, gathered once a step for every member
+    batches = {}  # rows -> the batch's X, y and weights: kept tensors, gathered into once a step for every member
+
+    def gather(idx):
+        n = int(idx.shape[0])
+        if n not in batches:
+            batches[n] = tuple(None if a is None else torch.empty((n, *a.shape[1:]), dtype=a.dtype, device=a.device)
+                               for a in (Xs, ys, sws))
+        for a, out in zip((Xs, ys, sws), batches[n]):
+            if a is not None:
+                torch.index_select(a, 0, idx, out=out)
+        return batches[n]
 
     def step(epoch, k, active):
         if k == 0:  # the epoch's batches: their rows, sizes and weights, worked out once
@@ -128,7 +138,7 @@ def train_lockstep(shard, rows, y, sample_weight, members, training, device="cpu
                 w_b = float(idx.numel()) if sws is None else float(sws[idx].sum())
                 epoch_rows[j] = (idx, float(idx.numel()), w_b)
         idx, n_b, w_b = epoch_rows[k]
-        Xb, yb, swb = M.take_rows(Xs, ys, sws, idx, work)
+        Xb, yb, swb = gather(idx)
         return [runs[i].step(Xb, yb, swb, n_b, w_b, add_) for i in active]
 
     def validator(run):
