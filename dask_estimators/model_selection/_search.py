@@ -85,10 +85,11 @@ from ..estimators._grid import (
 
 __all__ = ["GridSearchCV", "RandomizedSearchCV"]
 
+#: The module of our networks: imported already wherever a candidate is one of them.
+_NEURAL = "dask_estimators.estimators.neural"
+
 #: scikit-learn's private methods of its searches that the placed path calls (docs/private-apis.md): where one
 #: is missing, scikit-learn's own search runs.
-_NEURAL = "dask_estimators.estimators.neural"  # imported where a candidate is one of our networks
-
 _SEARCH_INTERNALS = ("_format_results", "_select_best_index", "_get_scorers", "_check_refit_for_multimetric",
                      "_check_scorers_accept_sample_weight")
 
