@@ -75,7 +75,6 @@ def prefetch_rows(A, i, i2):  # pragma: no cover - numba
             _prefetch2(A, i2, j)
 
 
-
 @_inline
 def prefetch_span(a, lo, hi):  # pragma: no cover - numba
     """Ask for every cache line of ``a[lo:hi]`` (1-D; ``0 <= lo <= hi <= a.shape[0]``)."""
