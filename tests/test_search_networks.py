@@ -282,3 +282,13 @@ def test_a_pipelines_scaler_is_fitted_once_a_split_and_scales_the_rows_where_x_i
         np.testing.assert_array_equal(model[0].transform(X.iloc[:5]), ref[0].transform(X.iloc[:5]))
         _same_fit(model[-1], ref[-1])
         assert not hasattr(model[-1], "feature_names_in_") and list(model.feature_names_in_) == list(X.columns)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.005])
+def test_too_few_validation_rows_fail_as_each_fit_does(fraction):
+    X, y = load_iris(return_X_y=True)
+    est = de.MLPClassifier((4,), max_iter=3, random_state=0, early_stopping=True, validation_fraction=fraction)
+    with pytest.raises(ValueError, match="validation set is too small"):
+        GridSearchCV(est, {"alpha": [1e-4]}, cv=3, error_score="raise").fit(X, y)
+    with pytest.raises(ValueError, match="All the 6 fits failed"):
+        GridSearchCV(est, {"alpha": [1e-4, 1e-2]}, cv=3).fit(X, y)

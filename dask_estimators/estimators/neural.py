@@ -292,12 +292,9 @@ class _BaseMLP(DistributedEstimator):
         if cuts is not None and [c["n_train"] for c in counts] != [int(n) for n in data.n_rows]:
             raise RuntimeError(f"The shards hold {[c['n_train'] for c in counts]} training rows, not the "
                                f"{data.n_rows} placed.")  # pragma: no cover - a broken invariant
-        if early_stopping and "class_counts" in counts[0]:
-            _check_stratifiable([c["class_counts"] for c in counts], getattr(self, "classes_", None))
-        if early_stopping and sum(c["n_val"] for c in counts) < 2:
-            raise ValueError(
-                "The validation set is too small. Increase 'validation_fraction' or the size of your dataset."
-            )
+        if early_stopping:
+            _check_validation_rows([c["class_counts"] for c in counts] if "class_counts" in counts[0] else None,
+                                   sum(c["n_val"] for c in counts), getattr(self, "classes_", None))
         if reset:
             self._reset_fitted(spec)
         strategy = self._resolve_strategy()
@@ -374,11 +371,13 @@ class _BaseMLP(DistributedEstimator):
             n_steps=math.ceil(n_train / batch), n_train=n_train, **more,
         )
 
-    def _lockstep_fitted(self, spec, res, stats):
-        """Take the result ``res`` of this model's training in a search's lockstep, as :meth:`fit` takes its own."""
+    def _lockstep_fitted(self, member, res, stats):
+        """Take the result ``res`` of this model's training in a search's lockstep (as its ``member``, of
+        :meth:`_lockstep_member`), as :meth:`fit` takes its own."""
+        spec = member.spec
         self._reset_fitted(spec)
         self.callbacks_ = list(res.callbacks)
-        self._set_result(spec, res, self.early_stopping and self.solver != "lbfgs", False)
+        self._set_result(spec, res, member.cfg.early_stopping, False)
         self._hidden_fitted = tuple(spec.hidden)
         self.fit_stats_ = dict(stats, seconds=sum(r["seconds"] for r in res.history), **res.info.get("lockstep", {}))
         return self
@@ -1051,6 +1050,18 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         return tags
 
 
+def _check_validation_rows(shard_counts, n_val, classes):
+    """scikit-learn's errors of a fit with ``early_stopping``: a class too small for the stratified split
+    (:func:`_check_stratifiable`; ``shard_counts`` None where the split is not stratified), or fewer than two
+    validation rows (``n_val``) in all."""
+    if shard_counts is not None:
+        _check_stratifiable(shard_counts, classes)
+    if n_val < 2:
+        raise ValueError(
+            "The validation set is too small. Increase 'validation_fraction' or the size of your dataset."
+        )
+
+
 def _check_stratifiable(shard_counts, classes):
     """scikit-learn's error when a class has fewer than 2 rows for the stratified early-stopping split."""
     total = np.zeros(max(map(len, shard_counts)), dtype=np.int64)
@@ -1153,12 +1164,15 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None, scalers=None
             if est.random_state is None:  # random batches: the group's
                 free = member.batches()[:2] + member.batches()[3:]
                 member.cfg.seed = seeds.setdefault(free, member.cfg.seed)
-            if member.cfg.early_stopping:
+            if member.cfg.early_stopping:  # as M.prepare counts: a stratified split where each row has a class
+                stratified = member.validation_fraction and (out == "softmax" or (
+                    out == "logistic" and spec.n_outputs == 1 and np.ndim(codes) == 1))
                 try:
-                    _check_early_stopping(est, codes, out, spec, len(train) - member.cfg.n_train)
+                    _check_validation_rows([np.bincount(np.asarray(codes, dtype=np.int64))] if stratified else None,
+                                           len(train) - member.cfg.n_train, getattr(est, "classes_", None))
                 except ValueError as e:
                     raise RejectedInput(str(e)) from e
-            groups.setdefault((member.batches(), through), []).append((i, est, spec, member))
+            groups.setdefault((member.batches(), through), []).append((i, est, member))
         for (_, through), group in groups.items():
             task_members.append((k, group, (train, codes, sw_k), _unnamed(fitted_scalers.get(through))))
 
@@ -1169,7 +1183,7 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None, scalers=None
     with DataSession(first.client, device=first.device) as session:
         replicas = session.replicas(X=Xv, check=tmpl._block_check(dtype=storage))
         task_members = _shared_out(task_members, len(replicas))
-        tasks = [(_cost(group, len(data[0])), "train_lockstep", (*data, [g[3] for g in group], through))
+        tasks = [(_cost(group, len(data[0])), "train_lockstep", (*data, [g[2] for g in group], through))
                  for _, group, data, through in task_members]
         try:
             results = session.spread(replicas, tasks, on_done=done)
@@ -1177,10 +1191,10 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None, scalers=None
             raise RejectedInput(str(e)) from e
         placement = replicas[0].stats()["placement"]
     for (k, group, data, _), res in zip(task_members, results):
-        for (i, est, spec, member), r in zip(group, res):
+        for (i, est, member), r in zip(group, res):
             stats = {"strategy": "lockstep", "n_shards": 1, "rows_per_shard": [len(data[0])],
                      "placement": placement, "batch_size": member.batch_size, "steps_per_epoch": member.cfg.n_steps}
-            fitted[i][k] = est._lockstep_fitted(spec, r, stats)
+            fitted[i][k] = est._lockstep_fitted(member, r, stats)
     return fitted, scaled
 
 
@@ -1196,7 +1210,7 @@ def _unnamed(scaler):
 
 def _cost(group, n_rows) -> int:
     """A lockstep group's work, about: its networks' parameters times their epochs, times the rows."""
-    return n_rows * sum(g[3].spec.n_params * g[3].cfg.max_iter for g in group)
+    return n_rows * sum(g[2].spec.n_params * g[2].cfg.max_iter for g in group)
 
 
 def _shared_out(task_members, n_workers) -> list:
@@ -1212,12 +1226,3 @@ def _shared_out(task_members, n_workers) -> list:
         half = len(group) // 2
         tasks += [(k, group[:half], data, through), (k, group[half:], data, through)]
     return tasks
-
-
-def _check_early_stopping(est, codes, out, spec, n_val):
-    """scikit-learn's errors of a fit with ``early_stopping`` whose validation rows are too few (``n_val``), or
-    whose classes cannot all be split between training and validation rows."""
-    if out == "softmax" or (out == "logistic" and spec.n_outputs == 1 and np.ndim(codes) == 1):
-        _check_stratifiable([np.bincount(np.asarray(codes, dtype=np.int64))], getattr(est, "classes_", None))
-    if n_val < 2:
-        raise ValueError("The validation set is too small. Increase 'validation_fraction' or the size of your dataset.")

@@ -182,15 +182,15 @@ class _PlacedSearch:
         if y is None or not candidates:
             return None
         est = self.estimator
-        neural = sys.modules.get(_NEURAL)
-        if neural is not None and neural.lockstep_ready(_final(est)):
-            return self._networks_plan(X, params, candidates, neural)
-        if not grid_ready(_final(est)) and not any(
-                hasattr(v, "fit") for cand in candidates for v in cand.values()):  # no candidate brings ours
-            return None
         last = est.steps[-1][0] if isinstance(est, Pipeline) else None
         weight_key = "sample_weight" if last is None else f"{last}__sample_weight"
         if set(params) - {"groups", weight_key}:
+            return None
+        neural = sys.modules.get(_NEURAL)
+        if neural is not None and neural.lockstep_ready(_final(est)):
+            return self._networks_plan(X, params, candidates, neural, last, weight_key)
+        if not grid_ready(_final(est)) and not any(
+                hasattr(v, "fit") for cand in candidates for v in cand.values()):  # no candidate brings ours
             return None
         on_workers = is_dask_collection(X)
         if on_workers and (self._worker_metrics() is None or self.return_train_score or getattr(y, "ndim", 1) != 1
@@ -218,15 +218,13 @@ class _PlacedSearch:
             groups[shape].append((i, model))
         return _Plan(candidates, list(groups.values()), weight_key, params.get(weight_key), on_workers)
 
-    def _networks_plan(self, X, params, candidates, neural):
+    def _networks_plan(self, X, params, candidates, neural, last, weight_key):
         """The plan of a search over our networks (:func:`~dask_estimators.estimators.neural.lockstep_ready`
-        candidates of one client and device, alone or after one scaler in a ``Pipeline``, on dense NumPy or
-        pandas X), or None where scikit-learn's search runs."""
+        candidates of one client and device, alone or after one scaler in a ``Pipeline`` whose last step is
+        ``last``, on dense NumPy or pandas X), or None where scikit-learn's search runs."""
         est = self.estimator
-        last = est.steps[-1][0] if isinstance(est, Pipeline) else None
-        weight_key = "sample_weight" if last is None else f"{last}__sample_weight"
-        if set(params) - {"groups", weight_key} or is_dask_collection(X) or is_dask_collection(
-                params.get(weight_key)) or is_dask_collection(params.get("groups")) or sp.issparse(X):
+        if is_dask_collection(X) or is_dask_collection(params.get(weight_key)) or is_dask_collection(
+                params.get("groups")) or sp.issparse(X):
             return None
         final0 = _final(est)
         models = []
