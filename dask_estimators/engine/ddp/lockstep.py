@@ -26,7 +26,7 @@ import torch
 
 from ... import _torch_api
 from ...objectives import module as M
-from .train import _numpy_state, _owned
+from .train import _numpy_state, _owned, leaf_views
 
 __all__ = ["train_lockstep"]
 
@@ -39,11 +39,7 @@ class _Run:
         self.spec, self.cfg = spec, cfg
         self.w = torch.tensor(member.w0, dtype=spec.torch_dtype, device=dev)
         self.g = torch.zeros_like(self.w)
-        shapes = [p.shape for p in spec.build("meta").parameters()]
-        sizes = [int(np.prod(s)) for s in shapes]
-        self.params = [v.view(s).detach().requires_grad_() for v, s in zip(self.w.split(sizes), shapes)]
-        for p, gv in zip(self.params, self.g.split(sizes)):
-            p.grad = gv.view(p.shape)
+        self.params = leaf_views(self.w, self.g, [p.shape for p in spec.build("meta").parameters()])
         self.opt = training.optimizer(self.params, cfg)
         weights = [p for p, keep in zip(self.params, spec.weight_flags()) if keep]
         self.w_det = [p.detach() for p in weights]

@@ -503,10 +503,7 @@ class _FlatGradient:
             self.w[lo:hi].numpy()[:] = w0[lo:hi]
         self.g = torch.zeros_like(self.w)
         self.local = self.g if shared is None else shared.slots[shm.rank]  # where this rank's gradient goes
-        sizes, shapes = [p.numel() for p in params], [p.shape for p in params]
-        self.params = [v.view(s).detach().requires_grad_() for v, s in zip(self.w.split(sizes), shapes)]
-        for p, gv in zip(self.params, self.g.split(sizes)):
-            p.grad = gv.view(p.shape)
+        self.params = leaf_views(self.w, self.g, [p.shape for p in params])
 
     def __call__(self, parts, w_b):
         """``parts``: each shard's (X, y, sw, rows), the batch being those rows (gathered by the spec)."""
@@ -533,6 +530,16 @@ class _FlatGradient:
 
     def flat(self):
         return self.w
+
+
+def leaf_views(w, g, shapes) -> list:
+    """Leaf parameters of ``shapes``, views of the flat parameters ``w``, whose ``.grad`` are the same views of the
+    flat gradient ``g``: the optimizer steps ``w`` in place and reads what is written into ``g``."""
+    sizes = [int(np.prod(s)) for s in shapes]
+    params = [v.view(s).detach().requires_grad_() for v, s in zip(w.split(sizes), shapes)]
+    for p, gv in zip(params, g.split(sizes)):
+        p.grad = gv.view(p.shape)
+    return params
 
 
 def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, training, callbacks=(), checkpoint_key=None,
