@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import sklearn.model_selection as skms
 from scipy.stats import loguniform
-from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris, make_classification
 from sklearn.exceptions import FitFailedWarning
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.model_selection import StratifiedKFold
@@ -223,6 +223,88 @@ def test_a_bad_candidate_fails_as_in_scikit_learns_search():
         bad = X.copy()
         bad[3, 2] = np.nan
         GridSearchCV(de.LogisticRegression(), {"C": [1.0]}, cv=3, error_score="raise").fit(bad, y)
+
+
+@pytest.mark.parametrize("grid", [
+    {"solver": ["lbfgs", "newton-cg"], "l1_ratio": [1.0]},  # a solver that refuses the penalty: at its fit
+    {"class_weight": [None, {5: 1.0}]},  # a class y lacks: when the group's classes are known
+], ids=["solver", "class_weight"])
+def test_a_candidate_its_fit_refuses_gets_the_error_score_as_in_scikit_learns_search(grid):
+    X, y = _cancer(scaled=True)
+    est = de.LogisticRegression(max_iter=500)
+    with pytest.warns(FitFailedWarning, match="3 fits failed"):
+        ours = GridSearchCV(est, grid, cv=3).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FitFailedWarning)
+        theirs = skms.GridSearchCV(est, grid, cv=3).fit(X, y)
+    assert np.isnan(ours.cv_results_["mean_test_score"][1]) and not np.isnan(ours.cv_results_["mean_test_score"][0])
+    _same_results(ours, theirs, rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="newton-cg|classes"):
+        GridSearchCV(est, grid, cv=3, error_score="raise").fit(X, y)
+
+
+def test_candidates_whose_long_reprs_read_alike_are_fitted_each_with_its_own_steps(placements, placed_only):
+    from sklearn.compose import ColumnTransformer
+
+    X, y = make_classification(400, 60, n_informative=10, random_state=0)
+    cols = [f"feature_number_{i:03d}" for i in range(X.shape[1])]
+    df = pd.DataFrame(X, columns=cols)
+    a = ColumnTransformer([("keep", "passthrough", cols[:30] + cols[40:])])
+    b = ColumnTransformer([("keep", "passthrough", cols[:30] + cols[50:])])
+    assert repr(a) == repr(b)  # scikit-learn cuts the middle out of both
+    pipe = Pipeline([("prep", a), ("clf", de.LogisticRegression(max_iter=2000, tol=1e-8))])
+    ours = GridSearchCV(pipe, {"prep": [a, b]}, cv=3).fit(df, y)
+    placed = len(placements)
+    assert placed == 2 * 3 + 1  # each candidate's steps per split, and the refit
+    theirs = skms.GridSearchCV(pipe, {"prep": [a, b]}, cv=3).fit(df, y)
+    _same_results(ours, theirs, rtol=1e-6, atol=1e-6)
+    assert ours.cv_results_["mean_test_score"][0] != ours.cv_results_["mean_test_score"][1]
+
+
+def test_one_failing_metric_of_several_gets_the_error_score_and_a_warning():
+    X, y = _cancer(scaled=True)
+
+    def fragile(est, X, y):
+        if est.C < 0.5:
+            raise RuntimeError("cannot score this one")
+        return est.score(X, y)
+
+    kw = dict(cv=3, scoring={"fragile": fragile, "acc": "accuracy"}, refit="acc")
+    with pytest.warns(UserWarning, match="Scoring failed"):
+        ours = GridSearchCV(de.LogisticRegression(), {"C": [0.1, 1.0]}, **kw).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        theirs = skms.GridSearchCV(de.LogisticRegression(), {"C": [0.1, 1.0]}, **kw).fit(X, y)
+    assert np.isnan(ours.cv_results_["mean_test_fragile"][0]) and ours.cv_results_["mean_test_fragile"][1] > 0.9
+    np.testing.assert_allclose(ours.cv_results_["mean_test_fragile"], theirs.cv_results_["mean_test_fragile"],
+                               rtol=1e-6)
+    np.testing.assert_allclose(ours.cv_results_["mean_test_acc"], theirs.cv_results_["mean_test_acc"], rtol=1e-6)
+    assert ours.best_params_ == theirs.best_params_
+
+
+def test_a_random_state_instance_draws_as_scikit_learns_when_the_search_falls_back_to_it():
+    X, y = _cancer(scaled=True)
+    X[0, 0] = np.nan  # refused by the placed path's validation: scikit-learn's search runs, and fails each fit
+    kw = dict(n_iter=3, cv=3, refit=False)
+    dist = {"C": loguniform(1e-3, 1e2)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = RandomizedSearchCV(de.LogisticRegression(), dist, random_state=np.random.RandomState(0), **kw)
+        theirs = skms.RandomizedSearchCV(de.LogisticRegression(), dist, random_state=np.random.RandomState(0), **kw)
+        ours.fit(X, y)
+        theirs.fit(X, y)
+    assert ours.cv_results_["params"] == theirs.cv_results_["params"]
+    assert ours.random_state.randint(1 << 30) == theirs.random_state.randint(1 << 30)
+
+
+def test_a_draw_larger_than_its_grid_warns_once_as_scikit_learns():
+    X, y = _cancer(scaled=True)
+    for cls in (RandomizedSearchCV, skms.RandomizedSearchCV):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cls(de.LogisticRegression(), {"C": [0.1, 1.0]}, n_iter=5, cv=3, random_state=0).fit(X, y)
+        assert [str(w.message)[:40] for w in caught if "smaller than n_iter" in str(w.message)] == [
+            "The total space of parameters 2 is small"], cls
 
 
 def test_without_scikit_learns_private_search_methods_its_own_search_runs(placements, monkeypatch):

@@ -49,8 +49,8 @@ import time
 import traceback
 import warnings
 from collections import defaultdict
-from contextlib import ExitStack
-from numbers import Integral
+from contextlib import ExitStack, contextmanager
+from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
@@ -155,19 +155,24 @@ class _PlacedSearch:
         self : object
         """
         check_progress(self.progress)  # a missing tqdm fails now
-        draws = self._candidates(probe=True)
+        with warnings.catch_warnings():  # a draw's warnings (n_iter over the grid's size) come from the real draw
+            warnings.simplefilter("ignore", UserWarning)
+            draws = self._candidates(probe=True)
         plan = self._placed_plan(X, y, params, draws)
         if plan is None:
             return self._sklearn_fit(X, y, params)
-        self._candidates(probe=False)  # the draws scikit-learn's search would have made (a RandomState moves on)
         try:
-            return self._fit_placed(plan, X, y, params)
+            self._fit_placed(plan, X, y, params)
         except ReplicasWontFit:  # the networks' X would not fit whole on every worker
             pass
         except RejectedInput as e:
             if self.error_score == "raise":
                 raise e.__cause__ from None
-        # input the estimator refuses: scikit-learn's search records each fit's failure as error_score, and warns
+        else:
+            self._candidates(probe=False)  # the draws scikit-learn's search would have made (a RandomState moves on)
+            return self
+        # input the estimator refuses, or a candidate its fit refuses: scikit-learn's search records each fit's
+        # failure as error_score, and warns; it draws its candidates from the random state as it was
         return self._sklearn_fit(X, y, params)
 
     def _sklearn_fit(self, X, y, params):
@@ -214,7 +219,7 @@ class _PlacedSearch:
             if on_workers and isinstance(model, Pipeline) and not (
                     len(model.steps) == 2 and _scaler_of(model) is not None):  # other steps: fitted on the client
                 return None
-            shape = tuple(sorted((k, repr(v)) for k, v in cand.items() if not _per_fit(k, last)))
+            shape = frozenset((k, _exact(v)) for k, v in cand.items() if not _per_fit(k, last))
             groups[shape].append((i, model))
         return _Plan(candidates, list(groups.values()), weight_key, params.get(weight_key), on_workers)
 
@@ -387,7 +392,8 @@ class _PlacedSearch:
             runs = PlacedRuns(finals[0], X, y, weight, rows, held_out=held if worker_scores is not None else None,
                               fits=len(finals) * len(splits))
             try:
-                stack.enter_context(runs)
+                with _refused():
+                    stack.enter_context(runs)
             except SplitLacksClass:
                 runs = None
             if runs is not None:
@@ -401,8 +407,9 @@ class _PlacedSearch:
                         if on_workers:
                             raise ValueError(_FAR_MEAN)
             if runs is not None:
-                grid = runs.fit(finals, list(range(len(splits))), feature_names=scaler is None,
-                                   on_done=self._fits_done)
+                with _refused():
+                    grid = runs.fit(finals, list(range(len(splits))), feature_names=scaler is None,
+                                    on_done=self._fits_done)
                 seconds = time.perf_counter() - t0
                 for (i, model), row in zip(members, grid):
                     for k, est in enumerate(row):
@@ -433,7 +440,8 @@ class _PlacedSearch:
                 except (ValueError, TypeError) as e:  # as the model's own validation: each fit fails alike
                     raise RejectedInput(str(e)) from e
                 steps = earlier.steps
-            grid = fit_candidates(finals, Xk, yk, wk, None)
+            with _refused():
+                grid = fit_candidates(finals, Xk, yk, wk, None)
             self._fits_done(len(finals))
             seconds = time.perf_counter() - t0
             for (i, model), row in zip(members, grid):
@@ -526,8 +534,15 @@ class _PlacedSearch:
             if isinstance(scorers, _MultimetricScorer):
                 return {name: self.error_score for name in scorers._scorers}
             return self.error_score
-        if isinstance(scores, dict):
-            return {name: float(v) if np.ndim(v) == 0 else v for name, v in scores.items()}
+        if isinstance(scores, dict):  # several metrics: one that failed is its traceback's text (not "raise")
+            out = {}
+            for name, v in scores.items():
+                if isinstance(v, str):
+                    warnings.warn(f"Scoring failed. The score on this train-test partition for these parameters "
+                                  f"will be set to {self.error_score}. Details: \n{v}", UserWarning, stacklevel=2)
+                    v = self.error_score
+                out[name] = float(v) if np.ndim(v) == 0 else v
+            return out
         return float(scores) if np.ndim(scores) == 0 else scores
 
 
@@ -547,6 +562,36 @@ class _Rows:
         if key not in self._seen:  # the steps stay referenced by the fitted candidates: their ids stay theirs
             self._seen[key] = est[:-1].transform(self.X)
         return est.steps[-1][1], self._seen[key], self.y, self.kwargs
+
+
+@contextmanager
+def _refused():
+    """A ``ValueError`` or ``TypeError`` of a group's placement or fits (a candidate's solver that does not take
+    its penalty, a ``class_weight`` naming a class y lacks) raised as :class:`RejectedInput`: the search then
+    runs as scikit-learn's, which gives each failing fit its ``error_score``.  :class:`SplitLacksClass` and
+    :class:`RejectedInput` itself pass as they are."""
+    try:
+        yield
+    except (RejectedInput, SplitLacksClass):
+        raise
+    except (ValueError, TypeError) as e:
+        raise RejectedInput(str(e)) from e
+
+
+def _exact(value):
+    """A key equal for two candidate values only where they are the same: plain values (numbers, strings, None,
+    and tuples, lists and dicts of them) by type and value, anything else (an estimator, an array) by identity.
+
+    Not ``repr``: scikit-learn cuts the middle out of a long one, so two different pipelines' steps could share
+    it.  Equal values that are distinct objects only make groups of their own.
+    """
+    if value is None or isinstance(value, (bool, Integral, Real, str, bytes)):
+        return type(value), value
+    if isinstance(value, (tuple, list)):
+        return type(value), tuple(_exact(v) for v in value)
+    if isinstance(value, dict):
+        return dict, frozenset((_exact(k), _exact(v)) for k, v in value.items())
+    return "object", id(value)
 
 
 def _per_fit(key: str, last: str | None) -> bool:
