@@ -262,8 +262,22 @@ def adam_zero_state(opt, moments=None) -> None:
 
 
 def _set_lr(opt, lr):
+    """Set ``opt``'s learning rate to ``lr`` (scikit-learn's schedules: ``"invscaling"``, ``"adaptive"``).
+
+    SGD's momentum goes on as scikit-learn's: its velocity holds past steps
+    already multiplied by the rate they were taken at, so a new rate applies
+    to new gradients only.  ``torch.optim.SGD``'s buffer holds the past
+    gradients, which each step multiplies by the current rate: the buffer is
+    rescaled by old / new rate, which keeps rate times buffer, scikit-learn's
+    velocity, as it was.
+    """
     for g in opt.param_groups:
-        g["lr"] = lr
+        old, g["lr"] = g["lr"], lr
+        if g.get("momentum") and old != lr and lr > 0:
+            for p in g["params"]:
+                buf = opt.state.get(p, {}).get("momentum_buffer") if isinstance(opt, torch.optim.SGD) else None
+                if buf is not None:
+                    buf.mul_(old / lr)
 
 
 class Monitor(EarlyStopping):

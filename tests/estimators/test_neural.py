@@ -772,6 +772,27 @@ def test_negative_sample_weights_train_as_scikit_learn(solver):
             np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-6)
 
 
+@pytest.mark.parametrize("learning_rate", ["invscaling", "adaptive"])
+@pytest.mark.parametrize("nesterov", [True, False], ids=["nesterov", "plain"])
+def test_sgd_momentum_through_a_changing_rate_steps_as_scikit_learn(learning_rate, nesterov):
+    """scikit-learn's velocity holds steps taken at their own rate; a new rate (each epoch's with "invscaling",
+    a plateau's fifth with "adaptive") applies to new gradients only: the same losses and weights."""
+    from sklearn.datasets import make_classification
+    from sklearn.neural_network import MLPClassifier as SkMLP
+
+    X, y = make_classification(400, 6, n_informative=4, n_classes=3, random_state=0)
+    kw = dict(hidden_layer_sizes=(8,), solver="sgd", learning_rate=learning_rate, learning_rate_init=0.5,
+              momentum=0.9, nesterovs_momentum=nesterov, max_iter=12, random_state=0, shuffle=False,
+              n_iter_no_change=1, tol=0.05)
+    ref = SkMLP(**kw).fit(X, y)
+    with dask.config.set({"dask-estimators.min-step-flops-per-worker": 1e30}):  # one worker: scikit-learn's batches
+        ours = de.MLPClassifier(**kw).fit(X, y)
+    assert ours.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-9)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-10)
+
+
 # --------------------------------------------------- 10. warm_start, partial_fit
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_warm_start_continues(strategy):
