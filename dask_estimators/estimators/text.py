@@ -17,6 +17,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from ..objectives import module as M
 from ..objectives import sequence as S
 from .._progress import check_progress
 from ..optim.torch_driver import Monitor, TrainConfig
@@ -273,6 +274,9 @@ class CharLSTM(DistributedEstimator):
         )
         n_pairs = sum(c["n_train"] for c in counts)
         batch = int(min(self.batch_size, n_pairs))
+        # exact global batches, as the MLPs': a batch smaller than the number of shards takes rows of some alone
+        cuts = M.batch_cuts([c["n_train"] for c in counts], batch)
+        data.map_each(M.set_batch_cuts, [(row,) for row in cuts])
         loop_callbacks, client_callbacks = split_callbacks(copy.deepcopy(self.callbacks))
         if any(getattr(cb, "monitor", None) == "validation_score" for cb in loop_callbacks + client_callbacks):
             raise ValueError("A callback monitors 'validation_score', but CharLSTM holds out no validation "
@@ -452,6 +456,7 @@ class CharLSTM(DistributedEstimator):
         check_is_fitted(self, "params_")
         if int(n) != n or n < 0:
             raise ValueError(f"n must be a non-negative integer, got {n!r}.")
+        n = int(n)
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}.")
         max_length = max_length or self.max_length or 32

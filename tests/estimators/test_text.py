@@ -237,6 +237,17 @@ def test_strategies_equivalent(by_strategy):
     np.testing.assert_allclose(rounds.params_, ddp.params_, rtol=1e-2, atol=1e-3)
 
 
+def test_batches_smaller_than_the_workers_take_each_global_batchs_rows_where_they_are(ddp):
+    """A batch of one pair on two workers: each step's row is on one worker, the other's share empty (it adds no
+    loss and no gradient), with either strategy, the same steps."""
+    names, kw = ["ab", "cd"] * 5, dict(hidden_size=8, max_epochs=2, batch_size=1, random_state=0)
+    rounds = CharLSTM(strategy="rounds", client=ddp.client, **kw).fit(names)
+    by_ddp = ddp.fit_or_fail(CharLSTM(strategy="ddp", **kw), names)
+    assert rounds.fit_stats_["rows_per_shard"] == [15, 15] == by_ddp.fit_stats_["rows_per_shard"]
+    np.testing.assert_allclose(by_ddp.loss_curve_, rounds.loss_curve_, rtol=1e-5)
+    np.testing.assert_allclose(by_ddp.params_, rounds.params_, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("strategy", ["rounds", "ddp"])
 def test_determinism(strategy, by_strategy, ddp):
     first = by_strategy[strategy]
@@ -303,6 +314,7 @@ def test_generate_bad_n(fitted):
         fitted.generate(-1)
     with pytest.raises(ValueError):
         fitted.generate(2.5)
+    assert fitted.generate(3.0, random_state=0) == fitted.generate(3, random_state=0)  # a whole float is its int
 
 
 def test_generate_exclude_training():
