@@ -25,6 +25,7 @@ from numbers import Integral, Real
 
 import distributed
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import expit, log_softmax
 from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
@@ -667,6 +668,16 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     _is_classifier = True
     _multi_output = True  # label-indicator matrices (multilabel)
 
+    def _validate_input(self, X, y, sample_weight, return_classes=False):
+        # a sparse label-indicator matrix, which scikit-learn's MLPClassifier takes: trained on as dense rows,
+        # and predict then gives a sparse matrix, as scikit-learn's does
+        sparse_y = sp.issparse(y)
+        if sparse_y:
+            y = y.toarray()
+        out = super()._validate_input(X, y, sample_weight, return_classes)
+        self._sparse_y = sparse_y
+        return out
+
     def _encode_targets(self, y, dask_input, classes, reset, incremental):
         if dask_input:
             return y, None, None
@@ -835,7 +846,8 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
             return classes[idx]
 
         if multilabel:
-            return self._map_rows(X, labels, self.n_outputs_)
+            out = self._map_rows(X, labels, self.n_outputs_)
+            return sp.csr_matrix(out) if getattr(self, "_sparse_y", False) and isinstance(out, np.ndarray) else out
         return self._map_rows(X, labels, None)
 
     def _output_dtype(self, fn):
@@ -865,7 +877,8 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         est = self._sklearn_fitted(SkMLPClassifier(**self._sklearn_params()))
         binarizer = LabelBinarizer()
         if getattr(self, "_multilabel", False):
-            binarizer.fit(np.eye(len(self.classes_), dtype=int))
+            eye = np.eye(len(self.classes_), dtype=int)
+            binarizer.fit(sp.csr_matrix(eye) if getattr(self, "_sparse_y", False) else eye)
         else:
             binarizer.fit(self.classes_)
         est._label_binarizer = binarizer

@@ -608,6 +608,26 @@ def test_predict_shapes_and_classes_like_sklearn(kind):
         assert est.score(X, y) > 0.8
 
 
+def test_a_sparse_label_indicator_matrix_trains_as_its_dense_rows_and_predicts_sparse_as_scikit_learn():
+    import scipy.sparse as sp
+    from sklearn.datasets import make_multilabel_classification
+
+    X, Y = make_multilabel_classification(200, 6, n_classes=4, random_state=0)
+    params = dict(hidden_layer_sizes=(8,), max_iter=10, random_state=0, strategy="rounds")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = sknn.MLPClassifier(**{k: v for k, v in params.items() if k != "strategy"}).fit(X, sp.csr_matrix(Y))
+        dense = de.MLPClassifier(**params).fit(X, Y)
+        ours = de.MLPClassifier(**params).fit(X, sp.csr_matrix(Y))
+    np.testing.assert_array_equal(ours.classes_, ref.classes_)
+    np.testing.assert_array_equal(ours.coefs_[0], dense.coefs_[0])
+    pred = ours.predict(X)
+    assert sp.issparse(pred) and sp.issparse(ref.predict(X)) and pred.shape == (200, 4)
+    np.testing.assert_array_equal(pred.toarray(), dense.predict(X))
+    assert sp.issparse(ours.to_sklearn().predict(X))
+    assert isinstance(dense.predict(X), np.ndarray)  # dense labels stay dense
+
+
 def test_regressor_multi_output_and_column_y():
     X, y = _regression()
     Y = np.column_stack([y, -y])
