@@ -20,7 +20,7 @@ import distributed
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, _fit_context
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import DataConversionWarning, NotFittedError
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
     _check_sample_weight,
@@ -76,9 +76,79 @@ def accepts_kept_data(fit):
     return wrapper
 
 
+def _column_names(X):
+    """The column names of a dask dataframe ``X`` as ``feature_names_in_`` keeps them (an object array), where
+    they are all strings; None where X has no columns, or names of other types.  Strings mixed with other types
+    are scikit-learn's ``TypeError``, as for a pandas frame."""
+    columns = getattr(X, "columns", None)
+    if columns is None or not len(columns):
+        return None
+    types = sorted({type(c).__qualname__ for c in columns})
+    if len(types) > 1 and "str" in types:
+        raise TypeError(
+            "Feature names are only supported if all input features have string names, but your input has "
+            f"{types} as feature name / column name types. Make them all strings (X.columns = "
+            "X.columns.astype(str)) to have them kept and checked, or make none of them strings."
+        )
+    return np.asarray(list(columns), dtype=object) if types == ["str"] else None
+
+
+def _other_names_message(fitted, names) -> str:
+    """scikit-learn's error where X's column names are not those of the fit: the names it lacks, those it adds
+    (five of each at most), or, with the same names, their order."""
+    def listed(title, found):
+        more = ["- ...\n"] if len(found) > 5 else []
+        return [f"{title}:\n"] + [f"- {n}\n" for n in found[:5]] + more
+
+    added = [n for n in names if n not in set(fitted)]
+    lacking = [n for n in fitted if n not in set(names)]
+    parts = ["The feature names should match those that were passed during fit.\n"]
+    if added:
+        parts += listed("Feature names unseen at fit time", sorted(added))
+    if lacking:
+        parts += listed("Feature names seen at fit time, yet now missing", sorted(lacking))
+    if not added and not lacking:
+        parts.append("Feature names must be in the same order as they were in fit.\n")
+    return "".join(parts)
+
+
 def _sparse_format(accept_sparse):
     """``validate_data``'s ``accept_sparse`` for an estimator's ``_accept_sparse`` flag: CSR, or no sparse input."""
     return "csr" if accept_sparse else False
+
+
+class DaskScoreMixin:
+    """scikit-learn's ``score`` (``ClassifierMixin``'s accuracy, ``RegressorMixin``'s R²) that also takes dask input.
+
+    Listed before scikit-learn's mixin.  With dask X, y or sample weights,
+    the predictions, y and the weights are computed together, in one graph,
+    and scored on the client (they are vectors): also where the number of
+    rows is unknown (a dask array cut by a mask), which scikit-learn's
+    metrics cannot take, and without computing the predictions once per
+    check as they would.  Other input goes to scikit-learn's ``score``.
+    """
+
+    def score(self, X, y, sample_weight=None):
+        """The mean accuracy (classifiers) or the coefficient of determination R² (regressors) on ``X``, ``y``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, dask array, dask dataframe} of shape (n_samples, n_features)
+        y : array-like or dask collection of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like or dask array of shape (n_samples,), default=None
+
+        Returns
+        -------
+        float
+        """
+        if not any(is_dask_collection(a) for a in (X, y, sample_weight)):
+            return super().score(X, y, sample_weight=sample_weight)
+        import dask
+        from sklearn.metrics import accuracy_score, r2_score
+
+        pred, y, sample_weight = dask.compute(self.predict(X), y, sample_weight)
+        metric = accuracy_score if self._is_classifier else r2_score
+        return float(metric(y, pred, sample_weight=sample_weight))
 
 
 class DistributedEstimator(BaseEstimator):
@@ -99,8 +169,11 @@ class DistributedEstimator(BaseEstimator):
             self._check_dask_features(X, reset=True)
             self._check_dask_rows(X)
             y = _as_dask_like(y, X, "y")
-            if not self._multi_output and getattr(y, "ndim", 1) == 2 and y.shape[1] != 1:
-                raise ValueError(f"y should be a 1d array, got an array of shape {_shape_text(y)} instead.")
+            if not self._multi_output and getattr(y, "ndim", 1) == 2:
+                if y.shape[1] != 1:
+                    raise ValueError(f"y should be a 1d array, got an array of shape {_shape_text(y)} instead.")
+                warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape "
+                              "of y to (n_samples, ), for example using ravel().", DataConversionWarning, stacklevel=4)
             if sample_weight is not None:
                 sample_weight = _as_dask_like(sample_weight, X, "sample_weight")
             return (X, y, sample_weight, True) + ((None,) if return_classes else ())
@@ -155,10 +228,7 @@ class DistributedEstimator(BaseEstimator):
                 f"Found array with 0 feature(s) (shape={_shape_text(X)}) while a minimum of 1 is required by "
                 f"{type(self).__name__}."
             )
-        columns = getattr(X, "columns", None)
-        names = None
-        if columns is not None and len(columns) and all(isinstance(c, str) for c in columns):
-            names = np.asarray(list(columns), dtype=object)
+        names = _column_names(X)
         if reset:
             self.n_features_in_ = n_features
             if names is not None:
@@ -166,17 +236,18 @@ class DistributedEstimator(BaseEstimator):
             elif hasattr(self, "feature_names_in_"):
                 del self.feature_names_in_
             return
+        fitted = getattr(self, "feature_names_in_", None)
+        if fitted is not None and names is not None and not np.array_equal(fitted, names):
+            raise ValueError(_other_names_message(fitted, names))
+        self._warn_names_either_side(fitted, names)
         if n_features != self.n_features_in_:
             raise ValueError(
                 f"X has {n_features} features, but {type(self).__name__} is expecting "
                 f"{self.n_features_in_} features as input."
             )
-        fitted = getattr(self, "feature_names_in_", None)
-        if fitted is not None and names is not None and not np.array_equal(fitted, names):
-            raise ValueError(
-                "The feature names should match those that were passed during fit.\n"
-                f"Fitted with: {list(fitted)}\nGot: {list(names)}"
-            )
+
+    def _warn_names_either_side(self, fitted, names):
+        """scikit-learn's warning where only the fit's X or only this X has column names."""
         if fitted is not None and names is None:
             warnings.warn(
                 f"X does not have valid feature names, but {type(self).__name__} was fitted with feature names",

@@ -445,6 +445,9 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         self.timeout = timeout
 
     _has_scorer = True
+    #: float32 X is stored and read as float32, but ``coef_`` and ``intercept_`` are float64, as scikit-learn's
+    #: LogisticRegressionCV gives them (its predictions too)
+    _keeps_float32 = False
     # score's sample_weight goes to the scorer alone, as in scikit-learn's LogisticRegressionCV
     __metadata_request__score = {"sample_weight": metadata_routing.UNUSED}
 

@@ -14,8 +14,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ..objectives import targets as T
+from ..objectives.linear import check_weight_sum
 from ..session import stored_values
-from ._base import DistributedLinearModel, InferenceMixin
+from ._base import DaskScoreMixin, DistributedLinearModel, InferenceMixin
 
 __all__ = ["LinearRegression", "LogisticRegression", "LinearSVC", "LinearSVR"]
 
@@ -77,7 +78,7 @@ _FITTED_DOC = """
 """
 
 
-class _LinearClassifierMixin(ClassifierMixin):
+class _LinearClassifierMixin(DaskScoreMixin, ClassifierMixin):
     _is_classifier = True
 
     def decision_function(self, X):
@@ -502,8 +503,7 @@ class _LinearSVMMixin:
         encoding = _TARGET_ENCODING[self.loss]
         sums = data.map(T.prepare_and_weigh, encoding, n_outputs, class_weight, False, True)
         sw_sum = float(sum(s[0] for s in sums))
-        if not sw_sum > 0:
-            raise ValueError("The sum of sample weights must be positive.")
+        check_weight_sum(sw_sum)
         n_shards = data.n_shards
         data.map_each(set_shard_index, [(i,) for i in range(n_shards)])
         d = self.n_features_in_
@@ -703,8 +703,7 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
         # codes, with the class weights folded into the sample weights
         sums = data.map(T.prepare_and_weigh, "multinomial", K, class_weight, False, True)
         sw_sum = float(sum(s[0] for s in sums))
-        if not sw_sum > 0:
-            raise ValueError("The sum of sample weights must be positive.")
+        check_weight_sum(sw_sum)
         n_shards = data.n_shards
         data.map_each(set_shard_index, [(i,) for i in range(n_shards)])
         d = self.n_features_in_
@@ -756,7 +755,7 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
         return self._sklearn_fitted(est)
 
 
-class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
+class LinearRegression(InferenceMixin, DaskScoreMixin, RegressorMixin, DistributedLinearModel):
     """Least squares with optional ridge, lasso or elastic-net penalty, fitted on a Dask cluster.
 
     Minimises scikit-learn's ``ElasticNet`` objective::
@@ -933,7 +932,7 @@ class LinearRegression(InferenceMixin, RegressorMixin, DistributedLinearModel):
         return tags
 
 
-class LinearSVR(_LinearSVMMixin, RegressorMixin, DistributedLinearModel):
+class LinearSVR(_LinearSVMMixin, DaskScoreMixin, RegressorMixin, DistributedLinearModel):
     """Linear support vector regression (epsilon-insensitive loss or its square) fitted on a Dask cluster.
 
     Solves LIBLINEAR's problem (scikit-learn's ``LinearSVR``)::

@@ -40,7 +40,7 @@ from ..objectives import targets as T
 from .._progress import check_progress
 from ..optim.torch_driver import LockstepMember, Monitor, TrainConfig, minimize_lbfgs
 from ..session import DataSession
-from ._base import DistributedEstimator, accepts_kept_data, check_class_share, dask_label_set
+from ._base import DaskScoreMixin, DistributedEstimator, accepts_kept_data, check_class_share, dask_label_set
 from ._torch import Progress, renamed_strategy, resolve_strategy, split_callbacks, strategy_constraint
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
@@ -532,7 +532,7 @@ def _y_width(shard):
     return 1 if y.ndim == 1 else int(y.shape[1])
 
 
-class MLPClassifier(ClassifierMixin, _BaseMLP):
+class MLPClassifier(DaskScoreMixin, ClassifierMixin, _BaseMLP):
     """Multilayer perceptron classifier in torch, trained on a Dask cluster.
 
     scikit-learn's ``MLPClassifier``: the same parameters, objective (log-loss
@@ -890,7 +890,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
         return tags
 
 
-class MLPRegressor(RegressorMixin, _BaseMLP):
+class MLPRegressor(DaskScoreMixin, RegressorMixin, _BaseMLP):
     """Multilayer perceptron regressor in torch, trained on a Dask cluster.
 
     scikit-learn's ``MLPRegressor``: half the squared error (identity output)

@@ -151,4 +151,5 @@ def take_rows(X, idx):
     offset = torch.arange(total, device=crow.device) - torch.repeat_interleave(new_crow[:-1], counts, output_size=total)
     pos = torch.repeat_interleave(crow[idx].to(torch.int64), counts, output_size=total) + offset
     col = X.col_indices()
-    return torch.sparse_csr_tensor(new_crow.to(col.dtype), col[pos], X.values()[pos], size=(idx.shape[0], X.shape[1]))
+    return torch.sparse_csr_tensor(new_crow.to(col.dtype), col[pos], X.values()[pos], size=(idx.shape[0], X.shape[1]),
+                                   check_invariants=False)

@@ -46,7 +46,17 @@ from . import _host as _shard
 from . import losses as _losses  # no torch at import: the client reads links and checks
 from ._sparse import csr_parts, is_sparse
 
-__all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum", "inference_sums", "x_nbytes"]
+__all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum", "check_weight_sum",
+           "inference_sums", "x_nbytes"]
+
+
+def check_weight_sum(total: float) -> None:
+    """The error for sample weights (times the class weights) whose sum over the rows is not positive: scikit-learn's
+    words where they are all zero."""
+    if total == 0:
+        raise ValueError("Sample weights must contain at least one non-zero number.")
+    if not total > 0:
+        raise ValueError("The sum of sample weights must be positive.")
 
 
 @dataclass(frozen=True)
@@ -610,8 +620,7 @@ class LinearObjective:
         self.l2 = float(l2)
         self.l1 = float(l1)
         self.sw_sum, self.n_samples = evaluate(weight_sum) if weight_sums is None else map(float, weight_sums)
-        if not self.sw_sum > 0:
-            raise ValueError("The sum of sample weights must be positive.")
+        check_weight_sum(self.sw_sum)
         self.n_params = spec.n_params
         self.penalized = np.zeros(self.n_params, dtype=bool)
         self.penalized[: spec.n_outputs * spec.n_features] = True

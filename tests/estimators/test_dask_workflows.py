@@ -146,3 +146,62 @@ def test_charlstm_from_a_dask_series_of_strings(client):
     est.fit(dd.from_pandas(names, npartitions=3))
     assert set(est.classes_) >= set("rexfidolunambcna")  # every character of every partition
     assert est._training_strings == frozenset(names)  # every string of every partition reached a shard
+
+
+@pytest.mark.parametrize("make", [
+    lambda: de.LogisticRegression(), lambda: de.LinearSVC(), lambda: de.LinearRegression(), lambda: de.LinearSVR(),
+    lambda: de.MLPClassifier((5,), max_iter=5, random_state=0),
+    lambda: de.MLPRegressor(hidden_layer_sizes=(5,), max_iter=5, random_state=0),
+], ids=["logistic", "svc", "linear", "svr", "mlp-classifier", "mlp-regressor"])
+def test_score_on_dask_rows_of_unknown_count_is_the_score_of_the_same_rows_in_memory(client, rng, make):
+    """A mask leaves the rows' count unknown until computed: fit and predict take such input, and so does score
+    (scikit-learn's metrics cannot), with and without sample weights."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    X = rng.normal(size=(400, 3))
+    y = (X[:, 0] > 0).astype(int)
+    Xd, yd, wd = da.from_array(X, chunks=100), da.from_array(y, chunks=100), da.from_array(rng.uniform(size=400),
+                                                                                         chunks=100)
+    keep = Xd[:, 1] > -1.0
+    Xm, ym, wm = Xd[keep], yd[keep], wd[keep]
+    assert np.isnan(Xm.shape[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = make().fit(Xm, ym)
+    Xn, yn, wn = (a.compute() for a in (Xm, ym, wm))
+    assert est.score(Xm, ym) == pytest.approx(est.score(Xn, yn), rel=1e-12)
+    assert est.score(Xm, ym, sample_weight=wm) == pytest.approx(est.score(Xn, yn, sample_weight=wn), rel=1e-12)
+
+
+def test_a_dask_frames_column_names_are_checked_in_scikit_learns_words(client, rng):
+    """Mixed name types at fit, and at predict reordered, missing, added or renamed columns: the error scikit-learn
+    gives for the same pandas frame, word for word."""
+    df = pd.DataFrame(rng.normal(size=(200, 3)), columns=list("abc"))
+    y = (df["a"] > 0).astype(int)
+    mixed = df.set_axis(["a", 1, "c"], axis=1)
+    for fit in (lambda: sklm.LogisticRegression().fit(mixed, y),
+                lambda: de.LogisticRegression().fit(dd.from_pandas(mixed, npartitions=2), dd.from_pandas(y, 2))):
+        with pytest.raises(TypeError, match="Feature names are only supported if all input features have string"):
+            fit()
+    ref, ours = sklm.LogisticRegression().fit(df, y), de.LogisticRegression().fit(dd.from_pandas(df, 2),
+                                                                                    dd.from_pandas(y, 2))
+    for other in (df[["c", "b", "a"]], df[["a", "b"]], df.assign(d=1.0), df.rename(columns={"b": "z"})):
+        with pytest.raises(ValueError) as theirs:
+            ref.predict(other)
+        with pytest.raises(ValueError) as got:
+            ours.predict(dd.from_pandas(other, npartitions=2))
+        assert str(got.value) == str(theirs.value)
+
+
+def test_a_numpy_target_beside_a_dask_dataframe_warns_nothing(client, rng):
+    import warnings
+
+    df = pd.DataFrame(rng.normal(size=(400, 3)), columns=list("abc"))
+    y = (df["a"] > 0).astype(int).to_numpy()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = de.LogisticRegression().fit(dd.from_pandas(df, npartitions=4), y)
+    assert not [str(w.message) for w in caught if "Port" not in str(w.message)]
+    np.testing.assert_allclose(est.coef_, de.LogisticRegression().fit(df, y).coef_, rtol=1e-6)

@@ -166,7 +166,12 @@ def test_cross_validated_searches_read_float32(cancer, form, rounds):
     kw = dict(Cs=[0.01, 0.1, 1.0], cv=3, tol=1e-6)  # no weak penalty: the data are almost separable
     a = LogisticRegressionCV(**kw).fit(same, y)
     b = LogisticRegressionCV(**kw).fit(X32, y)
-    assert b.fit_stats_["x_dtype"] == "float32" and b.coef_.dtype == np.float32
+    from sklearn.linear_model import LogisticRegressionCV as SkLogisticRegressionCV
+
+    ref = SkLogisticRegressionCV(Cs=[1.0], cv=3, max_iter=20).fit(X.astype(np.float32), y)
+    assert b.fit_stats_["x_dtype"] == "float32"  # stored and read as float32; fitted as scikit-learn's (float64)
+    assert b.coef_.dtype == ref.coef_.dtype and b.intercept_.dtype == ref.intercept_.dtype
+    assert b.predict_proba(X[:5].astype(np.float32)).dtype == ref.predict_proba(X[:5].astype(np.float32)).dtype
     assert b.C_ == a.C_
     np.testing.assert_allclose(b.scores_[1], a.scores_[1], atol=1e-12)
     assert _rel(b.coef_, a.coef_) < 1e-6

@@ -407,3 +407,18 @@ def _worker_cannot_densify():
 def test_clone_keeps_accepting_sparse():
     est = clone(de.LogisticRegression())
     assert get_tags(est).input_tags.sparse
+
+
+@pytest.mark.parametrize("name", ["LogisticRegressionCV", "LinearRegressionCV"])
+def test_the_cv_estimators_on_sparse_rows_warn_nothing_scikit_learn_would_not(name):
+    """The folds' rows cut from the shard's CSR tensor: torch's invariant checks are ours to skip (the rows are
+    cut from a valid matrix), and say so only where asked."""
+    import dask_estimators as de
+
+    rng = np.random.default_rng(0)
+    X = sp.random(300, 6, density=0.4, format="csr", random_state=0)
+    y = (X.toarray()[:, 0] > 0.2).astype(int) if name.startswith("Logistic") else rng.normal(size=300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        getattr(de, name)(cv=3).fit(X, y)
+    assert not [w for w in caught if issubclass(w.category, UserWarning) and "Sparse" in str(w.message)]

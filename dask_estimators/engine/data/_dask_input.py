@@ -948,7 +948,12 @@ def persist_blocks(client, colls: dict) -> dict:
 
     names = list(colls)
     try:
-        persisted = client.persist([colls[k] for k in names])
+        with warnings.catch_warnings():
+            # a dataframe (an expression) beside an array (a graph), as y cut from NumPy beside a dask dataframe's
+            # X: Dask warns that it optimises the expression on its own and merges the graphs, which is what
+            # persisting them together is for (a graph they share computed once)
+            warnings.filterwarnings("ignore", message="Computing mixed collections", category=UserWarning)
+            persisted = client.persist([colls[k] for k in names])
     except AssertionError:
         # distributed 2025.4 fails an internal assertion on one persist of a dataframe (an expression) followed
         # by an array (a graph): persist each kind on its own, in the order given
