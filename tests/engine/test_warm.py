@@ -77,3 +77,24 @@ def test_a_serving_worker_imports_the_small_fits_solver_only_once_it_has_nothing
         while list(c.run(_solver_imported).values()) != [(True, True)] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert list(c.run(_solver_imported).values()) == [(True, True)]
+
+
+def test_a_closed_in_process_worker_left_to_the_garbage_collector_does_not_make_this_process_a_worker():
+    """A client made after an in-process cluster was shut down gets its workers warmed at the class read: the
+    closed worker, which Dask keeps among its instances until the garbage collector frees it, is not a role."""
+    import gc
+
+    from distributed import Client, LocalCluster
+    from distributed.worker import Worker
+
+    from dask_estimators.engine.cluster._zygote import in_dask_worker
+
+    gc.disable()
+    try:
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+                Client(cluster, set_as_default=False):
+            assert in_dask_worker()  # a worker of this process serves
+        assert [w for w in Worker._instances if w.status.name == "closed"]  # kept until collected
+        assert not in_dask_worker()
+    finally:
+        gc.enable()

@@ -72,9 +72,18 @@ def enabled() -> bool:
 
 
 def in_dask_worker() -> bool:
-    """Whether this process is a Dask worker (known without importing distributed)."""
+    """Whether this process is a Dask worker (known without importing distributed): it holds a worker that is not
+    closed.  A closed worker of an in-process cluster the user has shut down stays among ``Worker._instances``
+    until the garbage collector frees it; the process is no worker for that."""
     worker = sys.modules.get("distributed.worker")
-    return worker is not None and bool(getattr(worker.Worker, "_instances", None))
+    if worker is None:
+        return False
+    return any(getattr(getattr(w, "status", None), "name", None) not in _GONE
+               for w in list(getattr(worker.Worker, "_instances", ())))
+
+
+#: The states of a worker that has stopped (``distributed.core.Status`` names).
+_GONE = frozenset({"stopping", "stopped", "closing", "closing_gracefully", "closed", "failed"})
 
 
 def _has_dask_role() -> bool:
