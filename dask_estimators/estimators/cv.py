@@ -539,7 +539,10 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         n_cls = len(self.classes_)
         reps = 1 if n_cls == 2 else n_cls
         self.C_ = np.repeat(float(C_), reps)
-        self.l1_ratio_ = np.repeat(float(l1_ratio_), reps)
+        if self.refit and self.l1_ratios is None:  # scikit-learn's legacy layout: the grid's one ratio, None
+            self.l1_ratio_ = np.repeat(np.asarray([None], dtype=object), reps)
+        else:
+            self.l1_ratio_ = np.repeat(float(l1_ratio_), reps)
         # the paths as scikit-learn lays them out: per class [coef, intercept]
         W = coefs[..., : K * d].reshape(n_folds, n_cs, n_l1, K, d)
         if spec.fit_intercept:
@@ -612,7 +615,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         """
         from sklearn.linear_model import LogisticRegression as SkLR
 
-        l1r = float(np.ravel(self.l1_ratio_)[0])
+        l1r = float(np.ravel(self.l1_ratio_)[0] or 0.0)  # None: no l1_ratios searched, the L2 penalty alone
         est = SkLR(C=float(np.ravel(self.C_)[0]), l1_ratio=l1r, fit_intercept=self.fit_intercept, tol=self.tol,
                    class_weight=self.class_weight, max_iter=self.max_iter, solver="lbfgs" if l1r == 0 else "saga")
         return self._sklearn_fitted(est, names=("coef_", "intercept_"))

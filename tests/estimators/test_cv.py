@@ -120,6 +120,8 @@ def test_stratified_plan_refuses_too_many_splits_as_sklearn():
 def _check_logistic(ours, ref, rtol=1e-4):
     np.testing.assert_array_equal(ours.C_, ref.C_)
     np.testing.assert_array_equal(ours.Cs_, ref.Cs_)
+    assert ours.l1_ratio_.dtype == ref.l1_ratio_.dtype  # None where no l1_ratios were searched, with refit
+    np.testing.assert_array_equal(ours.l1_ratio_, ref.l1_ratio_)
     assert set(ours.scores_) == set(ref.scores_) and set(ours.coefs_paths_) == set(ref.coefs_paths_)
     for key in ref.scores_:
         np.testing.assert_allclose(ours.scores_[key], ref.scores_[key], atol=1e-12)
