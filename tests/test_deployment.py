@@ -236,6 +236,26 @@ def test_client_closed_mid_fit_is_a_clear_error(cli, monkeypatch):
     assert time.monotonic() - t0 < BOUND
 
 
+def test_cluster_closed_under_its_client_mid_fit_is_a_clear_error(monkeypatch):
+    """The user closes the cluster (not the client) while a fit runs: the client is left without a scheduler.  The
+    fit's recovery asks the scheduler for the survivors, which says so (it raised AttributeError), and so does the
+    fit itself."""
+    from dask_estimators.engine.cluster import _watch
+
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = distributed.Client(cluster, set_as_default=False)
+    try:
+        assert len(_watch.alive_workers(client)) == 2
+        _fit_fails_soon(monkeypatch, client, lambda ev: cluster.close(), ClusterLostError, "closed|scheduler",
+                        "cluster closed mid-fit")
+        for probe in (_watch.alive_workers, _watch.workers_info):
+            with pytest.raises(ClusterLostError):
+                probe(client)
+    finally:
+        client.close()
+        cluster.close()
+
+
 def test_scheduler_killed_is_a_clear_error(cli, monkeypatch):
     """The last test of the module: it kills the CLI scheduler (mid-fit), then fits against the dead address."""
     c, client = cli

@@ -118,10 +118,21 @@ def check_client(client, since=None) -> None:
         since.pop("connecting", None)
 
 
+def _scheduler(client):
+    """``client``'s connection to its scheduler; :class:`ClusterLostError` where the client is closed, or its
+    cluster was closed under it (the client then holds no scheduler)."""
+    check_client(client)
+    rpc = getattr(client, "scheduler", None)
+    if rpc is None:
+        raise ClusterLostError("The Dask client has no scheduler any more: its cluster was closed during the fit. "
+                               "Refit on a running cluster.")
+    return rpc
+
+
 def alive_workers(client, timeout=PROBE_TIMEOUT) -> set:
     """The addresses of the workers the scheduler knows now (one request, bounded by ``timeout``)."""
     try:
-        ncores = client.sync(client.scheduler.ncores, callback_timeout=timeout)
+        ncores = client.sync(_scheduler(client).ncores, callback_timeout=timeout)
     except (OSError, asyncio.TimeoutError, TimeoutError) as e:
         raise ClusterLostError(
             f"The Dask scheduler at {_scheduler_address(client)} did not answer within {timeout:g} s ({e!r})."
@@ -140,7 +151,7 @@ def workers_info(client, timeout=PROBE_TIMEOUT) -> dict:
 
     kw = {"n_workers": -1} if "n_workers" in inspect.signature(client.scheduler_info).parameters else {}
     try:
-        info = client.sync(client.scheduler.identity, **kw, callback_timeout=timeout)
+        info = client.sync(_scheduler(client).identity, **kw, callback_timeout=timeout)
     except (OSError, asyncio.TimeoutError, TimeoutError) as e:
         raise ClusterLostError(
             f"The Dask scheduler at {_scheduler_address(client)} did not answer within {timeout:g} s ({e!r})."
