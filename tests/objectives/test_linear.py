@@ -202,11 +202,13 @@ def test_intercept_not_penalised_and_l1_not_in_smooth_part(cfg, rng):
 
 
 def test_zero_weight_sum_rejected():
+    """All-zero weights in scikit-learn's words; a negative sum (weights that may be negative) in ours."""
     cfg = CONFIGS[0]
     X = np.ones((3, D))
-    shard = make_shard(cfg, X, np.ones(3), np.zeros(3))
-    with pytest.raises(ValueError, match="positive"):
-        LinearObjective(LocalEvaluator([shard]), make_spec(cfg, True))
+    for weights, message in ((np.zeros(3), "at least one non-zero number"), (-np.ones(3), "must be positive")):
+        shard = make_shard(cfg, X, np.ones(3), weights)
+        with pytest.raises(ValueError, match=message):
+            LinearObjective(LocalEvaluator([shard]), make_spec(cfg, True))
 
 
 # ------------------------------------------------------------------ derivatives
