@@ -100,8 +100,9 @@ def _other_names_message(fitted, names) -> str:
         more = ["- ...\n"] if len(found) > 5 else []
         return [f"{title}:\n"] + [f"- {n}\n" for n in found[:5]] + more
 
-    added = [n for n in names if n not in set(fitted)]
-    lacking = [n for n in fitted if n not in set(names)]
+    seen, now = set(fitted), set(names)
+    added = [n for n in names if n not in seen]
+    lacking = [n for n in fitted if n not in now]
     parts = ["The feature names should match those that were passed during fit.\n"]
     if added:
         parts += listed("Feature names unseen at fit time", sorted(added))

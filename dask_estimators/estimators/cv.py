@@ -182,11 +182,7 @@ class _PlacedSearchMixin:
             if search.on_worker:  # the search's evaluations, made on the worker
                 stats.update(evaluations_on_worker=sum(s["rounds"] for s in search.worker_stats),
                              seconds_on_worker=sum(s["seconds"] for s in search.worker_stats))
-        if self._keeps_float32 and dtype == np.float32:
-            self.coef_ = self.coef_.astype(np.float32)
-            self.intercept_ = (
-                np.float32(self.intercept_) if np.ndim(self.intercept_) == 0 else self.intercept_.astype(np.float32)
-            )
+        self._cast_params(dtype)
         self.fit_stats_ = stats
         return self
 

@@ -271,11 +271,12 @@ def _set_lr(opt, lr):
     rescaled by old / new rate, which keeps rate times buffer, scikit-learn's
     velocity, as it was.
     """
+    sgd = isinstance(opt, torch.optim.SGD)
     for g in opt.param_groups:
         old, g["lr"] = g["lr"], lr
-        if g.get("momentum") and old != lr and lr > 0:
+        if sgd and g.get("momentum") and old != lr and lr > 0:
             for p in g["params"]:
-                buf = opt.state.get(p, {}).get("momentum_buffer") if isinstance(opt, torch.optim.SGD) else None
+                buf = opt.state.get(p, {}).get("momentum_buffer")
                 if buf is not None:
                     buf.mul_(old / lr)
 

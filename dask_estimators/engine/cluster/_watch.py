@@ -119,11 +119,11 @@ def check_client(client, since=None) -> None:
 
 
 def _scheduler(client):
-    """``client``'s connection to its scheduler; :class:`ClusterLostError` where the client is closed, or its
-    cluster was closed under it (the client then holds no scheduler)."""
-    check_client(client)
+    """``client``'s connection to its scheduler; :class:`ClusterLostError` where it has none: the client was
+    closed (:func:`check_client`'s words), or its cluster was closed under it."""
     rpc = getattr(client, "scheduler", None)
     if rpc is None:
+        check_client(client)
         raise ClusterLostError("The Dask client has no scheduler any more: its cluster was closed during the fit. "
                                "Refit on a running cluster.")
     return rpc
