@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from .cluster._watch import ClusterLostError, WorkerLostError, WorkerLostWarning
+    from .cluster._watch import ClusterLostError, WorkerLostError, WorkerLostWarning, WorkerPausedError
     from .data._worker import Shard, aligned_copy, is_aligned
     from .cluster.client import client_context, close_embedded_cluster, get_embedded_client, resolve_client
     from .rounds.evaluator import DistributedEvaluator, EvalStats, LocalEvaluator, solve_on_shard
@@ -31,6 +31,7 @@ __all__ = [
     "ClusterLostError",
     "WorkerLostError",
     "WorkerLostWarning",
+    "WorkerPausedError",
     "DistributedEvaluator",
     "EvalStats",
     "LocalEvaluator",
@@ -55,6 +56,7 @@ _LAZY = {
     "ClusterLostError": ".cluster._watch",
     "WorkerLostError": ".cluster._watch",
     "WorkerLostWarning": ".cluster._watch",
+    "WorkerPausedError": ".cluster._watch",
     "Shard": ".data._worker",
     "aligned_copy": ".data._worker",
     "is_aligned": ".data._worker",

@@ -11,6 +11,11 @@ extra latency.  Between slices it checks that
 * every worker holding one of the shards is still in the cluster (a worker
   that died raises :class:`WorkerLostError`, which the evaluator answers by
   re-placing the lost shards, see :meth:`Placement.recover`);
+* no task of the wait is held back by a worker that Dask paused (its memory
+  above ``distributed.worker.memory.pause``): a paused worker starts no task,
+  so one that stays paused for ``dask-estimators.paused-wait`` seconds while
+  a task waits for it raises :class:`WorkerPausedError` (actor calls run on
+  a paused worker, so a round through actors goes on);
 * no other future of the same wait has failed already (one failed rank of a
   collective fails the whole call at once).
 
@@ -25,8 +30,8 @@ import asyncio
 import threading
 import time
 
-__all__ = ["WorkerLostError", "WorkerLostWarning", "ClusterLostError", "wait_results", "wait_done", "alive_workers", "workers_info",
-           "check_client"]
+__all__ = ["WorkerLostError", "WorkerLostWarning", "WorkerPausedError", "ClusterLostError", "wait_results", "wait_done",
+           "alive_workers", "workers_info", "check_client", "explain_paused"]
 
 #: Seconds between health checks while a wait goes on.
 SLICE = 1.0
@@ -71,6 +76,31 @@ class WorkerLostError(RuntimeError):
         super().__init__(
             message or f"Lost the Dask worker(s) {sorted(self.workers)} holding part of the training data."
         )
+
+
+class WorkerPausedError(MemoryError):
+    """A worker the fit needs stayed paused by Dask: its memory passed ``distributed.worker.memory.pause`` of its
+    ``memory_limit``, and a paused worker starts no task.
+
+    Raised once a task of the fit has waited ``dask-estimators.paused-wait`` seconds for the worker, in place of
+    waiting for memory that may never be freed.
+
+    Attributes
+    ----------
+    workers : set of str
+        The addresses of the paused workers.
+
+    Examples
+    --------
+    >>> from dask_estimators.engine import WorkerPausedError
+    >>> err = WorkerPausedError({"tcp://10.0.0.7:40331"}, "paused")
+    >>> sorted(err.workers), isinstance(err, MemoryError)
+    (['tcp://10.0.0.7:40331'], True)
+    """
+
+    def __init__(self, workers, message):
+        self.workers = set(workers)
+        super().__init__(message)
 
 
 class ClusterLostError(RuntimeError):
@@ -159,13 +189,97 @@ def workers_info(client, timeout=PROBE_TIMEOUT) -> dict:
     return dict(info["workers"])
 
 
-def _health(client, workers, since) -> None:
+def _paused_wait() -> float:
+    from ... import config as _config
+
+    return float(_config.get("paused-wait"))
+
+
+def _mib(n) -> str:
+    return f"{float(n or 0) / 2**20:,.0f} MiB"
+
+
+def _paused_error(info, paused, waited: str) -> WorkerPausedError:
+    """The error for ``paused`` workers, with each one's memory and limit from ``info`` (:func:`workers_info`)."""
+    import dask.config
+
+    each = "; ".join(
+        f"{w}: {_mib(((info.get(w) or {}).get('metrics') or {}).get('memory'))} of a "
+        f"memory_limit of {_mib((info.get(w) or {}).get('memory_limit'))}"
+        for w in sorted(paused)
+    )
+    share = dask.config.get("distributed.worker.memory.pause", None)
+    above = f"above {share:.0%} of their memory limit" if isinstance(share, (int, float)) else "near their memory limit"
+    return WorkerPausedError(
+        paused,
+        f"The Dask worker(s) {sorted(paused)} are paused: their memory is {above} "
+        f"(distributed.worker.memory.pause), and a paused worker starts no task. The fit waited {waited} for "
+        f"them and stopped ({each}). Give the workers more memory (memory_limit) "
+        "or add workers, or fit less data at once.",
+    )
+
+
+def _paused_since(client, workers, since, pending) -> None:
+    """Raise :class:`WorkerPausedError` when a task of ``pending`` (unfinished Dask futures) has waited
+    ``paused-wait`` seconds for a worker of ``workers`` that stayed paused all that time.
+
+    A task waits for a paused worker in the scheduler's ``no-worker`` state (a task placed on that worker) or
+    ``queued`` (any worker).  ``since["paused"]`` remembers when each worker was first seen not running.
+    """
+    needed = sorted(set(workers))
+    running = set(client.sync(_scheduler(client).ncores_running, workers=needed, callback_timeout=PROBE_TIMEOUT))
+    first = since.setdefault("paused", {})
+    now = time.monotonic()
+    for w in list(first):
+        if w in running:
+            del first[w]
+    for w in needed:
+        if w not in running:
+            first.setdefault(w, now)
+    wait = _paused_wait()
+    long = {w for w, t in first.items() if now - t >= wait}
+    if not long:
+        return
+    states = client.sync(_scheduler(client).get_task_status, keys=[f.key for f in pending],
+                         callback_timeout=PROBE_TIMEOUT)
+    if not any(s in ("no-worker", "queued") for s in states.values()):
+        return
+    info = workers_info(client)
+    paused = {w for w in long if (info.get(w) or {}).get("status") == "paused"}
+    if paused:
+        raise _paused_error(info, paused, f"{wait:g} s (dask-estimators.paused-wait)")
+
+
+def explain_paused(exc, client, workers) -> None:
+    """After distributed's ``scatter`` to ``workers`` gave up (``TimeoutError("No valid workers found")``: it
+    sends to running workers only): raise :class:`WorkerPausedError` when they are paused."""
+    if "No valid workers" not in str(exc):
+        return
+    info = workers_info(client)
+    paused = {w for w in workers if (info.get(w) or {}).get("status") == "paused"}
+    if paused:
+        raise _paused_error(info, paused, "as long as distributed's scatter waits (its client's timeout)") from exc
+
+
+def _health(client, workers, since, pending=()) -> None:
+    """Between two slices of a wait: the client, the scheduler, the lost workers, and (when Dask futures of the
+    wait, ``pending``, are not done) the paused ones."""
     check_client(client, since)
     if client.status != "running" or not workers:
         return
     lost = set(workers) - alive_workers(client)
     if lost:
         raise WorkerLostError(lost)
+    pending = [f for f in pending if _is_task(f) and not f.done()]
+    if pending:
+        _paused_since(client, workers, since, pending)
+
+
+def _is_task(f) -> bool:
+    """Whether ``f`` is a Dask future (a task's), not an actor's."""
+    from distributed import Future
+
+    return isinstance(f, Future)
 
 
 #: Errors that may mean "the worker is gone" rather than "the kernel failed".
@@ -302,7 +416,7 @@ def wait_results(futures, client, workers, timeout=None, cancel_on_error=None) -
                     for g in futures:  # another part failed already: fail now
                         if g is not f and g.done() and _failed(g):
                             _result(g, 0)
-                    _health(client, workers, since)
+                    _health(client, workers, since, futures)
                 except BaseException as e:
                     if isinstance(e, Exception):
                         diagnose(e, client, workers)
@@ -333,7 +447,7 @@ def wait_done(futures, client, workers, timeout=None) -> None:
             return
         if deadline is not None and time.monotonic() >= deadline:
             raise TimeoutError(f"Placing the data took longer than timeout={timeout:g} s.")
-        _health(client, workers, since)
+        _health(client, workers, since, futures)
 
 
 def _failed(f) -> bool:

@@ -945,7 +945,7 @@ PIECE_BYTES = 32 << 20
 def _scatter_part(client, part, w, device):
     if _in_pieces(part):
         return _send_in_pieces(client, part, w, device)
-    [data] = client.scatter([part], workers=[w], hash=False, direct=True)
+    [data] = _scatter_to(client, part, w)
     return client.submit(_build_shard_task, device, data, workers=[w], allow_other_workers=False, pure=False)
 
 
@@ -970,9 +970,19 @@ def _send_in_pieces(client, part, w, device):
     build = client.submit(_start_build, {name: (a.shape, a.dtype.str) for name, a in part.items()}, **pinned)
     fills = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        [piece] = client.scatter([{name: a[lo:hi] for name, a in part.items()}], workers=[w], hash=False, direct=True)
+        [piece] = _scatter_to(client, {name: a[lo:hi] for name, a in part.items()}, w)
         fills.append(client.submit(_fill_piece, build, int(lo), piece, **pinned))
     return client.submit(_finish_build, device, build, *fills, **pinned)
+
+
+def _scatter_to(client, part, w) -> list:
+    """``client.scatter([part])`` straight to ``w``; :class:`WorkerPausedError` where ``w`` stayed paused (a
+    direct scatter goes to running workers only, and gives up after distributed's connect timeout)."""
+    try:
+        return client.scatter([part], workers=[w], hash=False, direct=True)
+    except (TimeoutError, ValueError) as e:
+        _watch.explain_paused(e, client, [w])
+        raise
 
 
 def _start_build(spec):
