@@ -963,6 +963,7 @@ def _as_dask_like(a, X, name):
     """
     if a is None:
         return a
+    a = _nullable_as_float(a)
     n_x = X.shape[0]
     known = isinstance(n_x, (int, np.integer)) and not np.isnan(n_x)
     if is_dask_collection(a):
@@ -980,6 +981,20 @@ def _as_dask_like(a, X, name):
         n_blocks = max(1, min(getattr(X, "npartitions", None) or X.numblocks[0], a.shape[0]))
         chunks = (tuple(np.diff(np.linspace(0, a.shape[0], n_blocks + 1).astype(int)).tolist()),)
     return da.from_array(a, chunks=(chunks[0],) + a.shape[1:])
+
+
+def _nullable_as_float(a):
+    """``a`` (a pandas or dask Series or DataFrame) in float64 where it holds pandas' nullable numbers or booleans
+    (``Int64``, ``boolean``, ``Float32``...), as scikit-learn's ``check_array`` converts them (a missing value
+    becomes NaN, which the checks then refuse); anything else as it is."""
+    import pandas as pd
+
+    dtypes = getattr(a, "dtypes", None)
+    if dtypes is None or not hasattr(a, "astype"):
+        return a
+    dtypes = list(dtypes) if hasattr(dtypes, "__iter__") else [dtypes]
+    nullable = [pd.api.types.is_extension_array_dtype(d) and getattr(d, "kind", "O") in "iubf" for d in dtypes]
+    return a.astype("float64") if any(nullable) else a
 
 
 def _cast_float(out, dtype):

@@ -87,6 +87,29 @@ def test_string_labels_in_a_dask_series(client, rng):
     np.testing.assert_array_equal(pred.compute().to_numpy(), ref.predict(df))
 
 
+@pytest.mark.parametrize("dtype", ["Int64", "boolean", "Float64"])
+@pytest.mark.parametrize("where", ["dask", "pandas"])
+def test_a_nullable_target_gives_scikit_learns_classes(client, rng, dtype, where):
+    """pandas' nullable y (``Int64``, ``boolean``): scikit-learn converts it to float64, so its classes_ are
+    floats; a missing value is its NaN error.  As a dask Series, or in memory beside a dask dataframe."""
+    df, _ = _with_column(rng, "int")
+    y = pd.Series((df["a"] > 0).to_numpy()).astype(dtype)
+    ddf = dd.from_pandas(df, npartitions=3)
+    ys = dd.from_pandas(y, npartitions=2) if where == "dask" else y
+    ref = sklm.LogisticRegression(**TIGHT).fit(df, y)
+    est = de.LogisticRegression(**TIGHT).fit(ddf, ys)
+    assert est.classes_.dtype == ref.classes_.dtype == np.float64
+    np.testing.assert_array_equal(est.classes_, ref.classes_)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+    assert est.predict(df).dtype == ref.predict(df).dtype
+    y_na = y.copy()
+    y_na.iloc[3] = pd.NA
+    with pytest.raises(ValueError, match="Input y contains NaN"):
+        sklm.LogisticRegression().fit(df, y_na)
+    with pytest.raises(ValueError, match="Input y contains NaN"):
+        de.LogisticRegression().fit(ddf, dd.from_pandas(y_na, npartitions=2) if where == "dask" else y_na)
+
+
 def test_numpy_target_beside_a_dask_dataframe_is_not_computed_twice(client, rng, tmp_path):
     """y in memory, X a dataframe of unknown partition lengths: aligned by position, X not computed for y."""
     df, y = _with_column(rng, "int")
