@@ -12,6 +12,7 @@ import threading
 import time
 
 import dask
+import dask.array as da
 import distributed
 import numpy as np
 import pytest
@@ -133,3 +134,22 @@ def test_a_pause_during_the_rounds_does_not_stop_them(pc, monkeypatch):
         model = de.LogisticRegression(client=pc).fit(X, y)
     assert state["rounds"] > 3
     np.testing.assert_array_equal(model.coef_, ref.coef_)
+
+
+@pytest.mark.parametrize("chunks", [1000, 4000], ids=["streamed", "computed-first"])
+def test_dask_input_with_every_worker_paused_is_a_clear_error(pc, chunks):
+    """A dask array's blocks may be computed on any worker: with every worker paused they wait in the scheduler,
+    and the fit raises naming them all; once they run again the same input fits.  Four blocks stream into the
+    shards, each worker computing its own; one block (fewer than the workers) is computed first, anywhere."""
+    X, y = _data(seed=3)
+    dX, dy = da.from_array(X, chunks=chunks), da.from_array(y, chunks=chunks)
+    with dask.config.set(FIT):
+        ref = de.LogisticRegression(client=pc).fit(X, y)
+    pc.run(_set_status, "paused")
+    with dask.config.set({**FIT, "dask-estimators.paused-wait": 2}):
+        with pytest.raises(WorkerPausedError, match="paused") as info:
+            de.LogisticRegression(client=pc).fit(dX, dy)
+        assert info.value.workers == _watch.alive_workers(pc)
+        pc.run(_set_status, "running")
+        model = de.LogisticRegression(client=pc).fit(dX, dy)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-6, atol=1e-8)

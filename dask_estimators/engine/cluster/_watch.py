@@ -219,33 +219,36 @@ def _paused_error(info, paused, waited: str) -> WorkerPausedError:
     )
 
 
-def _paused_since(client, workers, since, pending) -> None:
+def _paused_since(client, workers, alive, since, pending) -> None:
     """Raise :class:`WorkerPausedError` when a task of ``pending`` (unfinished Dask futures) has waited
-    ``paused-wait`` seconds for a worker of ``workers`` that stayed paused all that time.
+    ``paused-wait`` seconds for workers that stayed paused all that time.
 
-    A task waits for a paused worker in the scheduler's ``no-worker`` state (a task placed on that worker) or
-    ``queued`` (any worker).  ``since["paused"]`` remembers when each worker was first seen not running.
+    A task placed on workers that are all paused waits in the scheduler's ``no-worker`` state: it is stuck once a
+    worker of ``workers`` (those the wait needs) is paused, or every worker of the cluster (``alive``) where
+    ``workers`` is empty (tasks that may run anywhere).  A task that may run anywhere waits ``queued`` also while
+    the running workers are busy: it is stuck only once every worker is paused.  ``since["paused"]`` remembers
+    when each worker was first seen not running.
     """
-    needed = sorted(set(workers))
-    running = set(client.sync(_scheduler(client).ncores_running, workers=needed, callback_timeout=PROBE_TIMEOUT))
+    running = set(client.sync(_scheduler(client).ncores_running, callback_timeout=PROBE_TIMEOUT))
     first = since.setdefault("paused", {})
     now = time.monotonic()
     for w in list(first):
-        if w in running:
+        if w in running or w not in alive:
             del first[w]
-    for w in needed:
-        if w not in running:
-            first.setdefault(w, now)
+    for w in alive - running:
+        first.setdefault(w, now)
     wait = _paused_wait()
     long = {w for w, t in first.items() if now - t >= wait}
-    if not long:
+    everyone = bool(alive) and alive <= long
+    needed = long & set(workers) if workers else (long if everyone else set())
+    if not needed:
         return
-    states = client.sync(_scheduler(client).get_task_status, keys=[f.key for f in pending],
-                         callback_timeout=PROBE_TIMEOUT)
-    if not any(s in ("no-worker", "queued") for s in states.values()):
+    states = set(client.sync(_scheduler(client).get_task_status, keys=[f.key for f in pending],
+                             callback_timeout=PROBE_TIMEOUT).values())
+    if "no-worker" not in states and not ("queued" in states and everyone):
         return
     info = workers_info(client)
-    paused = {w for w in long if (info.get(w) or {}).get("status") == "paused"}
+    paused = {w for w in needed if (info.get(w) or {}).get("status") == "paused"}
     if paused:
         raise _paused_error(info, paused, f"{wait:g} s (dask-estimators.paused-wait)")
 
@@ -265,14 +268,15 @@ def _health(client, workers, since, pending=()) -> None:
     """Between two slices of a wait: the client, the scheduler, the lost workers, and (when Dask futures of the
     wait, ``pending``, are not done) the paused ones."""
     check_client(client, since)
-    if client.status != "running" or not workers:
+    pending = [f for f in pending if _is_task(f) and not f.done()]
+    if client.status != "running" or not (workers or pending):
         return
-    lost = set(workers) - alive_workers(client)
+    alive = alive_workers(client)
+    lost = set(workers) - alive
     if lost:
         raise WorkerLostError(lost)
-    pending = [f for f in pending if _is_task(f) and not f.done()]
     if pending:
-        _paused_since(client, workers, since, pending)
+        _paused_since(client, workers, alive, since, pending)
 
 
 def _is_task(f) -> bool:
