@@ -158,13 +158,37 @@ def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
 
     fun, cb = _tracked(fun, callback, projected_max, params=split)
     res = optimize.minimize(fun, theta0, method="L-BFGS-B", jac=True, bounds=bounds, options=options, callback=cb)
+    res = _restarted(fun, res, bounds, options, cb, tol=tol, max_iter=max_iter, grad_max=projected_max)
     jac = res.jac  # at res.x: in the split variables, the L1 term's lam included
+    res.grad_max = projected_max(res.x, jac)  # the split problem's stopping quantity, for minimize's warning
     res.x = split(res.x)
     res.jac = None
     if positive and getattr(objective, "quadratic", False) and res.x.size <= SOLVERS["newton-cholesky"].max_params:
         g = np.empty(pen.size)
         g[pen], g[~pen] = jac[:n_pen], jac[n_bound:]
         res = _bounded_newton_polish(objective, res, g, pen, lam)
+    return res
+
+
+#: Fresh starts of L-BFGS-B on a bounded (L1) problem where it stalled short of ``tol`` (:func:`_restarted`).
+_RESTARTS = 10
+
+
+def _restarted(fun, res, bounds, options, cb, *, tol, max_iter, grad_max):
+    """L-BFGS-B started again from where it stopped, with no memory, while it stopped short of ``tol`` (its line
+    search found no lower objective along its direction, which its curvature pairs, gathered across the kinks
+    of a bounded problem, can point badly) and each start lowers the objective, at most :data:`_RESTARTS` times
+    and ``max_iter`` iterations in all."""
+    for _ in range(_RESTARTS):
+        if getattr(cb, "stopped", False) or grad_max(res.x, res.jac) <= tol or res.nit >= max_iter:
+            break
+        again = optimize.minimize(fun, res.x, method="L-BFGS-B", jac=True, bounds=bounds,
+                                  options=dict(options, maxiter=max_iter - res.nit), callback=cb)
+        if not again.fun < res.fun:
+            break
+        again.nit += res.nit
+        again.nfev += res.nfev
+        res = again
     return res
 
 
@@ -544,6 +568,15 @@ def _convergence_warning():
     return ConvergenceWarning
 
 
+def _grad_max(res) -> float:
+    """The solver's own stopping quantity at its end: max |gradient|, or the bounded problem's projected gradient
+    (``grad_max``, an L1 fit's); 0 where the result carries neither."""
+    if res.get("grad_max") is not None:
+        return float(res.grad_max)
+    jac = res.get("jac")
+    return 0.0 if jac is None else float(np.max(np.abs(jac), initial=0.0))
+
+
 def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True, verbose=0, callback=None):
     """Minimise ``objective`` from ``x0`` with a registered solver.
 
@@ -593,10 +626,10 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
         head = (f"Newton solver did not converge after {res.nit} iterations" if used == "newton-cholesky"
                 else f"{used} failed to converge after {res.nit} iteration(s)")
         message = f"{head} (max_iter={max_iter}). Increase the number of iterations (max_iter) or scale the data."
-    elif (keep or warn) and res.get("jac") is not None and np.max(np.abs(res.jac), initial=0.0) > tol:
+    elif (keep or warn) and _grad_max(res) > tol:
         # the solver ended where it could no longer decrease the objective in float64, short of tol
         message = (f"{solver} stopped after {res.nit} iteration(s) short of tol = {tol:g}: max |gradient| = "
-                   f"{np.max(np.abs(res.jac)):.3g} where the objective no longer decreased in floating point "
+                   f"{_grad_max(res):.3g} where the objective no longer decreased in floating point "
                    f"({res.message}). Increase tol, or scale the data.")
     if message is not None:
         if keep:  # for the caller to raise (a run in a thread of its own)

@@ -128,3 +128,24 @@ def test_iteration_log_lines(capsys):
     lines = out.out.strip().splitlines()
     assert len(lines) == res.nit and out.err == ""
     assert lines[0].startswith("Iteration 1, objective = ")
+
+
+def test_an_l1_fit_that_stops_short_of_tol_says_so():
+    """An L1 fit's stopping quantity is the projected gradient of its split problem; where L-BFGS-B (restarted from
+    its stalls) can no longer lower the objective above ``tol``, minimize warns as for the other fits (an L1 fit
+    carried no gradient, so it never warned)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    obj = _problem(l1=1e-2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = minimize(obj, np.zeros(obj.n_params), solver="lbfgs", tol=1e-18, max_iter=10_000)
+    assert res.nit < 10_000 and res.grad_max > 1e-18
+    [w] = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert "short of tol = 1e-18" in str(w.message)
+    kept = []
+    quiet = minimize(obj, np.zeros(obj.n_params), solver="lbfgs", tol=1e-6, max_iter=10_000, warn=kept)
+    assert quiet.grad_max <= 1e-6 and kept == []
+    np.testing.assert_allclose(quiet.x, res.x, atol=1e-5)
