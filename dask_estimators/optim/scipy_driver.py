@@ -127,9 +127,11 @@ def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
     options = {"maxiter": max_iter, "maxls": 50, "gtol": tol, "ftol": 0.0}
     positive = bool(getattr(objective, "positive", False))
     if objective.l1 == 0.0 and not positive:
-        fun, cb = _tracked(objective.fun_and_grad, callback, _max_abs)
+        seen = _Finite(objective.fun_and_grad)
+        fun, cb = _tracked(seen, callback, _max_abs)
         res = optimize.minimize(fun, x0, method="L-BFGS-B", jac=True, options=options, callback=cb)
-        return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback)
+        return _newton_polish(objective, res, tol=tol, max_iter=max_iter, callback=callback,
+                              budget=None if seen.finite else max_iter)
     pen = objective.penalized
     n_pen = int(pen.sum())
     n_bound = n_pen if positive else 2 * n_pen  # u (and v), each >= 0
@@ -169,6 +171,22 @@ def _lbfgs(objective, x0, *, tol, max_iter, callback=None):
         res = _bounded_newton_polish(objective, res, g, pen, lam)
     return res
 
+
+class _Finite:
+    """``fun_and_grad`` that remembers whether every objective it returned was finite (``finite``)."""
+
+    def __init__(self, fun_and_grad):
+        self._fun, self.finite = fun_and_grad, True
+
+    def __call__(self, x):
+        f, g = self._fun(x)
+        if not np.isfinite(f):
+            self.finite = False
+        return f, g
+
+
+#: Newton steps of a polish (:func:`_newton_polish`) after L-BFGS-B stopped at the rounding floor.
+_POLISH_STEPS = 20
 
 #: Fresh starts of L-BFGS-B on a bounded (L1) problem where it stalled short of ``tol`` (:func:`_restarted`).
 _RESTARTS = 10
@@ -235,7 +253,7 @@ def _bounded_newton_polish(objective, res, g, pen, lam):
     return res
 
 
-def _newton_polish(objective, res, *, tol, max_iter, callback=None):
+def _newton_polish(objective, res, *, tol, max_iter, callback=None, budget=None):
     """Finish with Newton steps where a solver stopped short of ``tol`` on a problem small enough for a dense Hessian.
 
     The result is kept only when it has a smaller gradient.  L-BFGS-B (and
@@ -246,13 +264,18 @@ def _newton_polish(objective, res, *, tol, max_iter, callback=None):
     same objective (say weighted and repeated data) then agree to rounding
     instead of to the solver's stopping point.  The polish's iterations reach
     ``callback`` (numbered on from the solver's) only when its result is kept.
+
+    It takes at most :data:`_POLISH_STEPS` steps, or ``budget`` (the rest of ``max_iter``) where L-BFGS-B met a
+    non-finite objective: its line search gives up at a trial point outside the objective's domain (an identity
+    link's mean at or below zero) and stops there reporting convergence, possibly at its first iterate, while
+    Newton's line search backtracks into the domain.
     """
     g = res.get("jac")
     info = SOLVERS["newton-cholesky"]
     if g is None or np.max(np.abs(g), initial=0.0) <= tol or res.nit >= max_iter or res.x.size > info.max_params:
         return res
     steps = []
-    polish = info.fn(objective, res.x, tol=tol, max_iter=min(20, max_iter - res.nit),
+    polish = info.fn(objective, res.x, tol=tol, max_iter=min(budget or _POLISH_STEPS, max_iter - res.nit),
                      callback=None if callback is None else steps.append, fallback=False)
     if not np.max(np.abs(polish.jac), initial=0.0) < np.max(np.abs(g)):
         return res

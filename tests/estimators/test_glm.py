@@ -107,6 +107,28 @@ def test_tweedie_identity_link_matches_sklearn(nmes, solver):
     np.testing.assert_allclose(ours.score(X, y), ref.score(X, y), rtol=1e-6)
 
 
+@pytest.mark.parametrize("power", [2.0, 3.0])
+def test_identity_link_lbfgs_goes_on_after_a_step_out_of_the_domain(power):
+    """Gamma-like powers with the identity link, on data where L-BFGS-B's first step (one unit along the
+    gradient) takes some means below zero, where the loss is +inf: scipy's line search then gives up and L-BFGS-B
+    stops, reporting convergence.  The fit finishes with Newton's steps (which backtrack into the domain) up to
+    ``max_iter``, where it stopped after 20 of them, short of tol and up to 3e-3 from scikit-learn's
+    coefficients."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 3))
+    mu = np.exp(0.3 * X[:, 0] - 0.2 * X[:, 1] + 0.5)
+    rng.poisson(mu)  # the draws of the case found
+    y = rng.gamma(2.0, mu / 2.0)
+    kw = dict(power=power, link="identity", alpha=0.1, tol=1e-8, max_iter=1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its newton-cholesky resorts to lbfgs (negative pointwise Hessians)
+        ref = sk.TweedieRegressor(solver="newton-cholesky", **kw).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        ours = de.TweedieRegressor(solver="lbfgs", **kw).fit(X, y)
+    _assert_params(ours, ref, rtol=1e-5)
+
+
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_gamma_matches_sklearn_flights(flights, solver):
     X, y = flights
