@@ -631,9 +631,10 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
     def _cast_params(self, dtype):
         if self._keeps_float32 and dtype == np.float32:  # computed in float64, kept in X's dtype as scikit-learn does
             self.coef_ = self.coef_.astype(np.float32)
-            self.intercept_ = (
-                np.float32(self.intercept_) if np.ndim(self.intercept_) == 0 else self.intercept_.astype(np.float32)
-            )
+            if isinstance(self.intercept_, np.ndarray):
+                self.intercept_ = self.intercept_.astype(np.float32)
+            elif isinstance(self.intercept_, np.generic):  # a Python 0.0 (no intercept) stays one, as scikit-learn's
+                self.intercept_ = np.float32(self.intercept_)
 
     def _fitted_params(self, w, spec, y_shape, dtype):
         """``coef_`` and ``intercept_`` for the parameters ``w``, as a fit that ended at ``w`` would set them."""

@@ -908,7 +908,7 @@ class LinearRegression(InferenceMixin, DaskScoreMixin, RegressorMixin, Distribut
         super()._set_params_from(w, spec, y_shape)
         if len(y_shape) == 1:
             self.coef_ = self.coef_[0]
-            self.intercept_ = float(self.intercept_[0])
+            self.intercept_ = self.intercept_[0] if spec.fit_intercept else 0.0  # as scikit-learn: a NumPy scalar, or 0.0
 
     def predict(self, X):
         """Predicted targets (lazy dask array for dask input).

@@ -188,6 +188,23 @@ def test_float32_dtypes_as_sklearn(name):
     np.testing.assert_allclose(ours.predict(X32), ours.predict(X), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["LinearRegression", "PoissonRegressor", "GammaRegressor", "TweedieRegressor"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_single_targets_intercept_is_of_sklearns_type(name, fit_intercept, dtype):
+    """A NumPy scalar of X's float dtype (``intercept_.dtype`` works), or a Python 0.0 without an intercept: it
+    was a Python float with float64 X."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    X = X.astype(dtype)
+    ours = getattr(de, name)(fit_intercept=fit_intercept).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = getattr(sk_lm, name)(fit_intercept=fit_intercept).fit(X, y)
+    assert type(ours.intercept_) is type(ref.intercept_)
+
+
 def test_float32_dask_input_gives_float32_predictions():
     import dask.array as da
 
