@@ -164,6 +164,9 @@ class DistributedEstimator(BaseEstimator):
     _accept_sparse = False
     #: Whether ``sample_weight`` may hold negative values (as scikit-learn's estimator of the same name).
     _negative_weights = True
+    #: Where X of NumPy strings is refused (``"fit"``, ``"predict"``: the methods that read X), as scikit-learn's
+    #: estimator of the same name validates X there as ``dtype="numeric"``; elsewhere numeric strings convert.
+    _strings_refused: tuple = ("predict",)
 
     def _validate_input(self, X, y, sample_weight, return_classes=False):
         if is_dask_collection(X):
@@ -180,6 +183,8 @@ class DistributedEstimator(BaseEstimator):
             return (X, y, sample_weight, True) + ((None,) if return_classes else ())
         if getattr(X, "columns", None) is not None and len(X.columns) == 0:
             X = np.empty((len(X), 0))  # check_array fails on a frame without columns before its own message
+        if "fit" in self._strings_refused:
+            _refuse_strings(X)
         X, y = validate_data(
             self,
             X,
@@ -326,6 +331,8 @@ class DistributedEstimator(BaseEstimator):
             if n_cols is None:  # the output is dense NumPy, whatever the blocks are (sparse ones included)
                 return arr.map_blocks(block, drop_axis=1, dtype=dtype, meta=np.empty((0,), dtype))
             return arr.map_blocks(block, chunks=(arr.chunks[0], (n_cols,)), dtype=dtype, meta=np.empty((0, 0), dtype))
+        if "predict" in self._strings_refused:
+            _refuse_strings(X)
         X = validate_data(self, X, reset=False, dtype=(np.float64, np.float32),
                           accept_sparse=_sparse_format(self._accept_sparse))
         return _cast_float(fn(X), self._float_output_dtype(X.dtype))
@@ -982,6 +989,16 @@ def _as_dask_like(a, X, name):
         n_blocks = max(1, min(getattr(X, "npartitions", None) or X.numblocks[0], a.shape[0]))
         chunks = (tuple(np.diff(np.linspace(0, a.shape[0], n_blocks + 1).astype(int)).tolist()),)
     return da.from_array(a, chunks=(chunks[0],) + a.shape[1:])
+
+
+def _refuse_strings(X) -> None:
+    """scikit-learn's error for X of NumPy strings or bytes (or a list that makes them): its estimators validate X
+    as ``dtype="numeric"``, which refuses them, where our float dtypes would convert numeric strings."""
+    if isinstance(X, (list, tuple)):
+        X = np.asarray(X)
+    if isinstance(X, np.ndarray) and X.dtype.kind in "USV":
+        raise ValueError("dtype='numeric' is not compatible with arrays of bytes/strings."
+                         "Convert your data to numeric values explicitly instead.")
 
 
 def _nullable_as_float(a):

@@ -686,6 +686,7 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
     """
 
     _multi_output = False
+    _strings_refused = ("predict",)  # ElasticNetCV converts numeric strings at fit
     _parameter_constraints = {
         k: v for k, v in LinearRegression._parameter_constraints.items()
         if k not in ("alpha", "l1_ratio", "warm_start", "positive", "copy_X", "n_jobs")

@@ -35,6 +35,8 @@ class _GeneralizedLinearRegressor(InferenceMixin, RegressorMixin, DistributedLin
     builds it (:meth:`_loss_params`).
     """
 
+    _strings_refused = ()  # scikit-learn's GLMs convert numeric strings, at fit and predict
+
     _keeps_float32 = True
     _start_at_mean = True
     _parameter_constraints = {

@@ -808,6 +808,7 @@ class LinearRegression(InferenceMixin, DaskScoreMixin, RegressorMixin, Distribut
 
     _multi_output = True
     _negative_weights = False  # as scikit-learn's LinearRegression (its Ridge fails on them, on a square root)
+    _strings_refused = ("fit", "predict")  # scikit-learn's LinearRegression validates X as numeric
     _loss = "squared"
     _keeps_float32 = True
     _parameter_constraints = {

@@ -205,6 +205,39 @@ def test_a_single_targets_intercept_is_of_sklearns_type(name, fit_intercept, dty
     assert type(ours.intercept_) is type(ref.intercept_)
 
 
+def _outcome(call):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            call()
+        except ValueError as e:
+            return str(e)
+    return "works"
+
+
+@pytest.mark.parametrize("name, sk_name", [
+    ("LinearRegression", "linear_model.LinearRegression"), ("LinearSVR", "svm.LinearSVR"),
+    ("LinearSVC", "svm.LinearSVC"), ("LogisticRegression", "linear_model.LogisticRegression"),
+    ("PoissonRegressor", "linear_model.PoissonRegressor"), ("LinearRegressionCV", "linear_model.ElasticNetCV"),
+    ("MLPRegressor", "neural_network.MLPRegressor"), ("MLPClassifier", "neural_network.MLPClassifier"),
+])
+def test_x_of_numeric_strings_as_sklearn(name, sk_name):
+    """X of NumPy strings of numbers: scikit-learn's estimators convert them where they validate X with float
+    dtypes and refuse them where they validate it as numeric; ours, at fit and at predict, as its namesake."""
+    import importlib
+
+    module, cls = sk_name.rsplit(".", 1)
+    sk_cls = getattr(importlib.import_module(f"sklearn.{module}"), cls)
+    X, y = _regression() if "Classifier" not in name and name not in ("LinearSVC", "LogisticRegression") \
+        else _classification()
+    y = np.abs(y) if name == "PoissonRegressor" else y
+    kw = {"max_iter": 5} if name.startswith("MLP") else {}
+    Xs = X.astype(str)
+    assert _outcome(lambda: getattr(de, name)(**kw).fit(Xs, y)) == _outcome(lambda: sk_cls(**kw).fit(Xs, y))
+    ours, ref = getattr(de, name)(**kw).fit(X, y), sk_cls(**kw).fit(X, y)
+    assert _outcome(lambda: ours.predict(Xs)) == _outcome(lambda: ref.predict(Xs))
+
+
 def test_float32_dask_input_gives_float32_predictions():
     import dask.array as da
 
