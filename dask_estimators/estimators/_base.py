@@ -518,6 +518,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         X, y, sample_weight, dask_input, labels = self._validate_input(X, y, sample_weight, return_classes=True)
         y_loss = self._y_loss()
         if y_loss is not None and not dask_input:
+            if y.dtype.kind in "USV":  # numeric strings: scikit-learn's GLMs read y in X's float dtype
+                y = check_array(y, dtype=np.float64, ensure_2d=False, ensure_all_finite=False, input_name="y")
             y_loss.check_y(y)
         check = self._block_check(y_loss, dtype=storage)
         y_placed, classes = y, None

@@ -7,6 +7,7 @@ predictors; the y-domain check on NumPy and dask input.
 
 import functools
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -335,3 +336,19 @@ def test_inference_refuses_too_many_parameters_and_several_outputs(rng):
         de.LogisticRegression(compute_inference=True).fit(X3, np.arange(30) % 3)
     with pytest.raises(ValueError, match="one set of coefficients"):
         de.LinearRegression(compute_inference=True).fit(X3, rng.normal(size=(30, 2)))
+
+
+@pytest.mark.parametrize("name", ["PoissonRegressor", "GammaRegressor", "TweedieRegressor"])
+def test_y_of_numeric_strings_is_read_as_numbers_as_sklearn(rwm, name):
+    """scikit-learn's GLMs read y in X's float dtype, so y as NumPy strings of numbers fits as the numbers (ours
+    failed in its y-domain check, comparing strings with 0); strings that are no numbers are its error."""
+    X, y, _ = rwm
+    y = y + 1.0  # Gamma's domain
+    ours = getattr(de, name)().fit(X, y.astype(str))
+    np.testing.assert_allclose(ours.coef_, getattr(de, name)().fit(X, y).coef_, rtol=1e-12)
+    bad = y.astype(str)
+    bad[7] = "seven"
+    with pytest.raises(ValueError) as theirs:
+        getattr(sk, name)().fit(X, bad)
+    with pytest.raises(ValueError, match=re.escape(str(theirs.value))):
+        getattr(de, name)().fit(X, bad)
