@@ -176,8 +176,7 @@ class DistributedEstimator(BaseEstimator):
             if not self._multi_output and getattr(y, "ndim", 1) == 2:
                 if y.shape[1] != 1:
                     raise ValueError(f"y should be a 1d array, got an array of shape {_shape_text(y)} instead.")
-                warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape "
-                              "of y to (n_samples, ), for example using ravel().", DataConversionWarning, stacklevel=4)
+                warn_column_y(stacklevel=5)
             if sample_weight is not None:
                 sample_weight = _as_dask_like(sample_weight, X, "sample_weight")
             return (X, y, sample_weight, True) + ((None,) if return_classes else ())
@@ -991,6 +990,13 @@ def _as_dask_like(a, X, name):
         n_blocks = max(1, min(getattr(X, "npartitions", None) or X.numblocks[0], a.shape[0]))
         chunks = (tuple(np.diff(np.linspace(0, a.shape[0], n_blocks + 1).astype(int)).tolist()),)
     return da.from_array(a, chunks=(chunks[0],) + a.shape[1:])
+
+
+def warn_column_y(stacklevel=4) -> None:
+    """scikit-learn's ``DataConversionWarning`` for a y of one column where a 1-d y is expected (its
+    ``column_or_1d(y, warn=True)``), for dask y, whose shape scikit-learn's check does not take."""
+    warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape "
+                  "of y to (n_samples, ), for example using ravel().", DataConversionWarning, stacklevel=stacklevel)
 
 
 def _refuse_strings(X) -> None:

@@ -32,7 +32,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import check_classification_targets, type_of_target
+from sklearn.utils.multiclass import check_classification_targets, type_of_target, unique_labels
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..objectives import module as M
@@ -40,7 +40,8 @@ from ..objectives import targets as T
 from .._progress import check_progress
 from ..optim.torch_driver import LockstepMember, Monitor, TrainConfig, minimize_lbfgs
 from ..session import DataSession
-from ._base import DaskScoreMixin, DistributedEstimator, accepts_kept_data, check_class_share, dask_label_set
+from ._base import (DaskScoreMixin, DistributedEstimator, accepts_kept_data, check_class_share, dask_label_set,
+                    warn_column_y)
 from ._torch import Progress, renamed_strategy, resolve_strategy, split_callbacks, strategy_constraint
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
@@ -680,6 +681,8 @@ class MLPClassifier(DaskScoreMixin, ClassifierMixin, _BaseMLP):
 
     def _encode_targets(self, y, dask_input, classes, reset, incremental):
         if dask_input:
+            if getattr(y, "ndim", 1) == 2 and y.shape[1] == 1:
+                warn_column_y(stacklevel=5)
             return y, None, None
         if np.ndim(y) == 2 and np.shape(y)[1] == 1:
             y = column_or_1d(y, warn=True)
@@ -693,7 +696,7 @@ class MLPClassifier(DaskScoreMixin, ClassifierMixin, _BaseMLP):
                 raise ValueError("Multioutput target data is not supported with label binarization")
             check_classification_targets(y)  # scikit-learn's error for the other kinds (continuous, unknown)
             raise ValueError(f"Unknown label type: {kind!r}.")
-        found = np.unique(y)
+        found = unique_labels(y)  # LabelBinarizer's classes: labels of Python strings in a NumPy string array
         check_class_share(len(found), len(y))
         self._set_classes(found, classes, reset, incremental)
         codes = np.searchsorted(self.classes_, y)
@@ -1049,6 +1052,8 @@ class MLPRegressor(DaskScoreMixin, RegressorMixin, _BaseMLP):
     def _encode_targets(self, y, dask_input, classes, reset, incremental):
         out = "exp" if self.loss == "poisson" else "identity"
         if dask_input:
+            if getattr(y, "ndim", 1) == 2 and y.shape[1] == 1:
+                warn_column_y(stacklevel=5)
             return y, out, None
         y2 = np.asarray(y, dtype=np.float64)
         if y2.ndim == 2 and y2.shape[1] == 1:  # a column: scikit-learn's DataConversionWarning, one output

@@ -888,3 +888,40 @@ def test_to_sklearn_glm_refuses_l1():
     X, y = np.random.default_rng(0).normal(size=(50, 2)), np.arange(50) % 3
     with pytest.raises(ValueError, match="no L1 term"):
         de.PoissonRegressor(l1_ratio=0.5, alpha=0.1).fit(X, y).to_sklearn()
+
+
+@pytest.mark.parametrize("form", ["object", "pandas-string", "categorical"])
+def test_mlp_string_labels_as_sklearn(form):
+    """Labels held as Python strings (an object array, pandas' string or categorical dtype): scikit-learn's
+    LabelBinarizer gives NumPy string classes_ and predictions; ours kept them as objects."""
+    import pandas as pd
+
+    X, k = _classification(n=90, k=3)
+    labels = np.array(["apple", "banana", "cherry"])[k]
+    y = {"object": labels.astype(object), "pandas-string": pd.Series(labels, dtype="string"),
+         "categorical": pd.Series(pd.Categorical(labels))}[form]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ours = de.MLPClassifier(max_iter=5, random_state=0).fit(X, y)
+        ref = sk_nn.MLPClassifier(max_iter=5, random_state=0).fit(X, y)
+    assert ours.classes_.dtype == ref.classes_.dtype and ours.classes_.dtype.kind == "U"
+    np.testing.assert_array_equal(ours.classes_, ref.classes_)
+    assert ours.predict(X).dtype == ref.predict(X).dtype
+
+
+@pytest.mark.parametrize("name", ["MLPClassifier", "MLPRegressor"])
+def test_mlp_dask_column_y_warns_as_sklearn(name):
+    """A dask y of one column: scikit-learn's DataConversionWarning, as for a NumPy one (it warned for NumPy
+    only), and the model of the 1-d y."""
+    import dask.array as da
+    from sklearn.exceptions import DataConversionWarning
+
+    X, y = _classification() if name == "MLPClassifier" else _regression()
+    dX, dy = da.from_array(X, chunks=40), da.from_array(y.reshape(-1, 1), chunks=40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with pytest.warns(DataConversionWarning, match="column-vector y"):
+            ours = getattr(de, name)(max_iter=5, random_state=0).fit(dX, dy)
+        flat = getattr(de, name)(max_iter=5, random_state=0).fit(dX, da.from_array(y, chunks=40))
+    for a, b in zip(ours.coefs_, flat.coefs_):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
