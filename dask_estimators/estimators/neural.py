@@ -415,7 +415,7 @@ class _BaseMLP(DistributedEstimator):
         self._epochs_run = getattr(self, "_epochs_run", 0) + res.n_epochs
         self.t_ = res.t
         self.history_ = list(self.history_) + history
-        self.loss_curve_ = list(self.loss_curve_) + [r["loss"] for r in history]
+        self.loss_curve_ = list(self.loss_curve_) + [np.float64(r["loss"]) for r in history]  # scikit-learn's type
         self.loss_ = self.loss_curve_[-1]
         if early_stopping:  # a warm start adds its scores to the earlier ones, as scikit-learn's
             self.validation_scores_ = list(getattr(self, "validation_scores_", None) or []) + list(
@@ -426,7 +426,7 @@ class _BaseMLP(DistributedEstimator):
         else:
             self.validation_scores_ = None
             self.best_validation_score_ = None
-            self.best_loss_ = monitor.best_loss
+            self.best_loss_ = None if monitor.best_loss is None else np.float64(monitor.best_loss)
         self._monitor_state = {
             "early_stopping": early_stopping,
             "best_loss": monitor.best_loss,
@@ -453,8 +453,8 @@ class _BaseMLP(DistributedEstimator):
             progress.close()
         self._set_weights(spec, res.x, np.float64)  # scipy's L-BFGS-B works in float64; scikit-learn keeps that
         self.n_iter_ = int(res.nit)
-        self.loss_ = float(res.fun)
-        self.loss_curve_ = curve
+        self.loss_ = np.float64(res.fun)
+        self.loss_curve_ = [np.float64(v) for v in curve]
         self.history_ = progress.records
         if res.status != 0:
             warnings.warn(

@@ -925,3 +925,21 @@ def test_mlp_dask_column_y_warns_as_sklearn(name):
         flat = getattr(de, name)(max_iter=5, random_state=0).fit(dX, da.from_array(y, chunks=40))
     for a, b in zip(ours.coefs_, flat.coefs_):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("solver, early_stopping", [("adam", False), ("adam", True), ("sgd", False), ("lbfgs", False)])
+def test_mlp_loss_attributes_are_of_sklearns_types(solver, early_stopping):
+    """``loss_``, the entries of ``loss_curve_`` and ``best_loss_`` are NumPy float64, as scikit-learn's (they were
+    Python floats), after a fit and after a warm start."""
+    X, y = load_iris(return_X_y=True)
+    kw = dict(solver=solver, early_stopping=early_stopping, max_iter=20, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        pair = [de.MLPClassifier(**kw).fit(X, y), sk_nn.MLPClassifier(**kw).fit(X, y)]
+        if solver != "lbfgs":
+            pair = [m.set_params(warm_start=True, max_iter=3).fit(X, y) for m in pair]
+    ours, ref = pair
+    assert type(ours.loss_) is type(ref.loss_) is np.float64
+    if hasattr(ref, "loss_curve_"):  # scikit-learn's lbfgs keeps no curve; ours does
+        assert {type(v) for v in ours.loss_curve_} == {type(v) for v in ref.loss_curve_} == {np.float64}
+    assert type(getattr(ours, "best_loss_", "absent")) is type(getattr(ref, "best_loss_", "absent"))
