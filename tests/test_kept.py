@@ -215,20 +215,71 @@ def test_numpy_input_is_known_by_its_content(client, rng, monkeypatch, sent):
     assert not np.allclose(third.coef_, first.coef_, rtol=1e-6, atol=0)  # the changed value was not missed
 
 
-def test_input_that_only_dask_can_name_is_not_kept_without_a_fast_hash(client, rng, monkeypatch, sent):
-    """Contiguous NumPy input is named by our own xxh3 digest; input that is not (a strided view) by dask's
-    token, and hashing it with SHA-1 (dask's fallback without xxhash or cityhash) would cost more than placing
-    it: such input is placed and not kept."""
+def test_strided_input_is_known_by_its_values_in_order(client, rng, monkeypatch, sent):
+    """A strided view is named by the digest of its values in C order, not by dask's token, which hashed its
+    memory order without its strides: ``X[:, ::2]`` and its transpose (the same bytes in memory order) were one
+    key, and the fit on the transpose was given the shards of the other.  Without a fast hash for dask (SHA-1)
+    the view is still known, by our own digest."""
     from dask import hashing
 
-    X, y, _, _ = _dask(rng)
     monkeypatch.setattr(hashing, "hashers", [hashing._hash_sha1])
-    strided = np.repeat(X, 2, axis=1)[:, ::2]
-    assert not strided.flags.c_contiguous and not strided.flags.f_contiguous
-    assert de.LogisticRegression().fit(strided, y).fit_stats_["placement"] == "placed"
-    assert _kept.held() == []
-    assert de.LogisticRegression().fit(X, y).fit_stats_["placement"] == "kept"
-    assert de.LogisticRegression(C=0.5).fit(X.copy(), y.copy()).fit_stats_["placement"] == "reused"
+    data = rng.normal(size=(300, 600))
+    X = data[:, ::2]
+    assert not X.flags.c_contiguous and not X.flags.f_contiguous
+    y = X @ rng.normal(size=300) + 0.1 * rng.normal(size=300)
+    first = de.LinearRegression().fit(X, y)
+    assert first.fit_stats_["placement"] == "kept"
+    assert de.LinearRegression(alpha=0.1).fit(np.array(X), y).fit_stats_["placement"] == "reused"
+    turned = de.LinearRegression().fit(X.T, y)
+    assert turned.fit_stats_["placement"] == "kept"
+    with dask.config.set({"dask-estimators.keep-placed": 0}):
+        fresh = de.LinearRegression().fit(np.array(X.T), y)
+    np.testing.assert_allclose(turned.coef_, fresh.coef_, rtol=1e-9, atol=1e-12)
+    assert _kept._content_token(X) != _kept._content_token(X.T)
+
+
+def test_object_arrays_are_known_by_every_value():
+    """Object arrays (CharLSTM's texts) are named by the pickle of their values: dask's token joins strings with
+    "-", so ["ab-cd", "ef"] and ["ab", "cd-ef"] were one key.  Objects other than strings and numbers are not
+    named (not kept)."""
+    a = np.array(["ab-cd", "ef"] * 50, dtype=object)
+    b = np.array(["ab", "cd-ef"] * 50, dtype=object)
+    assert _kept._content_token(a) != _kept._content_token(b)
+    assert _kept._content_token(a) == _kept._content_token(a.copy())
+    assert _kept._content_token(a) != _kept._content_token(a.reshape(10, 10))
+    assert _kept._content_token(np.array([1, "1"], dtype=object)) != _kept._content_token(np.array(["1", 1], dtype=object))
+    with pytest.raises(ValueError):
+        _kept._content_token(np.array([object(), "x"], dtype=object))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_workers_in_the_callers_process_keep_their_own_copy(rng, sparse):
+    """Workers that are threads of the caller's process take the objects sent to them as they are: a shard
+    kept the caller's own memory (an aligned NumPy array, a CSR's arrays), and a change the caller made to its
+    array after the fit reached the kept data, which a later fit on the old content reused."""
+    import scipy.sparse as sp
+
+    from dask_estimators.engine import aligned_copy
+
+    X = aligned_copy(rng.normal(size=(4000, 6)))
+    if sparse:
+        X[np.abs(X) < 0.5] = 0.0
+    y = X @ np.arange(1.0, 7.0) + 0.1 * rng.normal(size=4000)
+    make = sp.csr_matrix if sparse else (lambda a: a)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+        original = X.copy()
+        Xc = make(X)
+        first = de.LinearRegression(client=c).fit(Xc, y)
+        assert first.fit_stats_["placement"] == "kept"
+        if sparse:
+            Xc.data *= 10.0
+        else:
+            Xc[:, 3] *= 10.0
+        again = de.LinearRegression(client=c).fit(make(original), y)
+        assert again.fit_stats_["placement"] == "reused"
+        np.testing.assert_allclose(again.coef_, first.coef_, rtol=1e-12)
+        _kept.release_all()
 
 
 def test_a_sparse_input_is_known_by_its_arrays(client, rng, sent):

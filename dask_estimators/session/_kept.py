@@ -36,6 +36,8 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .. import config as _config
 from .._pieces import digest
 from ..engine.cluster._watch import workers_info
@@ -184,10 +186,10 @@ def key_of(client, arrays: dict, check, device: str, transport: str, workers=Non
 
     Dask collections are known by their keys; NumPy, pandas and scipy.sparse input by its content, so that a
     copy of the same data, such as the same fold of a search cut again for the next candidate, finds the same
-    placement.  A contiguous NumPy array, and the arrays of a CSR or CSC matrix, are hashed by
-    :func:`_content_token` (xxh3, by threads: a few times faster than dask's token,
-    benchmarks/results/history/streaming.md); anything else by dask's token where dask hashes with a fast hash
-    (not kept where it falls back to SHA-1).
+    placement.  A NumPy array (its values in C order where it is strided), the arrays of a CSR or CSC matrix,
+    and an object array of strings and numbers are hashed by :func:`_content_token` (xxh3, by threads: a few
+    times faster than dask's token, benchmarks/results/history/streaming.md); anything else by dask's token
+    where dask hashes with a fast hash (not kept where it falls back to SHA-1).
     """
     from dask.base import tokenize
 
@@ -210,9 +212,10 @@ def key_of(client, arrays: dict, check, device: str, transport: str, workers=Non
 
 
 def _content_token(v):
-    """A name for the content of the client's array ``v``: :func:`~dask_estimators._pieces.digest` of a
-    contiguous NumPy array or of a CSR or CSC matrix's arrays, else dask's token where dask hashes bytes with a
-    fast hash; raises ValueError where it would be SHA-1 (too slow to hash every fit's input with)."""
+    """A name for the content of the client's array ``v``: :func:`~dask_estimators._pieces.digest` of a NumPy
+    array (of a C-ordered copy of a strided one) or of a CSR or CSC matrix's arrays, :func:`_objects_digest` of
+    an object array, else dask's token where dask hashes bytes with a fast hash; raises ValueError where it
+    would be SHA-1 (too slow to hash every fit's input with)."""
     from dask.base import tokenize
 
     named = digest(v)
@@ -222,9 +225,36 @@ def _content_token(v):
         parts = [digest(a) for a in (v.data, v.indices, v.indptr)]
         if None not in parts:
             return ("xxh3", v.format, tuple(v.shape), *parts)
+    if isinstance(v, np.ndarray):
+        # dask's token of a strided array hashes its memory order without its strides (X[:, ::2] and its
+        # transpose met), and of an object array its strings joined by "-" (["a-b", "c"] and ["a", "b-c"] met)
+        if v.dtype.hasobject:
+            return "objects", _objects_digest(v)
+        named = digest(np.ascontiguousarray(v))
+        if named is not None:
+            return "xxh3", named
     if not _fast_hash():
         raise ValueError("no fast hash for this input")
     return tokenize(v, ensure_deterministic=True)
+
+
+#: The element types an object array may hold to be known by its content (:func:`_objects_digest`).
+_PLAIN = (str, bytes, int, float, bool, type(None))
+
+
+def _objects_digest(v) -> str:
+    """xxh3 of an object array of plain values (strings, numbers, None) and its shape: their pickle, which tells
+    every value from every other; ValueError for other objects (their pickles may not)."""
+    import pickle
+
+    import xxhash
+
+    values = v.ravel().tolist()
+    if not all(type(x) in _PLAIN for x in values):
+        raise ValueError("objects other than strings and numbers are not known by their content")
+    h = xxhash.xxh3_128(repr(v.shape).encode())
+    h.update(pickle.dumps(values, protocol=5))
+    return h.hexdigest()
 
 
 def _fast_hash() -> bool:

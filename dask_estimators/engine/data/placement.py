@@ -813,6 +813,7 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
     used = ws[:n_parts]
     ranges = [[(int(bounds[i]), int(bounds[i + 1]))] for i in range(n_parts)]
     sources = [("numpy", part) for part in parts]
+    parts = [_owned(part) if _in_this_process(w) else part for part, w in zip(parts, used)]
     if hosted and actor_futures is not None:
         actor_futures[:] = _place_hosted(client, parts, used, device, buffers, shared_memory, timeout)
         return list(actor_futures), used, sources, ranges
@@ -910,6 +911,23 @@ def _cut_rows(arrays: dict, ranges) -> list:
     input as canonical CSR once."""
     arrays = {k: _worker.canonical_csr(v) if _worker.is_scipy_sparse(v) else v for k, v in arrays.items()}
     return [{k: _rows_part(v, a, b) for k, v in arrays.items()} for a, b in ranges]
+
+
+def _in_this_process(worker) -> bool:
+    """Whether ``worker`` is a thread of this process (distributed's ``inproc`` transport), which takes the objects
+    sent to it as they are, not copies."""
+    return str(worker).startswith("inproc://")
+
+
+def _owned(part: dict) -> dict:
+    """A copy of each array of ``part`` (a dict of :func:`_rows_part`): the shard of a worker in this process
+    must not hold the caller's memory, which the caller may change after the fit while the shard is kept."""
+    def own(a):
+        if isinstance(a, _worker.CSRRows):
+            return _worker.CSRRows(a.data.copy(), a.indices.copy(), a.indptr.copy(), a.shape)
+        return a.copy() if isinstance(a, np.ndarray) else a
+
+    return {k: own(a) for k, a in part.items()}
 
 
 def _rows_part(a, start, stop):
