@@ -438,6 +438,81 @@ def test_forked_process_starts_its_own_zygote(tmp_path):
     assert out["seconds"] < 90  # not the 180 s wait for a reply that the parent's thread would have read
 
 
+FIT_THEN_FORK = textwrap.dedent(
+    """\
+    import json, multiprocessing as mp, time
+    import numpy as np
+    import dask_estimators as de
+    from dask_estimators.engine import get_embedded_client
+
+    rng = np.random.default_rng(0); X = rng.normal(size=(500, 3)); y = (X[:, 0] > 0).astype(int)
+    parent = de.LogisticRegression().fit(X, y)  # the embedded cluster starts, and its client is this process's
+    address = get_embedded_client().scheduler.address
+
+    def child(q):  # the parent's client is copied, not the thread of its event loop
+        t0 = time.monotonic()
+        try:
+            coef = de.LogisticRegression().fit(X, y).coef_.tolist()
+        except Exception as e:
+            coef = repr(e)
+        from dask_estimators.engine.cluster import client as ec
+        q.put({"coef": coef, "seconds": time.monotonic() - t0, "used": ec._INHERITED[0]})
+
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=child, args=(q,))
+    p.start()
+    got = q.get(timeout=170)
+    p.join(60)
+    got.update(code=p.exitcode, parent=parent.coef_.tolist(), address=address,
+               refit=de.LogisticRegression().fit(X, y).coef_.tolist())
+    print("OUT " + json.dumps(got), flush=True)
+    """
+)
+
+
+@linux_only
+def test_a_process_forked_after_a_fit_fits_on_the_parents_cluster(tmp_path):
+    """A child forked after the parent's fit on the embedded cluster inherits the parent's client without the
+    thread of its event loop: each fit there raised ClusterLostError after its probes' 5 s.  It fits on the
+    parent's cluster, by its address, and gets the parent's model."""
+    out = _run_script(tmp_path, FIT_THEN_FORK, uuid.uuid4().hex)
+    assert out["code"] == 0 and out["coef"] == out["parent"] == out["refit"], out
+    assert out["used"] == out["address"]
+    assert out["seconds"] < 60
+
+
+ADDRESS_THEN_EXIT = textwrap.dedent(
+    """\
+    import json
+    import numpy as np
+    import dask_estimators as de
+    from distributed import LocalCluster
+
+    if __name__ == "__main__":
+        rng = np.random.default_rng(0); X = rng.normal(size=(500, 3)); y = (X[:, 0] > 0).astype(int)
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+            score = de.LogisticRegression(client=cluster.scheduler_address).fit(X, y).score(X, y)
+        print("OUT " + json.dumps({"score": score}), flush=True)
+    """
+)
+
+
+def test_a_client_opened_from_an_address_closes_quietly_at_exit(tmp_path):
+    """The client a fit opened from an address stays open for the next fit; when the user closed that cluster
+    before the script ends, its close at exit waited out its reconnection and logged it as an error, with a
+    traceback, though the user holds no such client."""
+    script = tmp_path / "address_then_exit.py"
+    script.write_text(ADDRESS_THEN_EXIT)
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(uuid.uuid4().hex),
+                          capture_output=True, text=True, timeout=300)
+    import json
+
+    out = json.loads(proc.stdout.split("OUT ", 1)[1])
+    assert proc.returncode == 0 and out["score"] > 0.95
+    after = proc.stderr  # everything the script wrote ends before its exit; a log at exit is the last of it
+    assert "ERROR" not in after and "Traceback" not in after, after[-3000:]
+
+
 ZYGOTE_NETWORKS = textwrap.dedent(
     """\
     import json, sys, time

@@ -381,10 +381,8 @@ class DistributedEstimator(BaseEstimator):
         state = super().__getstate__()
         if state.get("client") is not None:
             state = dict(state, client=None)
-        if not _is_fitted(self):
-            address = sender_address(self.client)
-            if address is not None:
-                state = dict(state, _dask_estimators_sender=(address, os.getpid()))
+        if not _is_fitted(self):  # None too: a child that used a cluster of ours before forgets it
+            state = dict(state, _dask_estimators_sender=(sender_address(self.client), os.getpid()))
         return state
 
     def __setstate__(self, state):

@@ -466,6 +466,12 @@ def test_an_unfitted_estimator_tells_a_child_process_its_cluster(client):
         assert ec.resolve_client() is client  # an active client still comes first
     finally:
         ec._INHERITED[0] = None
+    ec.adopt_sender("tcp://127.0.0.1:9", os.getppid())
+    try:  # a parent that runs no cluster now says so: a reused child forgets the address of one gone since
+        ec.adopt_sender(None, os.getppid())
+        assert ec._INHERITED[0] is None
+    finally:
+        ec._INHERITED[0] = None
     rng = np.random.default_rng(0)
     X = rng.standard_normal((40, 2))
     fitted = de.LogisticRegression().fit(X, (X[:, 0] + rng.standard_normal(40) > 0).astype(int))
@@ -792,3 +798,40 @@ def test_model_predicts_after_its_cluster_is_closed(other):
             # lazy predict on dask input runs on the session's default client
             np.testing.assert_array_equal(est.predict(_dask_array(X)).compute(), labels[k])
     assert (labels["client"] == y).mean() > 0.8
+
+
+def test_an_unfitted_estimator_says_when_no_cluster_runs(monkeypatch):
+    """With no cluster running, the state names none (None), so that a joblib worker reused from an earlier
+    search on a cluster closed since forgets that cluster's address, where it waited out a connect timeout of
+    10 s before each first fit."""
+    from dask_estimators.engine.cluster import client as ec
+
+    monkeypatch.setattr(ec, "sender_address", lambda client=None: None)
+    from dask_estimators.estimators import _base
+
+    monkeypatch.setattr(_base, "sender_address", lambda client=None: None)
+    assert de.LogisticRegression().__getstate__()["_dask_estimators_sender"] == (None, os.getpid())
+
+
+def test_an_asynchronous_client_in_its_event_loop_is_a_clear_error():
+    """A fit in the event loop of an asynchronous client (passed, or active) would block that loop: a clear
+    error, where distributed's sync gave a coroutine and the fit a TypeError."""
+    import asyncio
+
+    import distributed
+
+    X, y = np.random.default_rng(0).standard_normal((40, 2)), np.arange(40) % 2
+
+    async def main():
+        async with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                            dashboard_address=None, asynchronous=True) as cluster:
+            async with distributed.Client(cluster, asynchronous=True) as c:
+                with pytest.raises(RuntimeError, match="asynchronous"):
+                    de.LogisticRegression(client=c).fit(X, y)
+                with pytest.raises(RuntimeError, match="asynchronous"):
+                    with c.as_current():
+                        de.LogisticRegression().fit(X, y)
+                model = await asyncio.to_thread(de.LogisticRegression(client=c).fit, X, y)  # another thread: fits
+                return model
+
+    assert asyncio.run(main()).coef_.shape == (1, 2)

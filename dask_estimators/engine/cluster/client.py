@@ -220,10 +220,15 @@ def _close_at_exit() -> None:
     import signal
 
     cluster = _embedded.get("cluster")
-    if cluster is not None:
-        # the scheduler and the client notice the killed workers' closed connections: nothing a user should read
-        # at exit (a traceback at INFO level from distributed.batched, now and then)
-        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    if cluster is not None or _by_address:
+        # the scheduler and the client notice the killed workers' closed connections, and a client opened from an
+        # address whose cluster has closed since logs its failed reconnection as it closes: nothing a user should
+        # read at exit (tracebacks at INFO and ERROR level from distributed, now and then)
+        for name in ("distributed", "distributed.client"):  # distributed's config gives the client a level
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        for address, c in list(_by_address.items()):
+            if c.status != "running":  # reconnecting to a cluster closed since: its close would wait that out
+                del _by_address[address]
         for w in list(getattr(cluster, "workers", {}).values()):
             pid = getattr(w, "pid", None)
             if not pid:
@@ -244,12 +249,41 @@ def _close_at_exit() -> None:
 atexit.register(_close_at_exit)
 
 
+def _after_fork_in_child() -> None:
+    """In a child made by ``fork``: the clients inherited from the parent have no event loop here (it was a
+    thread of the parent's), so each fit on them waited out its probes and raised ``ClusterLostError``.  They
+    are dropped (not closed: they are the parent's), and the child's fits use the parent's embedded cluster by
+    its address, as a child that was sent an estimator does (:func:`adopt_sender`), else a cluster of their own."""
+    global _lock
+    _lock = threading.RLock()  # another thread of the parent may have held it at the fork
+    address = None
+    client = _embedded.get("client")
+    if client is not None:
+        with contextlib.suppress(Exception):
+            address = client.scheduler.address
+    _embedded.clear()
+    _by_address.clear()
+    _BORROWED.clear()
+    if address is not None:
+        _INHERITED[0] = address
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 #: Seconds to connect to a scheduler given by address, or for a client that lost its scheduler to reconnect.
 CONNECT_TIMEOUT = 10.0
 
 
 def _check_running(client: distributed.Client) -> distributed.Client:
     import time
+
+    if getattr(client, "asynchronous", False):  # True only in the thread of the client's own event loop
+        raise RuntimeError(
+            "The Dask client is asynchronous and this fit runs in its event loop, which a fit would block. Run "
+            "the fit in another thread (await asyncio.to_thread(est.fit, X, y)), or pass a synchronous client."
+        )
 
     deadline = time.monotonic() + CONNECT_TIMEOUT
     while client.status in ("connecting", "newly-created") and time.monotonic() < deadline:
@@ -312,7 +346,7 @@ def resolve_client(client=None) -> distributed.Client:
         active = None
     if active is not None and active.status == "running":
         _discard_zygote()
-        return active
+        return _check_running(active)
     inherited = _INHERITED[0]
     if inherited is not None:
         try:
@@ -384,7 +418,7 @@ def sender_address(client=None) -> str | None:
     return None
 
 
-def adopt_sender(address: str, pid: int) -> None:
+def adopt_sender(address: str | None, pid: int) -> None:
     """An estimator unpickled here came from process ``pid``, whose fits used the scheduler at ``address``.
 
     When ``pid`` is this process's parent (the workers of joblib's process
@@ -395,8 +429,8 @@ def adopt_sender(address: str, pid: int) -> None:
     ``n_jobs=1`` and left processes behind (benchmarks/results/history/search-n-jobs.md, "A search with ``n_jobs``").
     A client active here still comes first.
     """
-    if address and pid == os.getppid():
-        _INHERITED[0] = address
+    if pid == os.getppid():  # None: the parent runs no cluster now (one it ran before has gone)
+        _INHERITED[0] = address or None
 
 
 def _discard_zygote() -> None:
