@@ -55,13 +55,19 @@ def one_shard_below() -> int:
 
 
 def _stopped(out, spec, first, tol):
-    """Which columns meet LIBLINEAR's stopping rule after a round (and the rule's value per column)."""
+    """Which columns meet LIBLINEAR's stopping rule after a round (and the rule's value per column).
+
+    The classifiers' rule is the spread of the rows' projected gradients, from 0 at the least: every shard
+    starts its pass at the round's common point, so shards of one row each give the projected gradients at
+    that point, which are all -1 at the start (no row stepped yet) and spread 0, where LIBLINEAR's passes, one
+    row after another, see them change.  At the optimum they are all 0, and the rule is LIBLINEAR's."""
     stop = out["stop"]
     if spec.classification:
         with np.errstate(invalid="ignore"):
             hi = np.where(np.isnan(stop[:, 0, :]), -np.inf, stop[:, 0, :]).max(axis=0)
             lo = np.where(np.isnan(stop[:, 1, :]), np.inf, stop[:, 1, :]).min(axis=0)
-            value = hi - lo
+            value = np.maximum(hi, 0.0) - np.minimum(lo, 0.0)
+            value = np.where(np.isfinite(hi) & np.isfinite(lo), value, np.nan)
         value = np.where(np.isfinite(value), value, 0.0)  # no row visited: nothing to do
         return value <= tol, value
     total = stop[:, 1, :].sum(axis=0)

@@ -61,6 +61,19 @@ def test_binary_dual_equals_liblinear_breast_cancer(loss):
     assert stats["dual_objective"] <= stats["objective"] + 1e-9
 
 
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_shards_of_one_row_each_reach_liblinears_solution(loss):
+    """Two rows on the two workers, a shard each: every shard starts its pass at the round's common point, and at
+    the start every row's projected gradient is -1, so LIBLINEAR's spread was 0 and the fit stopped after its
+    first round, far from the optimum, without a warning."""
+    X = np.array([[0.3, -1.2, 0.5, 2.0], [1.1, 0.4, -0.7, 0.2]])
+    y = np.array([0, 1])
+    ours = de.LinearSVC(loss=loss, dual=True, tol=1e-8, max_iter=100_000).fit(X, y)
+    ref = sk_svm.LinearSVC(loss=loss, dual=True, **REF).fit(X, y)
+    assert ours.fit_stats_["rows_per_shard"] == [1, 1] and ours.n_iter_ > 1
+    _close(ours, ref)
+
+
 def test_one_vs_rest_dual_weighted_iris_with_string_labels():
     X, y = _scaled(load_iris)
     names = np.array(["setosa", "versicolor", "virginica"])[y]
