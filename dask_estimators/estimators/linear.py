@@ -434,6 +434,8 @@ class _LinearSVMMixin:
         if self._bias_feature():
             w[spec.n_outputs * spec.n_features :] *= float(self.intercept_scaling)
         super()._set_params_from(w, spec, y_shape)
+        if not spec.fit_intercept:
+            self.intercept_ = 0.0  # as LIBLINEAR's estimators in scikit-learn
 
     # ------------------------------------------------------------ the dual method
     def _placement_workers(self, session, X):
@@ -597,7 +599,7 @@ class LinearSVC(_LinearSVMMixin, _LinearClassifierMixin, DistributedLinearModel)
     ----------
     classes_ : ndarray of shape (n_classes,)
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
-    intercept_ : ndarray of shape (1,) or (n_classes,)
+    intercept_ : ndarray of shape (1,) or (n_classes,); 0.0 where ``fit_intercept=False``, as scikit-learn's
     {fitted}
     Examples
     --------
@@ -976,7 +978,7 @@ class LinearSVR(_LinearSVMMixin, DaskScoreMixin, RegressorMixin, DistributedLine
     Attributes
     ----------
     coef_ : ndarray of shape (n_features,)
-    intercept_ : ndarray of shape (1,)
+    intercept_ : ndarray of shape (1,); 0.0 where ``fit_intercept=False``, as scikit-learn's
     {fitted}
     Examples
     --------

@@ -205,6 +205,22 @@ def test_a_single_targets_intercept_is_of_sklearns_type(name, fit_intercept, dty
     assert type(ours.intercept_) is type(ref.intercept_)
 
 
+@pytest.mark.parametrize("name, k", [("LinearSVC", 2), ("LinearSVC", 3), ("LinearSVR", 0)])
+@pytest.mark.parametrize("dual", [True, False])
+def test_an_svms_intercept_without_one_is_sklearns_zero(name, k, dual):
+    """LIBLINEAR's estimators in scikit-learn set ``intercept_ = 0.0`` where ``fit_intercept=False``; ours kept an
+    array of zeros.  Predictions are unchanged."""
+    X, y = _regression() if k == 0 else _classification(k=k)
+    kw = dict(fit_intercept=False, dual=dual, max_iter=5000) | ({"loss": "squared_epsilon_insensitive"} if k == 0 and not dual else {})
+    ours = getattr(de, name)(**kw).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = SK_LINEAR[name](**kw).fit(X, y)
+    assert type(ours.intercept_) is type(ref.intercept_) is float and ours.intercept_ == 0.0
+    np.testing.assert_allclose(ours.decision_function(X) if k else ours.predict(X),
+                               X @ ours.coef_.T + 0.0 if k and k > 2 else X @ np.ravel(ours.coef_), rtol=1e-12)
+
+
 def _outcome(call):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -343,8 +343,9 @@ def test_fit_on_csr_equals_our_dense_fit(name):
         params.update(solver="lbfgs", path_method="sequential")
     sparse = make().set_params(**params).fit(X, y)
     dense = make().set_params(**params).fit(X.toarray(), y)
-    # the dual method's iterates depend on the arithmetic's order: both stop within its tolerance of the optimum
-    rtol, atol = (1e-6, 1e-6) if dual else (1e-8, 1e-10)
+    # the dual method's iterates depend on the arithmetic's order: both stop within its tolerance of the optimum;
+    # so do L-BFGS's restarts from where it stalls with L1 (each fit within 1e-8 of the optimum, measured)
+    rtol, atol = (1e-6, 1e-6) if dual else (1e-8, 1e-8 if name == "LinearRegressionCV" else 1e-10)
     np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=rtol, atol=atol)
     np.testing.assert_allclose(sparse.intercept_, dense.intercept_, rtol=rtol, atol=atol)
 
