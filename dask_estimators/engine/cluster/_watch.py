@@ -199,6 +199,11 @@ def _mib(n) -> str:
     return f"{float(n or 0) / 2**20:,.0f} MiB"
 
 
+def _paused_in(info, workers) -> set:
+    """The workers of ``workers`` that the scheduler's record ``info`` (:func:`workers_info`) says are paused."""
+    return {w for w in workers if (info.get(w) or {}).get("status") == "paused"}
+
+
 def _paused_error(info, paused, waited: str) -> WorkerPausedError:
     """The error for ``paused`` workers, with each one's memory and limit from ``info`` (:func:`workers_info`)."""
     import dask.config
@@ -248,7 +253,7 @@ def _paused_since(client, workers, alive, since, pending) -> None:
     if "no-worker" not in states and not ("queued" in states and everyone):
         return
     info = workers_info(client)
-    paused = {w for w in needed if (info.get(w) or {}).get("status") == "paused"}
+    paused = _paused_in(info, needed)
     if paused:
         raise _paused_error(info, paused, f"{wait:g} s (dask-estimators.paused-wait)")
 
@@ -259,7 +264,7 @@ def explain_paused(exc, client, workers) -> None:
     if "No valid workers" not in str(exc):
         return
     info = workers_info(client)
-    paused = {w for w in workers if (info.get(w) or {}).get("status") == "paused"}
+    paused = _paused_in(info, workers)
     if paused:
         raise _paused_error(info, paused, "as long as distributed's scatter waits (its client's timeout)") from exc
 
