@@ -66,9 +66,8 @@ def _stopped(out, spec, first, tol):
         with np.errstate(invalid="ignore"):
             hi = np.where(np.isnan(stop[:, 0, :]), -np.inf, stop[:, 0, :]).max(axis=0)
             lo = np.where(np.isnan(stop[:, 1, :]), np.inf, stop[:, 1, :]).min(axis=0)
+            # no row visited (hi -inf, lo +inf): 0, nothing to do
             value = np.maximum(hi, 0.0) - np.minimum(lo, 0.0)
-            value = np.where(np.isfinite(hi) & np.isfinite(lo), value, np.nan)
-        value = np.where(np.isfinite(value), value, 0.0)  # no row visited: nothing to do
         return value <= tol, value
     total = stop[:, 1, :].sum(axis=0)
     return total <= tol * first, total
