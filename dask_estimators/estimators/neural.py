@@ -217,6 +217,8 @@ class _BaseMLP(DistributedEstimator):
         storage = self._storage_dtype(X)  # float32 input trains in float32, as scikit-learn's MLPs
         dtype = storage.name
         check = self._block_check(dtype=storage)
+        if dask_input and getattr(y, "ndim", 1) == 2 and y.shape[1] == 1:
+            warn_column_y(stacklevel=4)  # column_or_1d's, which _encode_targets runs on in-memory y
         y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset, incremental)
         with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
             data = session.data(X=X, y=y_placed, sample_weight=sample_weight, check=check,
@@ -681,8 +683,6 @@ class MLPClassifier(DaskScoreMixin, ClassifierMixin, _BaseMLP):
 
     def _encode_targets(self, y, dask_input, classes, reset, incremental):
         if dask_input:
-            if getattr(y, "ndim", 1) == 2 and y.shape[1] == 1:
-                warn_column_y(stacklevel=5)
             return y, None, None
         if np.ndim(y) == 2 and np.shape(y)[1] == 1:
             y = column_or_1d(y, warn=True)
@@ -1052,8 +1052,6 @@ class MLPRegressor(DaskScoreMixin, RegressorMixin, _BaseMLP):
     def _encode_targets(self, y, dask_input, classes, reset, incremental):
         out = "exp" if self.loss == "poisson" else "identity"
         if dask_input:
-            if getattr(y, "ndim", 1) == 2 and y.shape[1] == 1:
-                warn_column_y(stacklevel=5)
             return y, out, None
         y2 = np.asarray(y, dtype=np.float64)
         if y2.ndim == 2 and y2.shape[1] == 1:  # a column: scikit-learn's DataConversionWarning, one output
