@@ -667,11 +667,19 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
                     w0[K * d :] = np.asarray(self.intercept_, dtype=np.float64).reshape(-1)[:K]
         return w0
 
+    #: ``intercept_`` of a fit without an intercept: scikit-learn's regressors and LIBLINEAR estimators give 0.0
+    #: (also for several targets or classes); its LogisticRegression gives zeros of shape (n_classes,).
+    _intercept_off_is_array = False
+
     def _set_params_from(self, w, spec: LinearSpec, y_shape):
         K, d = spec.n_outputs, spec.n_features
         coef = w[: K * d].reshape(K, d)
-        intercept = w[K * d :] if spec.fit_intercept else np.zeros(K)
-        if spec.loss == "multinomial" and spec.fit_intercept:
+        if not spec.fit_intercept:
+            self.coef_ = coef
+            self.intercept_ = np.zeros(K) if self._intercept_off_is_array else 0.0
+            return
+        intercept = w[K * d :]
+        if spec.loss == "multinomial":
             # softmax is unchanged by a shift common to all intercepts: report the centred ones
             intercept = intercept - intercept.mean()
         self.coef_ = coef

@@ -103,7 +103,8 @@ class _GeneralizedLinearRegressor(InferenceMixin, RegressorMixin, DistributedLin
     def _set_params_from(self, w, spec, y_shape):
         super()._set_params_from(w, spec, y_shape)
         self.coef_ = self.coef_[0]
-        self.intercept_ = self.intercept_[0] if spec.fit_intercept else 0.0  # as scikit-learn: a NumPy scalar, or 0.0
+        if spec.fit_intercept:
+            self.intercept_ = self.intercept_[0]  # as scikit-learn: a NumPy scalar
 
     # ------------------------------------------------------------ prediction
     def _linear_predictor(self, A):

@@ -212,6 +212,7 @@ class LogisticRegression(InferenceMixin, _LinearClassifierMixin, DistributedLine
     """
 
     _keeps_float32 = True
+    _intercept_off_is_array = True
     _parameter_constraints = {
         **DistributedLinearModel._parameter_constraints,
         "C": [Interval(Real, 0, None, closed="right")],
@@ -434,8 +435,6 @@ class _LinearSVMMixin:
         if self._bias_feature():
             w[spec.n_outputs * spec.n_features :] *= float(self.intercept_scaling)
         super()._set_params_from(w, spec, y_shape)
-        if not spec.fit_intercept:
-            self.intercept_ = 0.0  # as LIBLINEAR's estimators in scikit-learn
 
     # ------------------------------------------------------------ the dual method
     def _placement_workers(self, session, X):
@@ -797,7 +796,7 @@ class LinearRegression(InferenceMixin, DaskScoreMixin, RegressorMixin, Distribut
     Attributes
     ----------
     coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
-    intercept_ : float or ndarray of shape (n_targets,)
+    intercept_ : float or ndarray of shape (n_targets,); 0.0 where ``fit_intercept=False``, as scikit-learn's
     {fitted}
     Examples
     --------
@@ -911,7 +910,8 @@ class LinearRegression(InferenceMixin, DaskScoreMixin, RegressorMixin, Distribut
         super()._set_params_from(w, spec, y_shape)
         if len(y_shape) == 1:
             self.coef_ = self.coef_[0]
-            self.intercept_ = self.intercept_[0] if spec.fit_intercept else 0.0  # as scikit-learn: a NumPy scalar, or 0.0
+            if spec.fit_intercept:
+                self.intercept_ = self.intercept_[0]  # as scikit-learn: a NumPy scalar
 
     def predict(self, X):
         """Predicted targets (lazy dask array for dask input).

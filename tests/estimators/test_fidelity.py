@@ -221,6 +221,28 @@ def test_an_svms_intercept_without_one_is_sklearns_zero(name, k, dual):
                                X @ ours.coef_.T + 0.0 if k and k > 2 else X @ np.ravel(ours.coef_), rtol=1e-12)
 
 
+@pytest.mark.parametrize("kw", [{}, {"alpha": 0.1}, {"alpha": 0.1, "l1_ratio": 1.0}])
+def test_several_targets_without_an_intercept_give_sklearns_zero(kw):
+    """scikit-learn's regressors set ``intercept_ = 0.0`` without an intercept, also for several targets; ours gave
+    an array of zeros there.  Predictions are unchanged."""
+    X, y = _regression()
+    Y = np.c_[y, -2.0 * y]
+    ours = de.LinearRegression(fit_intercept=False, **kw).fit(X, Y)
+    ref = sk_lm.LinearRegression(fit_intercept=False).fit(X, Y)
+    assert type(ours.intercept_) is type(ref.intercept_) is float and ours.intercept_ == 0.0
+    np.testing.assert_allclose(ours.predict(X), X @ ours.coef_.T, rtol=1e-12)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_a_logistic_fit_without_an_intercept_keeps_sklearns_zeros(k):
+    """scikit-learn's LogisticRegression, unlike its regressors, gives zeros of shape (1,) or (n_classes,)."""
+    X, y = _classification(k=k)
+    ours = de.LogisticRegression(fit_intercept=False).fit(X, y)
+    ref = sk_lm.LogisticRegression(fit_intercept=False).fit(X, y)
+    assert isinstance(ours.intercept_, np.ndarray) and ours.intercept_.shape == ref.intercept_.shape
+    assert not ours.intercept_.any()
+
+
 def _outcome(call):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
