@@ -319,6 +319,11 @@ class DistributedEstimator(BaseEstimator):
                 meta = pd.Series([], dtype=dtype, index=X._meta.index[:0])
                 return X.map_partitions(_series_of_rows, fn, out_dtype, meta=meta)
             arr = X.to_dask_array() if not hasattr(X, "rechunk") else X
+            if arr.shape[0] == 0:  # known to be empty (an unknown length is NaN): scikit-learn's error, not an empty result
+                raise ValueError(
+                    f"Found array with 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required by "
+                    f"{type(self).__name__}."
+                )
             if arr.ndim == 2 and arr.numblocks[1] > 1:
                 arr = arr.rechunk({1: -1})
             accept = _sparse_format(self._accept_sparse)

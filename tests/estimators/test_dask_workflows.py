@@ -228,3 +228,22 @@ def test_a_numpy_target_beside_a_dask_dataframe_warns_nothing(client, rng):
         est = de.LogisticRegression().fit(dd.from_pandas(df, npartitions=4), y)
     assert not [str(w.message) for w in caught if "Port" not in str(w.message)]
     np.testing.assert_allclose(est.coef_, de.LogisticRegression().fit(df, y).coef_, rtol=1e-6)
+
+
+@pytest.mark.parametrize("make, methods", [
+    (lambda: de.LogisticRegression(), ("predict", "predict_proba", "decision_function")),
+    (lambda: de.LinearRegression(), ("predict",)),
+    (lambda: de.PoissonRegressor(), ("predict",)),
+    (lambda: de.MLPClassifier(hidden_layer_sizes=(3,), max_iter=5), ("predict", "predict_proba")),
+])
+def test_predicting_on_an_empty_dask_array_raises_scikit_learns_error(client, rng, make, methods):
+    """A dask array known to have no rows gets scikit-learn's error for empty input, as the same rows in memory
+    do; it gave an empty result.  The error names the estimator."""
+    X = rng.normal(size=(60, 3))
+    y = (X[:, 0] > 0).astype(int) + 1
+    est = make().fit(X, y)
+    for method in methods:
+        for empty in (X[:0], da.from_array(X, chunks=20)[:0]):
+            with pytest.raises(ValueError, match=re.escape(
+                    f"Found array with 0 sample(s) (shape=(0, 3)) while a minimum of 1 is required by {type(est).__name__}.")):
+                getattr(est, method)(empty)
