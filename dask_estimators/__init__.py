@@ -85,9 +85,29 @@ def __getattr__(name):
         # imports scikit-learn; once per process, and not where a client or a worker is here (engine/cluster/_zygote.py)
         from .engine.cluster import _zygote
 
-        _zygote.prewarm(networks=name in _NETWORKS)
-        if "distributed.client" in _sys.modules:  # a client of the user's: its workers import the engine now
-            from .engine.cluster.client import warm_active_client
-
-            warm_active_client(networks=name in _NETWORKS)
+        networks = name in _NETWORKS
+        _zygote.prewarm(networks=networks)
+        _warm_dask_clients(networks)  # a client of the user's: its workers import the engine now
+        value = _getattr(name)
+        _warm_dask_clients(networks)  # distributed is imported by now: the clients made from now on
+        return value
     return _getattr(name)
+
+
+def _warm_dask_clients(networks: bool = False) -> None:
+    """Where this process has imported distributed (and is no Dask worker): the workers of its active client
+    start importing the engine now, and each client made later has its workers do so as it connects
+    (engine/cluster/client.py, ``warm_new_client``).  Nothing is imported where distributed is not."""
+    if "distributed.client" not in _sys.modules:
+        return
+    from .engine.cluster import _zygote
+
+    if _zygote.in_dask_worker():
+        return
+    from .engine.cluster import client
+
+    client.watch_new_clients()
+    client.warm_active_client(networks)
+
+
+_warm_dask_clients()  # a client made before this import, and those made after it

@@ -38,6 +38,7 @@ import contextvars
 import os
 import sys
 import threading
+import weakref
 
 import distributed
 from threadpoolctl import ThreadpoolController
@@ -48,6 +49,8 @@ __all__ = ["resolve_client", "client_context", "current", "get_embedded_client",
 
 _lock = threading.RLock()
 _embedded: dict = {}
+#: Clusters whose workers import the engine as they start (the embedded cluster's): no client warms them
+_STARTS_WARM: weakref.WeakSet = weakref.WeakSet()
 _by_address: dict[str, distributed.Client] = {}
 
 
@@ -104,6 +107,7 @@ def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -
             # the scheduler's small HTTP server (health, metrics) stays on loopback, on a free port
             scheduler_kwargs={} if dashboard else {"dashboard": False, "dashboard_address": "127.0.0.1:0"},
         )
+        _STARTS_WARM.add(cluster)
         try:
             client = distributed.Client(cluster, set_as_default=False)
             _wait_for_workers(client, cluster, n)
@@ -254,8 +258,9 @@ def _after_fork_in_child() -> None:
     thread of the parent's), so each fit on them waited out its probes and raised ``ClusterLostError``.  They
     are dropped (not closed: they are the parent's), and the child's fits use the parent's embedded cluster by
     its address, as a child that was sent an estimator does (:func:`adopt_sender`), else a cluster of their own."""
-    global _lock
-    _lock = threading.RLock()  # another thread of the parent may have held it at the fork
+    global _lock, _warm_lock
+    _lock = threading.RLock()  # another thread of the parent may have held them at the fork
+    _warm_lock = threading.Lock()
     address = None
     client = _embedded.get("client")
     if client is not None:
@@ -471,6 +476,9 @@ def _one_blas_thread():
     return _BLAS[0].limit(limits=1, user_api="blas")
 
 
+#: Guards the warm-ups' records below, held for no more than an update: a client's preload takes it on the
+#: client's event loop, while the thread that makes the client may hold :data:`_lock` and wait for that loop.
+_warm_lock = threading.Lock()
 #: client id -> the workers known warm or asked to warm up through it (warm_ahead)
 _WARMED: dict = {}
 #: (client id, networks) of the clients whose every worker was asked at once (warm_ahead with workers=None)
@@ -500,7 +508,7 @@ def warm_ahead(client, workers=None, using=(), networks=False) -> None:
         return
     key = (getattr(client, "id", None), networks)
     if workers is None:  # every worker: asked once per client (a worker that joins later warms in its first task)
-        with _lock:
+        with _warm_lock:
             if key in _ASKED_ALL:
                 return
             _ASKED_ALL.add(key)
@@ -524,7 +532,7 @@ def warm_ahead(client, workers=None, using=(), networks=False) -> None:
 def _mark_warmed(key, workers, using) -> list:
     """Record ``workers`` and ``using`` as warm (or asked) under ``key``; returns the ``workers`` not recorded
     before, nor in ``using``."""
-    with _lock:
+    with _warm_lock:
         known = _WARMED.setdefault(key, set())
         cold = [w for w in workers if w not in known and w not in using]
         known.update(cold, using)
@@ -550,11 +558,62 @@ def warm_active_client(networks: bool = False) -> None:
     warm_ahead(client, networks=networks)
 
 
+def watch_new_clients() -> None:
+    """Have each :class:`distributed.Client` made from now on in this process ask its workers to warm up as it
+    connects (:func:`warm_new_client`), through Dask's client preload: ``dask_estimators.preload`` becomes the
+    default of ``distributed.client.preload``.
+
+    A preload list of the user's own (a YAML file, an environment variable, ``dask.config.set``) stays as it
+    is: then new clients warm their workers at the first class read or fit, as without this.  Called where
+    the package is imported, or an estimator class first read, in a process that has imported distributed
+    (a client comes after that); not in a Dask worker.  Once per process.
+    """
+    with _warm_lock:
+        if _WATCHING[0]:
+            return
+        _WATCHING[0] = True
+    import dask.config
+
+    dask.config.update_defaults({"distributed": {"client": {"preload": [CLIENT_PRELOAD]}}})
+
+
+#: The client preload (:func:`watch_new_clients`), and the worker preload of the package's public name.
+CLIENT_PRELOAD = "dask_estimators.preload"
+#: Whether the client preload is among Dask's defaults (:func:`watch_new_clients`).
+_WATCHING = [False]
+
+
+def warm_new_client(client) -> None:
+    """The client preload (:func:`watch_new_clients`): :func:`warm_ahead` on every worker the new client's
+    scheduler has, without waiting, while the user's code goes on to its data.  The linear models' modules
+    only: torch (2 s of a worker's time, and its memory) comes with a network's class read or fit.
+
+    Nothing in a Dask worker, for the embedded cluster's client (its workers start warm), or where
+    ``dask-estimators.warm-clients`` is false; it never fails the client's start (a worker that could
+    not warm up warms in its first task).
+    """
+    try:
+        from ._zygote import in_dask_worker
+
+        if in_dask_worker() or getattr(client, "cluster", None) in _STARTS_WARM or not _config.get("warm-clients"):
+            return
+        warm_ahead(client)
+    except Exception:  # noqa: BLE001 - the fits warm the workers up themselves
+        import logging
+
+        logging.getLogger(__name__).debug("the new client's workers were not asked to warm up", exc_info=True)
+
+
 async def _warm_cold(client, key, workers, using) -> None:
     from ._warm import warm_running
 
     if workers is None:
-        workers = _mark_warmed(key, await client.scheduler.ncores(), using)
+        ncores = await client.scheduler.ncores()
+        if not ncores:  # none yet (a client made before its workers): a later class read or fit asks again
+            with _warm_lock:
+                _ASKED_ALL.discard(key)
+            return
+        workers = _mark_warmed(key, ncores, using)
     if workers:
         await client.run(warm_running, key[1], workers=workers, wait=False, asynchronous=True)
 
