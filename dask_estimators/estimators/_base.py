@@ -30,6 +30,7 @@ from sklearn.utils.validation import (
 )
 
 from .. import config as _config
+from .._in_order import in_order
 from .._validation import assert_all_finite, classes_and_codes
 from ._blocks import _checked_X, check_block as _check_block
 from ..objectives import LinearObjective, LinearSpec
@@ -147,7 +148,8 @@ class DaskScoreMixin:
         import dask
         from sklearn.metrics import accuracy_score, r2_score
 
-        pred, y, sample_weight = dask.compute(self.predict(X), y, sample_weight)
+        # in order: Dask returns mixed arrays and dataframes grouped by kind (dask_estimators/_in_order.py)
+        pred, y, sample_weight = in_order(lambda xs: dask.compute(*xs), [self.predict(X), y, sample_weight])
         metric = accuracy_score if self._is_classifier else r2_score
         return float(metric(y, pred, sample_weight=sample_weight))
 

@@ -247,3 +247,35 @@ def test_predicting_on_an_empty_dask_array_raises_scikit_learns_error(client, rn
             with pytest.raises(ValueError, match=re.escape(
                     f"Found array with 0 sample(s) (shape=(0, 3)) while a minimum of 1 is required by {type(est).__name__}.")):
                 getattr(est, method)(empty)
+
+
+@pytest.mark.parametrize("kinds", ["array series array", "frame array series", "array array series",
+                                   "series-y frame array"])
+def test_x_y_and_weights_of_mixed_dask_kinds_are_not_taken_for_one_another(client, rng, kinds):
+    """Dask gives the results of one persist or compute of arrays mixed with dataframes grouped by kind
+    (``compute(array0, series1, array2)`` returns ``(array0, array2, series1)``): a fit on X, y and weights of
+    mixed kinds took the weights for y or y for X, with no error, and ``score`` scored the weights.  Both now
+    equal the same data's fit and score in memory."""
+    n = 400
+    X = rng.normal(size=(n, 3))
+    y = X @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.normal(size=n)
+    w = rng.uniform(0.5, 2.0, size=n)
+    names = ["a", "b", "c"]
+
+    def dask_of(kind, v, parts):
+        if kind == "array":
+            return da.from_array(v, chunks=(n // parts,) + v.shape[1:])
+        if v.ndim == 2:
+            return dd.from_pandas(pd.DataFrame(v, columns=names), npartitions=parts)
+        return dd.from_pandas(pd.Series(v, name="v"), npartitions=parts)
+
+    kx, ky, kw = kinds.replace("series-y", "series").split()
+    Xd, yd, wd = dask_of(kx, X, 4), dask_of(ky, y, 4), dask_of(kw, w, 2)
+    Xm = pd.DataFrame(X, columns=names) if kx == "frame" else X
+    ref = de.LinearRegression().fit(Xm, y, sample_weight=w)
+    ours = de.LinearRegression().fit(Xd, yd, sample_weight=wd)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-6)
+    assert ours.score(Xd, yd, sample_weight=wd) == pytest.approx(ref.score(Xm, y, sample_weight=w), rel=1e-9)
+    clf = de.LogisticRegression().fit(Xd, (yd > 0).astype(int), sample_weight=wd)
+    ref_clf = de.LogisticRegression().fit(Xm, (y > 0).astype(int), sample_weight=w)
+    np.testing.assert_allclose(clf.coef_, ref_clf.coef_, rtol=1e-5)

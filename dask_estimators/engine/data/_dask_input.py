@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._in_order import in_order
 from . import _memfd, _worker
 from ._held import hold
 
@@ -947,22 +948,8 @@ def persist_blocks(client, colls: dict) -> dict:
     from distributed import futures_of
 
     names = list(colls)
-    try:
-        with warnings.catch_warnings():
-            # a dataframe (an expression) beside an array (a graph), as y cut from NumPy beside a dask dataframe's
-            # X: Dask warns that it optimises the expression on its own and merges the graphs, which is what
-            # persisting them together is for (a graph they share computed once)
-            warnings.filterwarnings("ignore", message="Computing mixed collections", category=UserWarning)
-            persisted = client.persist([colls[k] for k in names])
-    except AssertionError:
-        # distributed 2025.4 fails an internal assertion on one persist of a dataframe (an expression) followed
-        # by an array (a graph): persist each kind on its own, in the order given
-        kinds = [hasattr(colls[k], "divisions") for k in names]  # dataframes and series, or arrays
-        persisted = [None] * len(names)
-        for kind in dict.fromkeys(kinds):
-            idx = [i for i, k in enumerate(kinds) if k == kind]
-            for i, p in zip(idx, client.persist([colls[names[i]] for i in idx])):
-                persisted[i] = p
+    # Dask returns the results of mixed arrays and dataframes grouped by kind (dask_estimators/_in_order.py)
+    persisted = in_order(client.persist, [colls[k] for k in names])
     ours = {f.key: f for p in persisted for f in futures_of(p)}
     return {k: row_futures(p, ours) for k, p in zip(names, persisted)}
 
