@@ -461,3 +461,53 @@ def test_a_group_placed_per_split_is_scored_on_the_client_beside_worker_scored_o
     assert len(cut_on_client) == 3  # the PolynomialFeatures group's splits
     theirs = skms.GridSearchCV(pipe, grid, cv=3).fit(X, y)
     _same_results(ours, theirs, rtol=1e-5, atol=1e-6, same_best=False)
+
+
+def _bootstrap_splits(n, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(0, n, n), rng.permutation(n)[: n // 4]) for _ in range(k)]
+
+
+def _overlapping_splits(n, k=3):
+    folds = np.array_split(np.arange(n), k)
+    return [(np.concatenate([f for j, f in enumerate(folds) if j != i] + [folds[i][:5]]), folds[i]) for i in range(k)]
+
+
+@pytest.mark.parametrize("make_splits", [_bootstrap_splits, _overlapping_splits])
+def test_splits_that_repeat_or_hold_out_a_training_row_are_scikit_learns_search(make_splits):
+    """A bootstrap (a training row twice) or a split whose held-out rows are among its training rows: the
+    placed path holds one role per row and split, so it dropped the repeats and took the shared rows out of
+    training, and the scores were not scikit-learn's.  Such splits now run scikit-learn's search."""
+    X, y = _cancer(scaled=True)
+    splits = make_splits(len(y))
+    grid = {"C": [0.01, 1.0]}
+    est = de.LogisticRegression(tol=1e-8, max_iter=500)
+    ours = GridSearchCV(est, grid, cv=splits).fit(X, y)
+    theirs = skms.GridSearchCV(est, grid, cv=splits).fit(X, y)
+    _same_results(ours, theirs)
+
+
+def test_splits_as_boolean_masks_are_read_as_masks(placed_only):
+    """scikit-learn's search takes a split's rows as a boolean mask too; the placed roles read the mask's zeros
+    and ones as the positions 0 and 1."""
+    X, y = _cancer(scaled=True)
+    n = len(y)
+    masks = [(np.arange(n) % 3 != i, np.arange(n) % 3 == i) for i in range(3)]
+    est = de.LogisticRegression(tol=1e-8, max_iter=500)
+    ours = GridSearchCV(est, {"C": [0.1, 1.0]}, cv=masks).fit(X, y)
+    theirs = GridSearchCV(est, {"C": [0.1, 1.0]}, cv=[(np.flatnonzero(a), np.flatnonzero(b)) for a, b in masks]).fit(X, y)
+    _same_results(ours, theirs)
+
+
+def test_an_iterator_of_splits_serves_scikit_learns_search_after_the_placed_path_gave_up():
+    """``cv=KFold(3).split(X)`` is read once: the placed path read it, and a candidate our fit refuses then sent
+    the search to scikit-learn's, which found it empty ("No fits were performed")."""
+    X, y = _cancer(scaled=True)
+    grid = {"class_weight": [None, {0: 1, 9: 3}]}
+    est = de.LogisticRegression(tol=1e-8, max_iter=500)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FitFailedWarning)
+        ours = GridSearchCV(est, grid, cv=skms.KFold(3).split(X)).fit(X, y)
+        theirs = skms.GridSearchCV(est, grid, cv=skms.KFold(3).split(X)).fit(X, y)
+    assert np.isnan(ours.cv_results_["mean_test_score"][1])
+    _same_results(ours, theirs)

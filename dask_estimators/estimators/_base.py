@@ -484,12 +484,18 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             if np.any(counts == 0):
                 raise ValueError("class_weight='balanced' needs every class in classes_ to have positive weight.")
             return counts.sum() / (n_classes * counts)
+        # as scikit-learn's compute_class_weight: a class without a weight has 1, a key that is no class of y is
+        # left out; only both together (a class the dict misses, which names another) are an error
         vec = np.ones(n_classes)
-        for label, weight in cw.items():
-            idx = np.flatnonzero(self.classes_ == label)
-            if idx.size == 0:
-                raise ValueError(f"The classes, {list(cw)}, are not in class, {list(self.classes_)}.")
-            vec[idx[0]] = weight
+        unweighted = []
+        for i, c in enumerate(self.classes_):
+            key = c.item() if isinstance(c, np.generic) else c
+            if key in cw:
+                vec[i] = cw[key]
+            else:
+                unweighted.append(key)
+        if unweighted and n_classes - len(unweighted) != len(cw):
+            raise ValueError(f"The classes, {unweighted}, are not in class_weight")
         return vec
 
     @accepts_kept_data

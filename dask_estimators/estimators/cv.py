@@ -75,8 +75,8 @@ class _PlacedSearchMixin:
             X_host = np.empty((len(y_host), 0))
             if self._is_classifier and isinstance(self.cv, (Integral, type(None))):
                 cv = check_cv(self.cv, y_host, classifier=True)
-            return list(cv.split(X_host, y_host, **split_params))
-        return list(cv.split(X, y, **split_params))
+            return checked_splits(cv.split(X_host, y_host, **split_params), len(y_host))
+        return checked_splits(cv.split(X, y, **split_params), len(y))
 
     def _routed(self, method, sample_weight, params):
         """``method``'s metadata as scikit-learn's CV estimators route it: {child: its arguments}.
@@ -919,6 +919,36 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = False
         return tags
+
+
+class SplitsNotPlaceable(ValueError):
+    """Splits the placed roles cannot hold: a split's training rows repeat a row (a bootstrap) or include one
+    of its held-out rows.  Each row has one role in each split on the workers (:func:`place_roles`)."""
+
+
+def checked_splits(splits, n: int) -> list:
+    """``splits`` (pairs of training and held-out rows: positions, or boolean masks of ``n`` rows, as
+    scikit-learn's searches take them) as pairs of int64 positions; :class:`SplitsNotPlaceable` where a split's
+    training rows repeat a row or meet its held-out rows."""
+    out = []
+    for k, (train, test) in enumerate(splits):
+        train, test = (_positions(rows, n) for rows in (train, test))
+        seen = np.zeros(n, dtype=np.int8)
+        np.add.at(seen, train, 1)
+        if (seen > 1).any() or seen[test].any():
+            raise SplitsNotPlaceable(
+                f"The training rows of split {k} repeat a row or include one of its held-out rows; data placed "
+                f"on the workers holds one role per row in each split. scikit-learn's GridSearchCV takes such splits.")
+        out.append((train, test))
+    return out
+
+
+def _positions(rows, n: int) -> np.ndarray:
+    rows = np.asarray(rows)
+    if rows.dtype == bool:
+        return np.flatnonzero(rows)
+    rows = rows.astype(np.int64, copy=False).reshape(-1)
+    return np.where(rows < 0, rows + n, rows)
 
 
 def place_roles(data, trains, tests=None) -> None:

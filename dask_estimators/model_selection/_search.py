@@ -72,6 +72,7 @@ from sklearn.utils.validation import indexable
 
 from .._progress import check_progress, progress_bar
 from ..session import ReplicasWontFit
+from ..estimators.cv import SplitsNotPlaceable, checked_splits
 from ..estimators._grid import (
     PER_FIT,
     PlacedRuns,
@@ -155,6 +156,15 @@ class _PlacedSearch:
         self : object
         """
         check_progress(self.progress)  # a missing tqdm fails now
+        cv_given = self.cv
+        if hasattr(cv_given, "__next__"):  # an iterator of splits (a splitter's split()): read once, for either path
+            self.cv = list(cv_given)
+        try:
+            return self._fit(X, y, params)
+        finally:
+            self.cv = cv_given  # as scikit-learn's search leaves it: an iterator it has read
+
+    def _fit(self, X, y, params):
         with warnings.catch_warnings():  # a draw's warnings (n_iter over the grid's size) come from the real draw
             warnings.simplefilter("ignore", UserWarning)
             draws = self._candidates(probe=True)
@@ -163,8 +173,8 @@ class _PlacedSearch:
             return self._sklearn_fit(X, y, params)
         try:
             self._fit_placed(plan, X, y, params)
-        except ReplicasWontFit:  # the networks' X would not fit whole on every worker
-            pass
+        except (ReplicasWontFit, SplitsNotPlaceable):  # the networks' X would not fit whole on every worker; splits
+            pass                                        # that repeat a training row or hold one out too
         except RejectedInput as e:
             if self.error_score == "raise":
                 raise e.__cause__ from None
@@ -300,6 +310,7 @@ class _PlacedSearch:
         if len(splits) != self.n_splits_:
             raise ValueError(f"cv.split and cv.get_n_splits return inconsistent results. Expected "
                              f"{self.n_splits_} splits, got {len(splits)}")
+        splits = checked_splits(splits, len(y_split))
         n_cand, n_splits = len(plan.candidates), len(splits)
         if self.verbose > 0:
             print(f"Fitting {n_splits} folds for each of {n_cand} candidates, totalling {n_cand * n_splits} fits")

@@ -429,3 +429,23 @@ def test_splitter_on_dask_input_equals_numpy(cancer):
         da.from_array(X, chunks=(150, -1)), da.from_array(y, chunks=(150,)))
     np.testing.assert_array_equal(on_dask.scores_[1], ours.scores_[1])
     np.testing.assert_allclose(on_dask.coef_, ours.coef_, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["LogisticRegressionCV", "LinearRegressionCV"])
+def test_splits_that_repeat_or_hold_out_a_training_row_are_refused_in_words(name):
+    """The placed roles hold one role per row and split: a bootstrap's repeated training rows counted once, and
+    a training row also held out was taken out of training, so the scores were not scikit-learn's.  Such splits
+    are now refused, with what to use instead."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    n = len(y)
+    rng = np.random.default_rng(0)
+    bootstrap = [(rng.integers(0, n, n), np.arange(n // 4)) for _ in range(3)]
+    overlap = [(np.arange(n), np.arange(n // 4))] * 3
+    for splits in (bootstrap, overlap):
+        with pytest.raises(ValueError, match=r"The training rows of split 0 repeat a row or include one of its "
+                                             r"held-out rows.*GridSearchCV takes such splits"):
+            getattr(de, name)(cv=splits).fit(X, y)

@@ -10,6 +10,7 @@ import inspect
 import pickle
 import subprocess
 import sys
+import re
 import warnings
 
 import numpy as np
@@ -981,3 +982,25 @@ def test_mlp_loss_attributes_are_of_sklearns_types(solver, early_stopping):
     if hasattr(ref, "loss_curve_"):  # scikit-learn's lbfgs keeps no curve; ours does
         assert {type(v) for v in ours.loss_curve_} == {type(v) for v in ref.loss_curve_} == {np.float64}
     assert type(getattr(ours, "best_loss_", "absent")) is type(getattr(ref, "best_loss_", "absent"))
+
+
+@pytest.mark.parametrize("name", ["LogisticRegression", "LinearSVC"])
+@pytest.mark.parametrize("class_weight, error", [
+    ({0: 1.0, 1: 2.0, 2: 5.0}, None),  # every class of y, and one more: scikit-learn fits
+    ({1: 3.0}, None),                   # some classes of y only
+    ({0: 1.0, 5: 2.0}, "The classes, [1], are not in class_weight"),
+    ({5: 2.0}, "The classes, [0, 1], are not in class_weight"),
+])
+def test_a_class_weight_dict_is_read_as_scikit_learn_reads_it(name, class_weight, error):
+    """scikit-learn weighs the classes of y that the dict names, leaves out keys that are no class of y, and
+    refuses only a dict that misses a class of y while naming another label; ours refused any key that was not
+    a class (a training fold without a rare class then failed in a search)."""
+    X, y = _classification(k=2)
+    if error is not None:
+        for cls in (getattr(de, name), SK_LINEAR[name]):
+            with pytest.raises(ValueError, match=re.escape(error)):
+                cls(class_weight=class_weight).fit(X, y)
+        return
+    ours = getattr(de, name)(class_weight=class_weight, tol=1e-10, max_iter=5000).fit(X, y)
+    ref = SK_LINEAR[name](class_weight=class_weight, tol=1e-10, max_iter=5000).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-5)
