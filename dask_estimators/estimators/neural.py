@@ -219,6 +219,7 @@ class _BaseMLP(DistributedEstimator):
         check = self._block_check(dtype=storage)
         if dask_input and getattr(y, "ndim", 1) == 2 and y.shape[1] == 1:
             warn_column_y(stacklevel=4)  # column_or_1d's, which _encode_targets runs on in-memory y
+            y = y.iloc[:, 0] if hasattr(y, "iloc") else y[:, 0]  # and its ravel: one target, not a (n, 1) matrix
         y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset, incremental)
         with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
             data = session.data(X=X, y=y_placed, sample_weight=sample_weight, check=check,

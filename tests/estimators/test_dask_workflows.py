@@ -279,3 +279,28 @@ def test_x_y_and_weights_of_mixed_dask_kinds_are_not_taken_for_one_another(clien
     clf = de.LogisticRegression().fit(Xd, (yd > 0).astype(int), sample_weight=wd)
     ref_clf = de.LogisticRegression().fit(Xm, (y > 0).astype(int), sample_weight=w)
     np.testing.assert_allclose(clf.coef_, ref_clf.coef_, rtol=1e-5)
+
+
+@pytest.mark.parametrize("container", ["dask array", "dask frame", "numpy"])
+def test_an_mlp_on_dask_x_takes_a_column_y_as_one_target(client, rng, container):
+    """scikit-learn's MLPs warn for y of shape (n, 1) and ravel it.  With dask X ours warned and then trained
+    one logistic output per column (classes_ [0], predictions of shape (n, 1)), or refused three classes as
+    a multilabel target.  The model now equals the fit on the raveled y."""
+    from sklearn.exceptions import DataConversionWarning
+
+    X = rng.normal(size=(300, 4))
+    y = np.digitize(X[:, 0], [-0.5, 0.5])
+    Xd = da.from_array(X, chunks=(100, 4))
+    col = y.reshape(-1, 1)
+    yc = {"dask array": lambda: da.from_array(col, chunks=(100, 1)),
+          "dask frame": lambda: dd.from_pandas(pd.DataFrame({"t": y}), npartitions=3),
+          "numpy": lambda: col}[container]()
+    kw = dict(hidden_layer_sizes=(5,), max_iter=30, random_state=0)
+    with pytest.warns(DataConversionWarning):
+        ours = de.MLPClassifier(**kw).fit(Xd, yc)
+    flat_y = dd.from_pandas(pd.Series(y, name="t"), npartitions=3) if container == "dask frame" else \
+        da.from_array(y, chunks=100)
+    flat = de.MLPClassifier(**kw).fit(Xd, flat_y)
+    np.testing.assert_array_equal(ours.classes_, [0, 1, 2])
+    assert ours.predict(X).shape == (300,) and ours.predict_proba(X).shape == (300, 3)
+    np.testing.assert_allclose(ours.predict_proba(X), flat.predict_proba(X), rtol=1e-6, atol=1e-8)
