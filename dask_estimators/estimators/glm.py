@@ -14,7 +14,7 @@ from numbers import Real
 import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted
+from sklearn.utils.validation import _check_sample_weight, check_array, check_consistent_length, check_is_fitted, column_or_1d
 
 from ..session import is_dask_collection
 from ..objectives.losses import get_loss
@@ -152,6 +152,9 @@ class _GeneralizedLinearRegressor(InferenceMixin, RegressorMixin, DistributedLin
             sample_weight = sample_weight.compute()
         mu = np.asarray(mu, dtype=np.float64)
         y = check_array(y, dtype=np.float64, ensure_2d=False, input_name="y")
+        # one target: a column warns and is raveled, as fit takes it (it broadcast against mu, a wrong D²)
+        y = column_or_1d(y, warn=True)
+        check_consistent_length(y, mu)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, mu.reshape(-1, 1), dtype=np.float64)
         loss = self._family_loss()

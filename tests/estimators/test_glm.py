@@ -352,3 +352,19 @@ def test_y_of_numeric_strings_is_read_as_numbers_as_sklearn(rwm, name):
         getattr(sk, name)().fit(X, bad)
     with pytest.raises(ValueError, match=re.escape(str(theirs.value))):
         getattr(de, name)().fit(X, bad)
+
+
+def test_score_takes_a_column_y_as_fit_does_and_refuses_another_length():
+    """A y of shape (n, 1) broadcast against the n predictions (an n x n deviance) and gave a wrong D² with no
+    error, and a y of another length did too.  A column now warns and is raveled, as in fit; another length is
+    scikit-learn's error."""
+    from sklearn.exceptions import DataConversionWarning
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 4))
+    y = rng.poisson(np.exp(0.3 * X[:, 0])).astype(float)
+    model = de.PoissonRegressor().fit(X, y)
+    with pytest.warns(DataConversionWarning):
+        assert model.score(X, y[:, None]) == model.score(X, y)
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        model.score(X, y[:1])
