@@ -511,3 +511,25 @@ def test_an_iterator_of_splits_serves_scikit_learns_search_after_the_placed_path
         theirs = skms.GridSearchCV(est, grid, cv=skms.KFold(3).split(X)).fit(X, y)
     assert np.isnan(ours.cv_results_["mean_test_score"][1])
     _same_results(ours, theirs)
+
+
+@pytest.mark.parametrize("kw", [{"scoring": "f1"}, {"return_train_score": True}])
+def test_a_dask_dataframe_on_scikit_learns_search_is_refused_in_words(client, kw):
+    """Options the placed path does not take run scikit-learn's search, which cuts each split's rows by
+    position: a dask dataframe failed there with "'DataFrame' object has no attribute 'take'".  The error now
+    says what runs, why, and what to pass; dask arrays work."""
+    import dask.array as da
+    import dask.dataframe as dd
+
+    X, y = _cancer(scaled=True)
+    Xf = dd.from_pandas(pd.DataFrame(X[:, :5], columns=list("abcde")), npartitions=2)
+    yf = dd.from_pandas(pd.Series(y), npartitions=2)
+    search = GridSearchCV(de.LogisticRegression(), {"C": [0.1, 1.0]}, cv=3, **kw)
+    with pytest.raises(TypeError, match=r"scikit-learn's own search.*X, y are dask dataframes or series.*"
+                                        r"to_dask_array\(lengths=True\)"):
+        search.fit(Xf, yf)
+    Xa, ya = Xf.to_dask_array(lengths=True), yf.to_dask_array(lengths=True)
+    ours = search.fit(Xa, ya)
+    theirs = skms.GridSearchCV(de.LogisticRegression(), {"C": [0.1, 1.0]}, cv=3, **kw).fit(X[:, :5], y)
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], theirs.cv_results_["mean_test_score"],
+                               rtol=1e-4)

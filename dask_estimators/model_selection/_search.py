@@ -186,6 +186,14 @@ class _PlacedSearch:
         return self._sklearn_fit(X, y, params)
 
     def _sklearn_fit(self, X, y, params):
+        frames = [name for name, v in [("X", X), ("y", y), *params.items()]
+                  if is_dask_collection(v) and hasattr(v, "divisions")]
+        if frames:  # scikit-learn's search cuts each split's rows by position, which a dask dataframe cannot give
+            raise TypeError(
+                f"This search runs scikit-learn's own search (another estimator, scorer or option than the placed "
+                f"path takes: docs/search.md), which cuts each split's rows by position; {', '.join(frames)} "
+                f"{'is a dask dataframe or series' if len(frames) == 1 else 'are dask dataframes or series'}, "
+                f"which it cannot cut. Pass dask arrays (ddf.to_dask_array(lengths=True)), or pandas.")
         return super().fit(X, y, **params)
 
     def _placed_plan(self, X, y, params, candidates):
