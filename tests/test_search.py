@@ -533,3 +533,21 @@ def test_a_dask_dataframe_on_scikit_learns_search_is_refused_in_words(client, kw
     theirs = skms.GridSearchCV(de.LogisticRegression(), {"C": [0.1, 1.0]}, cv=3, **kw).fit(X[:, :5], y)
     np.testing.assert_allclose(ours.cv_results_["mean_test_score"], theirs.cv_results_["mean_test_score"],
                                rtol=1e-4)
+
+
+def test_scikit_learns_pandas_output_config_keeps_the_column_names_of_a_pipelines_fits():
+    """With ``sklearn.set_config(transform_output="pandas")`` the scaler hands the final step a dataframe, whose
+    names it keeps.  The placed path read only the scaler's own ``set_output``, saw the scaler as an affine
+    map, and fitted the final step on NumPy: no ``feature_names_in_``, and a warning at every predict."""
+    from sklearn import config_context
+
+    X, y = _cancer()
+    Xf = pd.DataFrame(X[:, :4], columns=list("abcd"))
+    pipe = Pipeline([("scale", StandardScaler()), ("clf", de.LogisticRegression(tol=1e-8, max_iter=500))])
+    with config_context(transform_output="pandas"), warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        ours = GridSearchCV(pipe, {"clf__C": [0.1, 1.0]}, cv=3).fit(Xf, y)
+        ours.predict(Xf)
+        theirs = skms.GridSearchCV(pipe, {"clf__C": [0.1, 1.0]}, cv=3).fit(Xf, y)
+    assert list(ours.best_estimator_[-1].feature_names_in_) == list("abcd")
+    _same_results(ours, theirs)

@@ -653,11 +653,15 @@ def _scaled(runs, name, scaler):
 
 def _scaler_of(model):
     """The scaler a pipeline's fits see X through (its one earlier step, an
-    :func:`~dask_estimators.estimators._grid.affine_transformer` without a set output), else None."""
+    :func:`~dask_estimators.estimators._grid.affine_transformer` whose output is NumPy: neither its own
+    ``set_output`` nor scikit-learn's ``transform_output`` config asks for a dataframe, whose column names the
+    final step would keep), else None."""
     if not isinstance(model, Pipeline) or len(model.steps) != 2:
         return None
     step = model.steps[0][1]
-    if affine_transformer(step) and not getattr(step, "_sklearn_output_config", None):
+    own = getattr(step, "_sklearn_output_config", None) or {}
+    output = own.get("transform", get_config().get("transform_output", "default"))
+    if affine_transformer(step) and output == "default":
         return step
     return None
 
