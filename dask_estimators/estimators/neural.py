@@ -746,7 +746,8 @@ class MLPClassifier(DaskScoreMixin, ClassifierMixin, _BaseMLP):
             self._set_classes(np.arange(shape[0]), classes, reset, incremental, multilabel=True)
             data.map(T.float_targets)
             return "logistic", shape[0]
-        self._set_classes(found, classes, reset, incremental)
+        # LabelBinarizer's classes, as for NumPy y: labels of Python strings in a NumPy string array
+        self._set_classes(unique_labels(found), classes, reset, incremental)
         data.map(T.encode_labels, self.classes_)
         return self._out_for_classes()
 

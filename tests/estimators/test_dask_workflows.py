@@ -304,3 +304,20 @@ def test_an_mlp_on_dask_x_takes_a_column_y_as_one_target(client, rng, container)
     np.testing.assert_array_equal(ours.classes_, [0, 1, 2])
     assert ours.predict(X).shape == (300,) and ours.predict_proba(X).shape == (300, 3)
     np.testing.assert_allclose(ours.predict_proba(X), flat.predict_proba(X), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("labels", ["dask array", "dask series", "categorical series", "numpy beside dask X"])
+def test_an_mlps_string_classes_from_dask_are_numpy_strings(client, rng, labels):
+    """scikit-learn's MLPClassifier (its LabelBinarizer) keeps string classes in a NumPy string array, and ours
+    does for NumPy y; from dask y they were an object array, and so were the predictions."""
+    X = rng.normal(size=(300, 3))
+    y = np.array(["apple", "banana", "cherry"], dtype=object)[np.digitize(X[:, 0], [-0.5, 0.5])]
+    Xd = da.from_array(X, chunks=100)
+    yd = {"dask array": lambda: da.from_array(y, chunks=100),
+          "dask series": lambda: dd.from_pandas(pd.Series(y), npartitions=3),
+          "categorical series": lambda: dd.from_pandas(pd.Series(y, dtype="category"), npartitions=3),
+          "numpy beside dask X": lambda: y}[labels]()
+    ours = de.MLPClassifier(hidden_layer_sizes=(5,), max_iter=5, random_state=0).fit(Xd, yd)
+    assert ours.classes_.dtype == np.dtype("<U6")
+    np.testing.assert_array_equal(ours.classes_, ["apple", "banana", "cherry"])
+    assert ours.predict(X).dtype == np.dtype("<U6") and ours.predict(Xd).dtype == np.dtype("<U6")
