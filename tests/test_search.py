@@ -518,7 +518,6 @@ def test_a_dask_dataframe_on_scikit_learns_search_is_refused_in_words(client, kw
     """Options the placed path does not take run scikit-learn's search, which cuts each split's rows by
     position: a dask dataframe failed there with "'DataFrame' object has no attribute 'take'".  The error now
     says what runs, why, and what to pass; dask arrays work."""
-    import dask.array as da
     import dask.dataframe as dd
 
     X, y = _cancer(scaled=True)

@@ -884,10 +884,14 @@ def dask_label_set(found, n_samples):
     """
     from sklearn.utils.multiclass import type_of_target
 
-    labels = np.unique(np.concatenate([np.asarray(f).reshape(-1) for f in found]))
-    # check_classification_targets's own test, less its share-of-classes warning (which would count the distinct
-    # labels as the rows; the warning below counts the rows)
-    y_type = type_of_target(labels, input_name="y", raise_unknown=True)
+    try:
+        labels = np.unique(np.concatenate([np.asarray(f).reshape(-1) for f in found]))
+    except TypeError:  # labels that do not sort (ints beside strings): type_of_target's "unknown"
+        labels, y_type = None, "unknown"
+    else:
+        # check_classification_targets's own test, less its share-of-classes warning (which would count the
+        # distinct labels as the rows; the warning below counts the rows)
+        y_type = type_of_target(labels, input_name="y", raise_unknown=True)
     if y_type not in ("binary", "multiclass", "multiclass-multioutput", "multilabel-indicator",
                       "multilabel-sequences"):
         raise ValueError(
@@ -948,7 +952,11 @@ def _checked_classes(y):
         check_classification_targets(y)
         classes = np.unique(y)
     else:
-        y_view = attach_unique(y)
+        try:
+            y_view = attach_unique(y)
+        except TypeError:  # labels that do not sort (ints beside strings): scikit-learn's "Unknown label type"
+            check_classification_targets(y)
+            raise
         check_classification_targets(y_view)
         meta = y_view.dtype.metadata
         classes = np.asarray(meta["unique"]) if meta and "unique" in meta else np.unique(y)

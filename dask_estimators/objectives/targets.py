@@ -41,7 +41,10 @@ def unique_labels(shard):
     y = _host_y(shard)
     fast = classes_and_codes(y)
     if fast is None:
-        return np.unique(y).astype(shard.dtypes.get("y", y.dtype), copy=False)
+        try:
+            return np.unique(y).astype(shard.dtypes.get("y", y.dtype), copy=False)
+        except TypeError:  # labels that do not sort (ints beside strings): the client's check names them unknown
+            return np.asarray(list(dict.fromkeys(y.reshape(-1).tolist())), dtype=object)
     shard.cache["label_codes"] = fast
     return fast[0].astype(shard.dtypes.get("y", y.dtype), copy=False)
 

@@ -1004,3 +1004,18 @@ def test_a_class_weight_dict_is_read_as_scikit_learn_reads_it(name, class_weight
     ours = getattr(de, name)(class_weight=class_weight, tol=1e-10, max_iter=5000).fit(X, y)
     ref = SK_LINEAR[name](class_weight=class_weight, tol=1e-10, max_iter=5000).fit(X, y)
     np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["LogisticRegression", "LinearSVC", "MLPClassifier"])
+@pytest.mark.parametrize("where", ["numpy", "dask"])
+def test_labels_of_ints_and_strings_are_scikit_learns_unknown_label_type(name, where):
+    """y mixing ints and strings: scikit-learn's ValueError "Unknown label type: unknown"; ours raised
+    ``TypeError: '<' not supported between instances of 'str' and 'int'`` from sorting the labels."""
+    import dask.array as da
+
+    X, _ = _classification()
+    y = np.array([1, "a"] * (len(X) // 2), dtype=object)
+    if where == "dask":
+        X, y = da.from_array(X, chunks=40), da.from_array(y, chunks=40)
+    with pytest.raises(ValueError, match="Unknown label type: unknown"):
+        getattr(de, name)().fit(X, y)
