@@ -283,6 +283,7 @@ class DistributedEstimator(BaseEstimator):
             _check_block, y_numeric=not self._is_classifier,
             multi_output=self._multi_output if multi_output is None else multi_output, y_loss=y_loss,
             accept_sparse=self._accept_sparse, negative_weights=self._negative_weights, dtype=np.dtype(dtype),
+            estimator_name=type(self).__name__,
         )
 
     def _dask_classes(self, data):

@@ -22,7 +22,7 @@ __all__ = ["check_block"]
 
 
 def check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=False, negative_weights=True,
-                dtype=np.float64):
+                dtype=np.float64, estimator_name=None):
     """Validate one row block of dask input on its worker, as scikit-learn's checks would.
 
     ``arrays`` maps ``"X"`` and optionally ``"y"`` and ``"sample_weight"`` to
@@ -36,7 +36,8 @@ def check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=F
     ``.data`` raise scikit-learn's error); otherwise they raise its
     "Sparse data was passed" error.  ``negative_weights``: whether
     ``sample_weight`` may hold negative values, as the scikit-learn estimator
-    of the same name takes them.
+    of the same name takes them.  ``estimator_name``: named in the error for
+    NaN in X, as scikit-learn's checks name the estimator.
 
     Examples
     --------
@@ -50,7 +51,7 @@ def check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=F
     ValueError: Input X contains NaN.
     """
     out = dict(arrays)
-    out["X"] = _checked_x(arrays["X"], np.dtype(dtype), accept_sparse)
+    out["X"] = _checked_x(arrays["X"], np.dtype(dtype), accept_sparse, estimator_name)
     if "y" in arrays:
         y = np.asarray(arrays["y"])
         if y.ndim == 2 and y.shape[1] == 1 and not multi_output:
@@ -81,15 +82,15 @@ def check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=F
     return out
 
 
-def _checked_x(X, dtype, accept_sparse):
+def _checked_x(X, dtype, accept_sparse, estimator_name=None):
     """X as ``check_array(X, dtype=dtype, ensure_min_samples=0)`` returns it; sparse X as canonical CSR."""
     if type(X) is np.ndarray and X.ndim == 2 and X.dtype == dtype and X.shape[1] >= 1:
-        assert_all_finite(X, input_name="X")
+        assert_all_finite(X, input_name="X", estimator_name=estimator_name)
         return X
     from sklearn.utils.validation import check_array
 
     return _checked_X(check_array(X, dtype=dtype, ensure_min_samples=0, input_name="X",
-                                  accept_sparse="csr" if accept_sparse else False))
+                                  accept_sparse="csr" if accept_sparse else False, estimator=estimator_name))
 
 
 def _checked_X(X):

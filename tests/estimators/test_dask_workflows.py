@@ -321,3 +321,18 @@ def test_an_mlps_string_classes_from_dask_are_numpy_strings(client, rng, labels)
     assert ours.classes_.dtype == np.dtype("<U6")
     np.testing.assert_array_equal(ours.classes_, ["apple", "banana", "cherry"])
     assert ours.predict(X).dtype == np.dtype("<U6") and ours.predict(Xd).dtype == np.dtype("<U6")
+
+
+@pytest.mark.parametrize("name", ["LogisticRegression", "LinearRegression", "MLPRegressor"])
+def test_nan_in_dask_x_gets_scikit_learns_whole_message(client, rng, name):
+    """NumPy X with NaN gets scikit-learn's message, which names the estimator and says what to do; dask X got
+    its first line only."""
+    X = rng.normal(size=(200, 3))
+    X[150, 1] = np.nan
+    y = (rng.normal(size=200) > 0).astype(int)
+    with pytest.raises(ValueError) as numpy_error:
+        getattr(de, name)().fit(X, y)
+    with pytest.raises(ValueError) as dask_error:
+        getattr(de, name)().fit(da.from_array(X, chunks=50), da.from_array(y, chunks=50))
+    assert f"{name} does not accept missing values encoded as NaN natively" in str(dask_error.value)
+    assert str(dask_error.value) == str(numpy_error.value)
