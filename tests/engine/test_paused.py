@@ -153,3 +153,45 @@ def test_dask_input_with_every_worker_paused_is_a_clear_error(pc, chunks):
         pc.run(_set_status, "running")
         model = de.LogisticRegression(client=pc).fit(dX, dy)
     np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+
+
+def _busy(name):
+    distributed.Event(name).wait(60)
+
+
+def test_a_task_handed_to_a_worker_before_it_paused_is_a_clear_error(pc):
+    """A worker may pause after the scheduler handed it a task of the fit (a dask block's data arriving in the
+    graph fills its memory): the scheduler says ``processing``, the task waits unstarted on the paused worker,
+    and the fit waited forever.  Here each worker's one thread is busy when the fit's tasks arrive, and the
+    workers pause before it is free: the fit raises, and once they run again the same input fits."""
+    X, y = _data(seed=5)
+    dX, dy = da.from_array(X, chunks=1000), da.from_array(y, chunks=1000)
+    with dask.config.set(FIT):
+        ref = de.LogisticRegression(client=pc).fit(X, y)
+    release = distributed.Event("paused-test-busy", client=pc)
+    workers = sorted(_watch.alive_workers(pc))
+    blockers = [pc.submit(_busy, "paused-test-busy", workers=[w], pure=False) for w in workers]
+    out = {}
+
+    def fit():
+        try:
+            out["model"] = de.LogisticRegression(client=pc).fit(dX, dy)
+        except Exception as e:  # noqa: BLE001 - reported below
+            out["error"] = e
+
+    with dask.config.set({**FIT, "dask-estimators.paused-wait": 2}):
+        thread = threading.Thread(target=fit)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+                pc.processing()[w][1:] for w in workers):  # a task of the fit waits behind each blocker
+            time.sleep(0.05)
+        pc.run(_set_status, "paused")
+        release.set()
+        distributed.wait(blockers, timeout=60)
+        thread.join(120)
+        assert not thread.is_alive(), "the fit still waits on the paused workers"
+        assert isinstance(out.get("error"), WorkerPausedError), out
+        pc.run(_set_status, "running")
+        model = de.LogisticRegression(client=pc).fit(dX, dy)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-6, atol=1e-8)

@@ -248,14 +248,33 @@ def _paused_since(client, workers, alive, since, pending) -> None:
     needed = long & set(workers) if workers else (long if everyone else set())
     if not needed:
         return
-    states = set(client.sync(_scheduler(client).get_task_status, keys=[f.key for f in pending],
-                             callback_timeout=PROBE_TIMEOUT).values())
-    if "no-worker" not in states and not ("queued" in states and everyone):
+    keys = [f.key for f in pending]
+    states = set(client.sync(_scheduler(client).get_task_status, keys=keys, callback_timeout=PROBE_TIMEOUT).values())
+    if "no-worker" not in states and not ("queued" in states and everyone) and not (
+            "processing" in states and _unstarted_on(client, needed, keys)):
         return
     info = workers_info(client)
     paused = _paused_in(info, needed)
     if paused:
         raise _paused_error(info, paused, f"{wait:g} s (dask-estimators.paused-wait)")
+
+
+def _unstarted_on(client, workers, keys) -> bool:
+    """Whether a task of ``keys`` was handed to one of the paused ``workers`` before it paused and waits there
+    unstarted (the scheduler says ``processing``; a paused worker starts nothing).  A task it runs already goes
+    on, and its end is waited for."""
+    try:
+        found = client.run(_unstarted, keys, workers=sorted(workers))
+    except Exception:  # noqa: BLE001 - a worker that does not answer: the other checks of the wait see it
+        return False
+    return any(found.values())
+
+
+def _unstarted(keys, dask_worker=None) -> bool:
+    """On a worker: whether one of ``keys`` is among its tasks, not yet running (``client.run``'s target)."""
+    tasks = dask_worker.state.tasks
+    return any(getattr(tasks.get(k), "state", None) in ("ready", "constrained", "waiting", "fetch", "flight")
+               for k in keys)
 
 
 def explain_paused(exc, client, workers) -> None:
