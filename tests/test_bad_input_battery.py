@@ -137,7 +137,7 @@ def test_the_battery_covered_the_grid_and_the_cluster_is_clean(client, keys_befo
     assert _nothing_held(client, timeout=30) is True
     deadline = time.monotonic() + 30
     while True:
-        # a worker's ShardHost lives as long as the client, by design (engine/data/_actor.py): not a leftover
+        # a worker's ShardHost stays a while after the fit, by design (engine/data/placement.py): not a leftover
         left = {k for k in set(client.run_on_scheduler(_scheduler_keys)) - keys_before
                 if not k.startswith("ShardHost-")}
         if not left or time.monotonic() > deadline:

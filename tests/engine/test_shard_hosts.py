@@ -135,3 +135,27 @@ def test_placements_in_threads_share_one_host_per_worker(client, rng):
     assert len(pl._HOSTS[client]) == 2
     live = {str(f.key) for f, _ in pl._HOSTS[client].values()}
     assert _poll(lambda: {k for keys in _host_keys(client).values() for k in keys} >= live)
+
+
+def test_hosts_go_once_idle_so_that_dask_can_retire_their_workers(monkeypatch):
+    """Dask retires no worker that holds an actor, and the hosts lived as long as their client: after any small
+    fit its worker could not be retired (an adaptive cluster could not scale down).  Back-to-back placements
+    still share them; once none holds shards for ``HOST_IDLE`` seconds they go, and the worker retires."""
+    import distributed
+
+    monkeypatch.setattr(pl, "HOST_IDLE", 0.5)
+    X = np.random.default_rng(0).normal(size=(300, 3))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as c:
+        keys = []
+        for _ in range(2):  # within the idle time: the same hosts
+            with place(c, {"X": X}, hosted=True) as p:
+                assert sum(p.map(_rows)) == 300
+            keys.append(sorted(str(f.key) for f, _ in pl._HOSTS[c].values()))
+        assert keys[0] == keys[1] and len(keys[0]) == 2
+        assert _poll(lambda: not any(c.run(lambda dask_worker: list(dask_worker.state.actors)).values()), 10)
+        worker = sorted(c.nthreads())[0]
+        assert worker in c.retire_workers(workers=[worker])
+        assert _poll(lambda: worker not in c.nthreads(), 10)
+        with place(c, {"X": X}, hosted=True) as p:  # new hosts on the worker left
+            assert sum(p.map(_rows)) == 300 and set(p.workers) == set(c.nthreads())

@@ -177,12 +177,16 @@ class ShardActor:
 
 
 class ShardHost:
-    """A worker's long-lived actor, made once per client: it holds the :class:`ShardActor` of each placement
-    made through it (:class:`HostedShard`).
+    """A worker's long-lived actor, made per client and kept while its placements run and a moment after
+    (:data:`.placement.HOST_IDLE`): it holds the :class:`ShardActor` of each placement made through it
+    (:class:`HostedShard`).
 
     A placement then starts with one direct call to its worker (:meth:`create`), where an actor of its own
     takes a task through the scheduler first; the hosted actor answers the same calls as one of its own.
     """
+
+    #: Shards built by the hosts of this worker process, over its life (hosts come and go: :data:`.placement.HOST_IDLE`).
+    made_here = 0
 
     def __init__(self):
         self.held: dict = {}
@@ -193,6 +197,7 @@ class ShardHost:
         ``token``.  Runs in the worker's actor thread, off the event loop, as a new actor's constructor does."""
         self.held[token] = ShardActor(shard)
         self.made += 1
+        ShardHost.made_here += 1
 
     async def call(self, token: str, method: str, *args):
         """``method(*args)`` of the actor held as ``token``; ``close`` also lets it go."""

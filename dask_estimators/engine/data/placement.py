@@ -139,6 +139,9 @@ class Placement:
     shard is in the state the lost one was in.
     """
 
+    #: Whether its shards live in the client's shard hosts (:func:`hosts_used`).
+    _hosted = False
+
     def __init__(self, client, shards, workers, transport="actors", sources=None, device="auto", timeout=None,
                  buffers=None, row_ranges=None, actor_futures=None):
         if transport not in TRANSPORTS:
@@ -518,6 +521,9 @@ class Placement:
             _watch._cancel(self.client, futs, cancel=not self._lost)
         _shm.release(self._buffers)  # nothing reads the shards now: the next placement may reuse the memory
         self._buffers.clear()
+        if self._hosted:
+            self._hosted = False
+            hosts_used(self.client, -1)
 
     def __enter__(self):
         return self
@@ -788,8 +794,12 @@ def _place_once_with(client, arrays, check, device, ws, transport, timeout, shm,
         _shm.release(buffers)
         raise
     try:
-        return Placement(client, shards, used, transport, sources=sources, device=device, timeout=timeout,
-                         buffers=buffers, row_ranges=ranges, actor_futures=actor_futures or None)
+        placement = Placement(client, shards, used, transport, sources=sources, device=device, timeout=timeout,
+                              buffers=buffers, row_ranges=ranges, actor_futures=actor_futures or None)
+        if hosted and actor_futures:  # its shards live in the client's hosts
+            placement._hosted = True
+            hosts_used(client, 1)
+        return placement
     except BaseException:
         _watch._cancel(client, shards)
         _shm.release(buffers)
@@ -848,12 +858,20 @@ def _place_numpy(client, arrays, device, ws, buffers, shared_memory=True, wait_b
 #: Per client (weakly), per worker: the future and proxy of its :class:`ShardHost`.
 _HOSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _HOSTS_LOCK = threading.Lock()
+#: Per client (weakly): [placements holding shards in its hosts, times its hosts were asked for].
+_HOST_USE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+#: Seconds a client's hosts stay once no placement holds shards in them: back-to-back small fits (a loop, a
+#: search) reuse them, and then they go, so that Dask can retire their workers (it retires none that holds an
+#: actor: an adaptive cluster could not scale down after a fit).
+HOST_IDLE = 2.0
 
 
 def shard_hosts(client, workers, timeout=None) -> list:
-    """The :class:`ShardHost` proxy of each of ``workers``: kept for the client's life, made for the workers
-    that lack a live one (one scheduler round for all of them).  A host whose worker was lost is let go."""
+    """The :class:`ShardHost` proxy of each of ``workers``: kept while placements use them and
+    :data:`HOST_IDLE` seconds more (:func:`hosts_used`), made for the workers that lack a live one (one
+    scheduler round for all of them).  A host whose worker was lost is let go."""
     with _HOSTS_LOCK:  # fits in threads of one process share the hosts: one makes them, the others wait
+        _HOST_USE.setdefault(client, [0, 0])[1] += 1  # asked for: an idle release planned before is off
         held = _HOSTS.setdefault(client, {})
         for w in [w for w, (f, _) in held.items() if f.status != "finished"]:
             with contextlib.suppress(Exception):
@@ -866,6 +884,33 @@ def shard_hosts(client, workers, timeout=None) -> list:
                 proxies = _watch.wait_results(futs, client, missing, timeout, cancel_on_error=futs)
             held.update((w, (f, proxy)) for w, f, proxy in zip(missing, futs, proxies))
         return [held[w][1] for w in workers]
+
+
+def hosts_used(client, delta: int) -> None:
+    """A placement holding shards in ``client``'s hosts begins (``delta`` 1) or ends (-1); when none is left,
+    the hosts are released :data:`HOST_IDLE` seconds later unless asked for meanwhile."""
+    with _HOSTS_LOCK:
+        use = _HOST_USE.setdefault(client, [0, 0])
+        use[0] = max(use[0] + delta, 0)
+        if use[0] or delta > 0:
+            return
+        asked = use[1]
+    timer = threading.Timer(HOST_IDLE, _release_idle_hosts, (weakref.ref(client), asked))
+    timer.daemon = True
+    timer.start()
+
+
+def _release_idle_hosts(client_ref, asked) -> None:
+    client = client_ref()
+    if client is None:
+        return
+    with _HOSTS_LOCK:
+        use = _HOST_USE.get(client)
+        if use is None or use[0] or use[1] != asked:  # in use again, or asked for since
+            return
+        held = _HOSTS.pop(client, {})
+    # cancelled, not released: the hosts' proxies may outlive this in reference cycles, which would keep the keys
+    _watch._cancel(client, [fut for fut, _ in held.values()], cancel=True)
 
 
 def _place_hosted(client, parts, workers, device, buffers, shared_memory, timeout):
