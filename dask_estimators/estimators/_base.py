@@ -32,7 +32,7 @@ from sklearn.utils.validation import (
 from .. import config as _config
 from .._in_order import in_order
 from .._validation import assert_all_finite, classes_and_codes
-from ._blocks import _checked_X, check_block as _check_block
+from ._blocks import MessageName, _checked_X, check_block as _check_block
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
 from ..optim import SOLVERS
@@ -283,7 +283,7 @@ class DistributedEstimator(BaseEstimator):
             _check_block, y_numeric=not self._is_classifier,
             multi_output=self._multi_output if multi_output is None else multi_output, y_loss=y_loss,
             accept_sparse=self._accept_sparse, negative_weights=self._negative_weights, dtype=np.dtype(dtype),
-            estimator_name=type(self).__name__,
+            estimator_name=MessageName(type(self).__name__),
         )
 
     def _dask_classes(self, data):

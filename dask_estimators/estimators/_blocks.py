@@ -21,6 +21,26 @@ from .._validation import assert_all_finite
 __all__ = ["check_block"]
 
 
+class MessageName:
+    """An estimator's name for a block check's error messages (:func:`check_block`'s ``estimator_name``).  Its
+    Dask token is the same for every estimator, so that the check's token, part of the key of data kept placed
+    between fits, stays the same: one estimator's fit reuses what another's placed."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __reduce__(self):
+        return MessageName, (self.name,)
+
+    def __dask_tokenize__(self):
+        return "estimator-name"
+
+
 def check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=False, negative_weights=True,
                 dtype=np.float64, estimator_name=None):
     """Validate one row block of dask input on its worker, as scikit-learn's checks would.
@@ -51,7 +71,8 @@ def check_block(arrays, *, y_numeric, multi_output, y_loss=None, accept_sparse=F
     ValueError: Input X contains NaN.
     """
     out = dict(arrays)
-    out["X"] = _checked_x(arrays["X"], np.dtype(dtype), accept_sparse, estimator_name)
+    out["X"] = _checked_x(arrays["X"], np.dtype(dtype), accept_sparse,
+                          None if estimator_name is None else str(estimator_name))
     if "y" in arrays:
         y = np.asarray(arrays["y"])
         if y.ndim == 2 and y.shape[1] == 1 and not multi_output:

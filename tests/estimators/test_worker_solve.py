@@ -227,8 +227,9 @@ def test_a_small_fit_warms_the_next_worker_of_a_fresh_cluster():
     from distributed import Client, LocalCluster
 
     X, y = load_iris(return_X_y=True)
+    # the client asks for no warm-up as it connects (tests/engine/test_warm.py), as a client made before the import
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster, set_as_default=False) as c:
+            dask.config.set({"dask-estimators.warm-clients": False}), Client(cluster, set_as_default=False) as c:
         assert not any(c.run(_engine_imported).values())
         de.LogisticRegression(max_iter=1000, client=c).fit(X, y)
         idle = [w for w, n in c.run(_tasks_run).items() if n == 0]
@@ -253,8 +254,9 @@ def test_reading_a_class_warms_the_workers_of_the_active_client(monkeypatch):
 
     import dask_estimators
 
+    # the client asks for no warm-up as it connects (tests/engine/test_warm.py), as a client made before the import
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster, set_as_default=False) as c:
+            dask.config.set({"dask-estimators.warm-clients": False}), Client(cluster, set_as_default=False) as c:
         assert not any(c.run(_engine_imported).values())
         monkeypatch.setattr(distributed.client, "default_client", lambda: c)  # the user's active client
         dask_estimators.__getattr__("LinearSVR")  # what ``de.LinearSVR`` runs on its first read
