@@ -398,3 +398,28 @@ def test_fit_on_kept_data_takes_its_targets_only_from_it(client, rng):
     assert de.LogisticRegressionCV(Cs=3, cv=3).fit(data).fit_stats_["placement"] == "reused"
     data.release()
     assert _kept.held() == []
+
+
+def test_a_networks_fit_after_workers_went_is_the_fit_placed_anew(rng):
+    """A network's seeded batches are drawn per shard: kept shards of a two-worker cluster, rebuilt on the one
+    worker left after a scale-down, gave another model than a fit placed on that worker (the model hung on the
+    session's history).  A network is placed anew there; a linear model still reuses the shards (its model
+    does not depend on them)."""
+    X, y, Xd, yd = _dask(rng, n=1200, chunks=300)
+    kw = dict(hidden_layer_sizes=(8,), max_iter=4, random_state=0, strategy="rounds", batch_size=100)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
+            distributed.Client(cl, set_as_default=False) as c:
+        de.MLPClassifier(client=c, **kw).fit(Xd, yd)
+        de.LogisticRegression(client=c).fit(Xd, yd)
+        cl.scale(1)
+        deadline = time.monotonic() + 60
+        while len(c.nthreads()) != 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        after = de.MLPClassifier(client=c, **kw).fit(Xd, yd)
+        linear = de.LogisticRegression(client=c).fit(Xd, yd)
+        with dask.config.set({"dask-estimators.keep-placed": 0}):
+            fresh = de.MLPClassifier(client=c, **kw).fit(Xd, yd)
+        assert after.fit_stats_["placement"] != "reused" and linear.fit_stats_["placement"] == "reused"
+        for a, b in zip(after.coefs_, fresh.coefs_):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+        _kept.release_all(c)

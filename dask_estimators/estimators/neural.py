@@ -222,7 +222,7 @@ class _BaseMLP(DistributedEstimator):
             y = y.iloc[:, 0] if hasattr(y, "iloc") else y[:, 0]  # and its ravel: one target, not a (n, 1) matrix
         y_placed, out, n_outputs = self._encode_targets(y, dask_input, classes, reset, incremental)
         with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
-            data = session.data(X=X, y=y_placed, sample_weight=sample_weight, check=check,
+            data = session.data(X=X, y=y_placed, sample_weight=sample_weight, check=check, same_layout=True,
                                 workers=self._workers_worth(session, X, hidden, n_outputs))
             if out is None:  # dask labels: found and encoded on the workers
                 out, n_outputs = self._encode_on_workers(data, classes, reset, incremental)

@@ -247,7 +247,7 @@ class CharLSTM(DistributedEstimator):
             if not any(strings):
                 raise ValueError("CharLSTM needs at least one non-empty string; got none.")
         with DataSession(self.client, device=self.device, timeout=self.timeout) as session:
-            self._fit_placed(session.data(X=texts, workers=session.workers_per_gpu()))
+            self._fit_placed(session.data(X=texts, workers=session.workers_per_gpu(), same_layout=True))
         return self
 
     def _fit_placed(self, data):

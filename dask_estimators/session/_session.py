@@ -142,7 +142,7 @@ class DataSession:
 
     # --------------------------------------------------------------------- data
     def data(self, *, check=None, workers=None, hosted: bool = False, outputs: int | None = None,
-             **arrays) -> PlacedData:
+             same_layout: bool = False, **arrays) -> PlacedData:
         """Place ``arrays`` (X, y, sample_weight, ...: NumPy, scipy.sparse or dask collections; None ones are
         left out) on the workers, one shard per worker, row-aligned.
 
@@ -161,7 +161,10 @@ class DataSession:
 
         Input placed on all the workers is kept after the session closes, for the next fit on the same
         collections or on NumPy input with the same content (the dask config ``dask-estimators.keep-placed``);
-        such a fit reuses the shards and places nothing (:attr:`PlacedData.reused`).
+        such a fit reuses the shards and places nothing (:attr:`PlacedData.reused`).  ``same_layout``: the
+        fit's result depends on the shards (a network's seeded batches are drawn per shard), so kept shards
+        serve it only where they are one on each of the workers it would be placed on now; after workers came
+        or went it is placed anew, as a fresh fit would be.
         """
         self._need_open()
         X = arrays.get("X")
@@ -176,6 +179,11 @@ class DataSession:
             key = _kept.key_of(self.client, present, check, self.device, _config.get("transport"),
                                None if workers is None else tuple(sorted(workers)))
         placement = _kept.take(key, present)
+        if placement is not None and same_layout and sorted(placement.workers) != sorted(
+                workers if workers is not None else self.workers()):
+            _kept.give_back(key, placement)
+            _kept.drop(key)  # kept for another shape of the cluster: placed anew, and kept in its place
+            placement = None
         reused = placement is not None
         if reused:
             placement.timeout = self.timeout
