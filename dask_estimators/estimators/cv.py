@@ -933,8 +933,7 @@ def checked_splits(splits, n: int) -> list:
     out = []
     for k, (train, test) in enumerate(splits):
         train, test = (_positions(rows, n) for rows in (train, test))
-        seen = np.zeros(n, dtype=np.int8)
-        np.add.at(seen, train, 1)
+        seen = np.bincount(train, minlength=n)  # how often each row trains
         if (seen > 1).any() or seen[test].any():
             raise SplitsNotPlaceable(
                 f"The training rows of split {k} repeat a row or include one of its held-out rows; data placed "

@@ -181,8 +181,10 @@ class DataSession:
         placement = _kept.take(key, present)
         if placement is not None and same_layout and sorted(placement.workers) != sorted(
                 workers if workers is not None else self.workers()):
+            # kept for another shape of the cluster: dropped first, so that giving it back releases it without
+            # restoring it; the data is placed anew below, and kept in its place
+            _kept.drop(key)
             _kept.give_back(key, placement)
-            _kept.drop(key)  # kept for another shape of the cluster: placed anew, and kept in its place
             placement = None
         reused = placement is not None
         if reused:
