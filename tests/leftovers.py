@@ -22,15 +22,17 @@ def _held(dask_worker):
     }
 
 
-def _nothing_held(client, timeout=30):
+def _nothing_held(client, timeout=30, collect=True):
     """True once the workers hold no shard and no actor of ours, after the placements kept for later fits are
-    released (dask-estimators.keep-placed); else what they hold after ``timeout`` seconds."""
+    released (dask-estimators.keep-placed); else what they hold after ``timeout`` seconds.  ``collect=False``
+    checks that a release let go of every key without the help of Python's cyclic garbage collector."""
     import gc
 
     from dask_estimators.session import release_kept
 
     release_kept()
-    gc.collect()  # the released placements' actor proxies may sit in reference cycles (evaluators, shards' views)
+    if collect:  # objects that refer to released actor proxies may sit in reference cycles (evaluators, views)
+        gc.collect()
     deadline = time.monotonic() + timeout
     while True:
         # a worker the scheduler removes while it asks (a killed one, its restart) answers with an error, and

@@ -516,6 +516,9 @@ class Placement:
         if self.client.status == "running":
             self._close_actors([a for a, w in zip(actors, workers) if w not in self._lost] if actors else [])
         futs = self._actor_futures + [s for s in self.shards if not any(s is a for a in self._actor_futures)]
+        # an actor proxy holds a future of its own, and after a recovery a proxy may sit in a reference cycle
+        # (a traceback's frames) until the client's garbage collector runs: let go of its key now
+        futs += [a._future for a in actors if getattr(a, "_future", None) is not None]
         self._actor_futures, self.shards = [], []
         if futs:  # cancel (drops the keys even if someone else holds a future), unless a worker was lost
             _watch._cancel(self.client, futs, cancel=not self._lost)
