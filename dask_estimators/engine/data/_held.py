@@ -123,6 +123,15 @@ def held(shard):
     return found
 
 
+def is_held_here(shard) -> bool:
+    """In a task: whether this worker holds the shard a :class:`HeldShard` names (anything else: True)."""
+    try:
+        held(shard)
+    except ShardGone:
+        return False
+    return True
+
+
 def held_keys(worker) -> list:
     """The keys of the shards ``worker`` holds (for tests and leak checks)."""
     keeper = _KEEPERS.get(worker)

@@ -35,7 +35,7 @@ from ... import config as _config
 from . import _dask_input, _shm, _worker
 from ..cluster import _watch
 from ._actor import Deferred, HostedShard, Payload, Resolved, ShardActor, ShardHost
-from ._held import ShardGone, hold
+from ._held import ShardGone, hold, is_held_here
 from ..cluster._watch import WorkerLostError
 from ..cluster.client import current
 
@@ -368,14 +368,18 @@ class Placement:
         gone = {s.key for s in self.shards if s.status in ("cancelled", "lost", "error")}
         who = self.client.who_has([s for s in self.shards if s.key not in gone])
         alive = _watch.alive_workers(self.client)
-        lost = set()
+        lost, moved = set(), []
         for i, s in enumerate(self.shards):
             holders = [] if s.key in gone else sorted(set(who.get(s.key, ())) & alive)
             if not holders:
                 lost.add(self.workers[i])
             elif self.workers[i] not in holders:
                 self.workers[i] = holders[0]
+                moved.append(i)
         self.actors, self._actor_futures = [None] * n, [None] * n
+        if moved and not lost and self.sources is not None:
+            with contextlib.suppress(WorkerLostError):  # the loop below meets the loss again, and recovers
+                self._rebuild_left_behind(moved)
         for _ in range(int(_config.get("max-recoveries")) + 1):
             if lost:
                 self.recover(lost)  # rebuilds the shards of the lost workers, each with its actor
@@ -410,6 +414,20 @@ class Placement:
                 self.actors[i] = a
             return
         raise WorkerLostError(lost, f"Lost the Dask worker(s) {sorted(lost)} while the kept data was taken up again.")
+
+    def _rebuild_left_behind(self, moved) -> None:
+        """Build again from its source each shard of ``moved`` (whose handle Dask moved off a retiring worker) that
+        stayed with that worker (:mod:`._held`), with its actor.  Asked first, so that an actor made on a handle
+        with nothing behind it does not fail (the worker logs each failed task as an error)."""
+        futs = [self.client.submit(is_held_here, self.shards[i], workers=[self.workers[i]], allow_other_workers=False,
+                                   pure=False) for i in moved]
+        here = _watch.wait_results(futs, self.client, [self.workers[i] for i in moved], self.timeout)
+        t0 = time.perf_counter()
+        for i, ok in zip(moved, here):
+            if not ok:
+                self._rebuild(i, self.workers[i])
+                self.recoveries.append({"shard": i, "lost": [], "to": self.workers[i],
+                                        "seconds": time.perf_counter() - t0})
 
     # ------------------------------------------------------------- recovery
     def lost_workers(self) -> set:
