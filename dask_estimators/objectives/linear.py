@@ -683,9 +683,11 @@ class LinearObjective:
         :mod:`dask_estimators.optim.batched`) finishes each with its own objective.
         """
         w = np.asarray(w, dtype=np.float64)
-        wp = w * self.penalized
+        wp = w[: self.spec.n_outputs * self.spec.n_features]  # the penalised entries (see ``penalized``): a view
         f = loss / self.sw_sum + 0.5 * self.l2 * float(wp @ wp)
-        g = grad / self.sw_sum + self.l2 * wp
+        g = np.divide(grad, self.sw_sum)
+        if self.l2:
+            g[: wp.size] += self.l2 * wp
         return f, g
 
     def _ensure_state(self, w):
