@@ -378,6 +378,18 @@ class DistributedEstimator(BaseEstimator):
         tags.input_tags.sparse = bool(self._accept_sparse)
         return tags
 
+    def __deepcopy__(self, memo):
+        """A deep copy as :mod:`copy` makes one, with ``client=`` passed through by reference (a ``Client`` cannot
+        be copied, and the copy fits on the same cluster)."""
+        state = self.__getstate__()
+        state.pop("_dask_estimators_sender", None)
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(state, memo))
+        if "client" in self.__dict__:
+            new.client = self.client
+        return new
+
     def __getstate__(self):
         """Pickle without the cluster: a ``client=`` (object or address) is not part of a model.
 

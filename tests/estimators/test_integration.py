@@ -22,6 +22,7 @@ import os
 import pickle
 import warnings
 
+import dask
 import dask.array as da
 import dask.dataframe as dd
 import distributed
@@ -692,6 +693,23 @@ def test_clone_with_address_client(other):
     est = de.LogisticRegression(client=cluster.scheduler_address)
     assert clone(est).client == cluster.scheduler_address
     assert copy.deepcopy(de.LogisticRegression(C=2.0)).C == 2.0
+
+
+def test_deepcopy_keeps_the_client_as_clone_does(other):
+    """In one process a copy fits on the cluster its original names: deepcopy dropped ``client=`` (as a pickle
+    does), and the copy's fit started the embedded cluster instead."""
+    cluster, c3 = _running(other)
+    X, y = _data("binary")
+    for client in (c3, cluster.scheduler_address):
+        est = de.LogisticRegression(C=2.0, client=client)
+        new = copy.deepcopy(est)
+        assert new.client is client and new.C == 2.0
+        with dask.config.set({"dask-estimators.worker-solve-below": 0}):  # spread: its shards name the cluster
+            new.fit(X, y)
+        assert new.fit_stats_["n_shards"] == OTHER_WORKERS
+        again = copy.deepcopy(new)  # fitted: its arrays are copies
+        assert again.client is client and again.coef_ is not new.coef_
+        np.testing.assert_array_equal(again.coef_, new.coef_)
 
 
 # ---------------------------------------------------- 6. refits, warm starts, fit_stats_
