@@ -74,3 +74,32 @@ def test_free_ones_are_closed_after_idle_seconds():
     while pool.free_bytes() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _is_open(b)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+@pytest.mark.parametrize("when", ["free at the fork", "in use at the fork"])
+def test_a_forked_child_never_reuses_its_parents_memfds(when):
+    """A forked child's copy of a memfd names the parent's memory: a child whose pool handed it one wrote its own
+    data over the parent's (a multiprocessing pool of fits after a fit in the parent gave wrong models in both)."""
+    pool = _memfd.Pool("test-fork", max_bytes=1 << 30, idle_seconds=60)
+    m = pool.take(4096)
+    m.mapping()[:4] = b"mine"
+    if when == "free at the fork":
+        pool.give_back(m)
+    pid = os.fork()
+    if pid == 0:  # the child: take memory of that size, as its next placement would, and write into it
+        code = 1
+        try:
+            if when == "in use at the fork":
+                pool.give_back(m)  # what the parent was using when it forked, given back here
+            got = pool.take(4096)
+            got.mapping()[:4] = b"kids"
+            code = 0 if got is not m else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child was handed its parent's memfd"
+    assert m.mapping()[:4] == b"mine"
+    if when == "free at the fork":
+        assert pool.take(4096) is m  # the parent's own pool is as it was
+    m.close()

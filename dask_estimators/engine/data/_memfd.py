@@ -32,11 +32,31 @@ def close_free_pools() -> int:
     return sum(pool.clear() for pool in list(_POOLS))
 
 
+def _forget_after_fork() -> None:
+    """In a forked child: every pool starts empty.  The child's copies of the parent's free memfds name the same
+    memory as the parent's, which the parent goes on writing into for its own fits: a child that took one for its
+    own data gave its workers (and its parent's) each other's X, and wrong models.  Their descriptors are closed
+    here (the parent keeps its own); the locks and timers are the child's own again."""
+    for pool in list(_POOLS):
+        free, pool._free = pool._free, []
+        pool._lock, pool._timer = threading.Lock(), None
+        for m, _ in free:
+            try:
+                m.close()
+            except Exception:  # noqa: BLE001 - the child's copy of a descriptor: nothing else to do
+                pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 class Memfd:
     """``size`` bytes of anonymous shared memory; :meth:`mapping` maps them in this process once."""
 
     def __init__(self, size: int, name: str = "dask-estimators"):
         self.size = int(size)
+        self.pid = os.getpid()  # a forked child shares the memory of its parent's memfds: it must not reuse them
         self.fd = os.memfd_create(name, getattr(os, "MFD_CLOEXEC", 0))
         self._mm = None
         try:
@@ -107,6 +127,9 @@ class Pool:
         return self._make(max(nbytes, 1))
 
     def give_back(self, m: Memfd) -> None:
+        if getattr(m, "pid", os.getpid()) != os.getpid():  # the parent's, in a forked child: never reused here
+            m.close()
+            return
         with self._lock:
             self._free.append((m, time.monotonic()))
             self._trim()
