@@ -481,6 +481,56 @@ def test_a_process_forked_after_a_fit_fits_on_the_parents_cluster(tmp_path):
     assert out["seconds"] < 60
 
 
+USER_CLIENT_THEN_FORK = textwrap.dedent(
+    """\
+    import json, multiprocessing as mp, time
+    import numpy as np
+    import dask_estimators as de
+    from distributed import Client, LocalCluster
+
+    rng = np.random.default_rng(0); X = rng.normal(size=(500, 3)); y = (X[:, 0] > 0).astype(int)
+
+    def child(q, client):  # the parent's client is copied, not the thread of its event loop
+        out = {}
+        for how, given in (("active", None), ("given", client)):
+            t0 = time.monotonic()
+            try:
+                est = de.LogisticRegression(client=given).fit(X, y)
+                out[how] = est.coef_.tolist()
+            except Exception as e:
+                out[how] = repr(e)
+            out[how + " seconds"] = time.monotonic() - t0
+        from dask_estimators.engine.cluster import client as ec
+        out["embedded"] = "cluster" in ec._embedded
+        q.put(out)
+
+    if __name__ == "__main__":
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            parent = de.LogisticRegression().fit(X, y)
+            q = mp.get_context("fork").Queue()
+            p = mp.get_context("fork").Process(target=child, args=(q, client))
+            p.start()
+            got = q.get(timeout=170)
+            p.join(60)
+            got.update(code=p.exitcode, parent=parent.coef_.tolist(),
+                       refit=de.LogisticRegression().fit(X, y).coef_.tolist())
+        print("OUT " + json.dumps(got), flush=True)
+    """
+)
+
+
+@linux_only
+def test_a_process_forked_from_one_with_its_own_client_fits_on_that_clients_scheduler(tmp_path):
+    """A child forked from a process whose fits use the user's client (active, or given as client=) fits on that
+    client's scheduler through a client of its own: on the copied one, without its event loop, each fit raised
+    ClusterLostError ("did not answer within 5 s") though the scheduler was fine."""
+    out = _run_script(tmp_path, USER_CLIENT_THEN_FORK, uuid.uuid4().hex)
+    assert out["code"] == 0 and out["active"] == out["given"] == out["parent"] == out["refit"], out
+    assert not out["embedded"]
+    assert out["active seconds"] < 60 and out["given seconds"] < 60
+
+
 ADDRESS_THEN_EXIT = textwrap.dedent(
     """\
     import json

@@ -271,6 +271,28 @@ def _after_fork_in_child() -> None:
     _BORROWED.clear()
     if address is not None:
         _INHERITED[0] = address
+    # the user's clients too (the active one, or one given as client=): a fit on one of them uses a client of
+    # this process to the same scheduler (resolve_client)
+    _FORKED.clear()
+    with contextlib.suppress(Exception):
+        from distributed.client import _global_clients
+
+        for c in list(_global_clients.values()):
+            _FORKED.add(c)
+
+
+#: The clients this process inherited from its parent by ``fork`` (:func:`_after_fork_in_child`): unusable here.
+_FORKED: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def _forked_address(client) -> str | None:
+    """The scheduler address of ``client`` where it is the parent's (this process a forked child), else None."""
+    if client is None or not _FORKED or client not in _FORKED:
+        return None
+    try:
+        return client.scheduler.address
+    except Exception:  # noqa: BLE001 - no address known: the caller goes on as without
+        return None
 
 
 if hasattr(os, "register_at_fork"):
@@ -341,7 +363,8 @@ def resolve_client(client=None) -> distributed.Client:
                     _by_address[client] = c
                 return c
         if isinstance(client, distributed.Client):
-            return _check_running(client)
+            address = _forked_address(client)
+            return _check_running(client) if address is None else resolve_client(address)
         raise TypeError(
             f"client must be a distributed.Client, a scheduler address or None, got {type(client).__name__}."
         )
@@ -349,6 +372,9 @@ def resolve_client(client=None) -> distributed.Client:
         active = distributed.get_client()
     except ValueError:
         active = None
+    address = _forked_address(active)
+    if address is not None:  # the parent's client (this a forked child): one of this process to its scheduler
+        return resolve_client(address)
     if active is not None and active.status == "running":
         _discard_zygote()
         return _check_running(active)
