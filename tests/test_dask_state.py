@@ -212,6 +212,29 @@ def test_fit_inside_a_task_of_the_users_client(client, data):
     _check_same(before, "task")
 
 
+def _fit_in_worker_client(X, y, given):
+    """On a worker: our fit inside ``worker_client()`` (the task has left the thread pool already), with the
+    worker client given as client= or active."""
+    with distributed.worker_client() as c:
+        first = de.LogisticRegression(max_iter=5000, client=c if given else None).fit(X, y).score(X, y)
+    distributed.secede()  # and after a secede of the task's own, before its rejoin
+    try:
+        second = de.LogisticRegression(max_iter=5000).fit(X, y).score(X, y)
+    finally:
+        distributed.rejoin()
+    return first, second
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["active", "given"])
+def test_fit_inside_worker_client_of_a_task(client, data, given):
+    """Dask's own way for a task to use its cluster: each fit's second secede raised a bare KeyError."""
+    X, y = data
+    before = snapshot()  # noqa: F821
+    first, second = client.submit(_fit_in_worker_client, X, y, given, pure=False).result()
+    assert first > 0.9 and second == first
+    _check_same(before, "worker_client")
+
+
 def test_the_users_client_closed(data):
     """A client the user made and closed: the next fit runs on another cluster and changes nothing."""
     X, y = data

@@ -738,12 +738,24 @@ def client_context(client=None):
         with _one_blas_thread(), _prompt_sends(c), _borrowed(c if client is None else None), current(c):
             yield c
         return
+    if _seceded():  # the task left the worker's thread pool already (worker_client, secede): it stays out
+        with _prompt_sends(c), current(c):
+            yield c
+        return
     distributed.secede()
     try:
         with _prompt_sends(c), current(c):
             yield c
     finally:
         distributed.rejoin()
+
+
+def _seceded() -> bool:
+    """Whether this task's thread has left its worker's thread pool (``secede``, as ``worker_client`` does): a
+    second ``secede`` raises a bare ``KeyError``, and the ``rejoin`` is the caller's."""
+    from distributed.threadpoolexecutor import thread_state
+
+    return getattr(thread_state, "proceed", True) is False
 
 
 def _current_var():
