@@ -558,3 +558,43 @@ def test_argument_a_worker_cannot_unpickle_is_an_error_not_a_hang(client, transp
         with pytest.raises(expected):
             p.map(_sum_x, _OnlyOnTheClient())
         assert float(ev(_sum_x)) == X.sum()  # the same shards serve the next round
+
+
+def test_fits_at_once_leave_the_clients_blas_threads_as_they_found_them():
+    """Each fit holds the client's BLAS at one thread while it runs.  Fits in threads overlap: the one that began
+    second ended last and restored the limit of the first, and the process's BLAS stayed at one thread."""
+    import scipy.linalg  # noqa: F401 - scipy's BLAS loaded, as in a fit
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from dask_estimators.engine.cluster.client import _one_blas_thread
+
+    def blas():
+        return {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    with threadpool_limits(2, user_api="blas"):
+        before = blas()
+        assert set(before.values()) == {2}
+        first, second = _one_blas_thread(), _one_blas_thread()
+        first.__enter__()
+        second.__enter__()
+        assert set(blas().values()) == {1}
+        first.__exit__(None, None, None)  # the first ends while the second still runs: still one thread
+        assert set(blas().values()) == {1}
+        second.__exit__(None, None, None)
+        assert blas() == before
+
+
+def test_a_small_problem_solved_on_the_client_sets_no_thread_limit_there(client):
+    """A kernel the client runs itself (a problem too small to send) pinned the process's BLAS and OpenMP
+    to the workers' thread count, and left them so after the fit."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from dask_estimators.engine.data._worker import Shard, run_kernel
+
+    def limits():
+        return {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+
+    with threadpool_limits(2):
+        before = limits()
+        assert run_kernel(lambda shard: shard.get("X").sum(), Shard({"X": np.ones((4, 2))}, device="cpu")) == 8
+        assert limits() == before

@@ -258,9 +258,14 @@ def _after_fork_in_child() -> None:
     thread of the parent's), so each fit on them waited out its probes and raised ``ClusterLostError``.  They
     are dropped (not closed: they are the parent's), and the child's fits use the parent's embedded cluster by
     its address, as a child that was sent an estimator does (:func:`adopt_sender`), else a cluster of their own."""
-    global _lock, _warm_lock
+    global _lock, _warm_lock, _BLAS_LOCK
     _lock = threading.RLock()  # another thread of the parent may have held them at the fork
     _warm_lock = threading.Lock()
+    _BLAS_LOCK = threading.Lock()
+    limiter, _BLAS_HELD[:] = _BLAS_HELD[1], [0, None]  # the fits of the parent's other threads are not here
+    if limiter is not None:
+        with contextlib.suppress(Exception):
+            limiter.restore_original_limits()
     address = None
     client = _embedded.get("client")
     if client is not None:
@@ -488,18 +493,38 @@ def _in_task() -> bool:
 _BLAS: list = [None, -1]
 
 
+@contextlib.contextmanager
 def _one_blas_thread():
-    """``threadpool_limits(limits=1, user_api="blas")`` through a controller kept between fits.
+    """``threadpool_limits(limits=1, user_api="blas")`` while fits run, through a controller kept between fits.
 
     Making a controller scans the process's libraries, a cost each fit paid
     in a client that has fitted a network (docs/design-measurements.md has the
     measurement).  One is made again after modules were
-    imported since (a BLAS loaded later is found then).
+    imported since (a BLAS loaded later is found then).  Fits that run at
+    once (threads) share one limit, set by the first and lifted by the last
+    to end: each fit's own limit restored what it found, the limit of the fit
+    that began before it, and the process's BLAS stayed at one thread.
     """
-    n = len(sys.modules)
-    if _BLAS[0] is None or _BLAS[1] != n:
-        _BLAS[:] = [ThreadpoolController(), n]
-    return _BLAS[0].limit(limits=1, user_api="blas")
+    with _BLAS_LOCK:
+        if _BLAS_HELD[0] == 0:
+            n = len(sys.modules)
+            if _BLAS[0] is None or _BLAS[1] != n:
+                _BLAS[:] = [ThreadpoolController(), n]
+            _BLAS_HELD[1] = _BLAS[0].limit(limits=1, user_api="blas")
+        _BLAS_HELD[0] += 1
+    try:
+        yield
+    finally:
+        with _BLAS_LOCK:
+            _BLAS_HELD[0] -= 1
+            if _BLAS_HELD[0] == 0:
+                limiter, _BLAS_HELD[1] = _BLAS_HELD[1], None
+                limiter.restore_original_limits()
+
+
+_BLAS_LOCK = threading.Lock()
+#: fits inside :func:`_one_blas_thread` now, and the limit the first of them set
+_BLAS_HELD: list = [0, None]
 
 
 #: Guards the warm-ups' records below, held for no more than an update: a client's preload takes it on the

@@ -72,6 +72,16 @@ def n_threads() -> int:
         return int(config.get("worker-threads"))
 
 
+def _in_worker_task() -> bool:
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except (ValueError, ImportError):
+        return False
+    return True
+
+
 def setup_threads() -> int:
     """Pin BLAS (and torch's threads, where torch is imported) to the worker's Dask threads, once per process.
 
@@ -80,6 +90,10 @@ def setup_threads() -> int:
     a network's fit), :func:`torch_threads` pins it at that moment.
     """
     n = n_threads()
+    if not _in_worker_task():
+        # the client evaluating a small problem itself: its fit's own limit holds while it runs (client_context);
+        # one set here stayed on the process's BLAS and OpenMP after the fit
+        return n
     if _setup_done["threads"] == n:
         if _setup_done["torch"] != n and "torch" in sys.modules:
             torch_threads()
