@@ -1,5 +1,6 @@
 """Which cluster a fit uses: client=, an address, the active client, a Dask task, the embedded cluster."""
 
+import contextlib
 import importlib
 import json
 import operator
@@ -598,3 +599,29 @@ def test_a_small_problem_solved_on_the_client_sets_no_thread_limit_there(client)
         before = limits()
         assert run_kernel(lambda shard: shard.get("X").sum(), Shard({"X": np.ones((4, 2))}, device="cpu")) == 8
         assert limits() == before
+
+
+def test_an_active_client_that_lost_its_scheduler_is_waited_for_not_replaced(monkeypatch):
+    """The user's active client reconnecting to its scheduler: the fit waits for it, then says so.  It fell
+    through to the embedded cluster and fitted there, silently."""
+    from dask_estimators.engine.cluster import client as C
+    from dask_estimators.engine.cluster._watch import ClusterLostError
+
+    monkeypatch.setattr(C, "CONNECT_TIMEOUT", 1.0)
+    started = []
+    monkeypatch.setattr(C, "get_embedded_client", lambda *a, **k: started.append(1))
+    cluster = distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+    mine = distributed.Client(cluster)
+    try:
+        cluster.sync(cluster.scheduler.close)
+        deadline = time.monotonic() + 30
+        while mine.status == "running" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mine.status == "connecting"
+        with mine.as_current(), pytest.raises(ClusterLostError, match="did not reconnect"):
+            resolve_client()
+        assert not started
+    finally:  # each waits out its timeout on the scheduler that is gone
+        for closing in (mine, cluster):
+            with contextlib.suppress(TimeoutError, OSError):
+                closing.close(timeout=2)

@@ -380,7 +380,9 @@ def resolve_client(client=None) -> distributed.Client:
     address = _forked_address(active)
     if address is not None:  # the parent's client (this a forked child): one of this process to its scheduler
         return resolve_client(address)
-    if active is not None and active.status == "running":
+    if active is not None and active.status in ("running", "connecting"):
+        # a client that lost its scheduler and tries to reconnect is still the user's: the fit waits for it or
+        # raises ClusterLostError (it ran on a new embedded cluster, silently)
         _discard_zygote()
         return _check_running(active)
     inherited = _INHERITED[0]
