@@ -197,6 +197,9 @@ class DistributedEstimator(BaseEstimator):
             reset=True,
             ensure_all_finite=False,  # checked below, on every core
         )
+        if sp.issparse(y) and not self._is_classifier:  # multi_output lets a sparse y through: scikit-learn's error
+            raise TypeError("Sparse data was passed for y, but dense data is required. Use '.toarray()' to convert "
+                            "to a dense numpy array.")
         if sp.issparse(X):
             X = _checked_X(X)
             assert_all_finite(X.data, input_name="X", estimator_name=type(self).__name__, parallel=True)

@@ -137,6 +137,22 @@ def test_sparse_y_raises_scikit_learns_error(name, sk_est):
     assert str(info.value).splitlines()[0] == msg
 
 
+@pytest.mark.parametrize("make", [de.LinearRegression, de.LinearSVR, lambda: de.LinearRegressionCV(cv=3),
+                                  lambda: de.MLPRegressor(max_iter=2)],
+                         ids=["LinearRegression", "LinearSVR", "LinearRegressionCV", "MLPRegressor"])
+def test_sparse_y_of_a_multi_output_regressor_raises_scikit_learns_error(make):
+    """Validation with multi_output lets a sparse y through; it failed deep in a worker's kernel (torch's "Sparse
+    CSR tensors do not have is_contiguous") or in the MLP's encoding.  scikit-learn's MLPRegressor's error."""
+    from sklearn.neural_network import MLPRegressor
+
+    X = _X().toarray()
+    y = sp.csr_matrix(_y("regression", X).reshape(-1, 1))
+    err, msg = _sk_error(MLPRegressor(max_iter=2), X, y)
+    with pytest.raises(err) as info:
+        make().fit(X, y)
+    assert str(info.value).splitlines()[0] == msg
+
+
 @pytest.mark.parametrize("bad, word", [(np.nan, "NaN"), (np.inf, "infinity")])
 @pytest.mark.parametrize("name, sk_est", [
     ("LogisticRegression", sk_lm.LogisticRegression()),
