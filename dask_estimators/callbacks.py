@@ -199,6 +199,9 @@ class LRScheduler(Callback):
                 group["lr"] = lr  # a new scheduler's first step set the initial rate
 
     def on_epoch_end(self, history, **info):
+        # the epoch's steps were taken, but not always through optimizer.step() (a rank's loop may update the
+        # parameters itself): torch would then warn that the schedule stepped before the optimizer did
+        self._scheduler.optimizer._opt_called = True
         self._scheduler.step()
 
     def on_train_end(self, history):

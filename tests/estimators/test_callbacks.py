@@ -28,6 +28,27 @@ def _mlp(client, strategy, callbacks, **kw):
     return de.MLPClassifier((8,), strategy=strategy, client=client, callbacks=callbacks, **kw)
 
 
+def test_lr_schedule_after_an_epoch_whose_steps_did_not_call_optimizer_step_warns_nothing():
+    """A ddp rank's loop (SGD, the char-LSTM) updates the parameters without ``optimizer.step()``: each rank
+    printed torch's false warning that the schedule stepped before the optimizer, and would skip its first
+    value."""
+    import warnings
+
+    import torch
+
+    w = torch.zeros(2, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=1.0)
+    sched = LRScheduler("StepLR", step_size=1, gamma=0.5)
+    sched.on_train_begin(optimizer=opt)
+    with torch.no_grad():
+        w -= 0.1  # the epoch's step, taken by the loop itself
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sched.on_epoch_end([{"epoch": 1, "loss": 0.0}])
+    assert not [str(c.message) for c in caught if "lr_scheduler" in str(c.message)]
+    assert opt.param_groups[0]["lr"] == 0.5
+
+
 @pytest.mark.parametrize("strategy", ["rounds", "ddp"])
 def test_early_stopping_and_lr_schedule_act_alike_on_both_strategies(client, strategy):
     X, y = _data()
