@@ -126,3 +126,18 @@ def test_generated_figures_are_current():
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_mention_of_a_renamed_strategys_end_names_the_version_the_code_removes_it_in():
+    """The pages and docstrings said ``"tree"`` works until 0.3.0; the code and the changelog say 0.4.0."""
+    from dask_estimators.estimators._torch import RENAMED_STRATEGIES
+
+    texts = {p: (ROOT / p).read_text() for p in USER_PAGES}
+    texts.update({p.relative_to(ROOT).as_posix(): p.read_text() for p in (ROOT / "dask_estimators").rglob("*.py")})
+    for old, (_, _, removed) in RENAMED_STRATEGIES.items():
+        found = []
+        for path, text in texts.items():
+            for m in re.finditer(rf'"{old}".{{0,200}}?(?:until|removed in)\s+(\d+\.\d+\.\d+)', text, flags=re.S):
+                found.append((path, m.group(1)))
+        assert found  # the check reads the pages' wording
+        assert all(version == removed for _, version in found), found

@@ -612,7 +612,7 @@ class MLPClassifier(DaskScoreMixin, ClassifierMixin, _BaseMLP):
         per worker process, progress streamed back.  ``"auto"``: "ddp" for
         the stochastic solvers (on a threads-based cluster one rank trains
         on every shard), "rounds" for ``solver="lbfgs"``.  ``"tree"`` is a
-        deprecated alias of ``"rounds"`` (a FutureWarning; removed in 0.3.0).
+        deprecated alias of ``"rounds"`` (a FutureWarning; removed in 0.4.0).
     client : distributed.Client, str or None, default=None
         The cluster to fit on; never stored in the fitted model.
     timeout : float or None, default=None

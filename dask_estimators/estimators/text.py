@@ -99,7 +99,7 @@ class CharLSTM(DistributedEstimator):
         ``"rounds"``: one engine round per batch, the optimizer on the client;
         ``"ddp"``: ``DistributedDataParallel`` on the workers; ``"auto"``:
         "ddp".  ``"tree"`` is a deprecated alias of ``"rounds"`` (a
-        FutureWarning; removed in 0.3.0).
+        FutureWarning; removed in 0.4.0).
     device : {"auto", "cpu", "cuda"}, default="auto"
     checkpoint_path : str or None, default=None
         Written after every epoch (parameters, vocabulary, epochs done); a
