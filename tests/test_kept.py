@@ -152,6 +152,28 @@ def test_kept_data_goes_with_its_collection(client, rng):
     assert _nothing_of_ours(client)
 
 
+@pytest.mark.parametrize("by", ["address", "another client"])
+def test_kept_data_of_a_scheduler_is_released_by_its_address_or_any_of_its_clients(client, rng, by):
+    """release_kept takes what the estimators take: a scheduler address matched nothing (nor another Client of
+    the same scheduler), and the kept shards stayed."""
+    from dask_estimators.session import release_kept
+
+    _, _, Xd, yd = _dask(rng)
+    address = client.scheduler.address
+    assert de.LogisticRegression(client=address).fit(Xd, yd).fit_stats_["placement"] == "kept"
+    assert len(_kept.held()) == 1
+    if by == "address":
+        release_kept(address)
+    else:
+        with distributed.Client(address, set_as_default=False) as other:
+            release_kept(other)
+    assert _kept.held() == []
+    deadline = time.monotonic() + 30
+    while not _nothing_of_ours(client) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _nothing_of_ours(client)
+
+
 def test_a_fit_beside_one_using_the_kept_data_places_its_own(client, rng):
     """Two fits at once on the same collections (a search's threads): one uses the kept shards, the other places
     its own for its fit; both get their models."""

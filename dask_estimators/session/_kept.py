@@ -365,11 +365,25 @@ def drop(key) -> None:
         _forget(key)
 
 
+def _scheduler_of(client) -> str | None:
+    """The scheduler address of ``client`` (a ``Client``, or an address as the estimators take one)."""
+    if isinstance(client, str):
+        return client
+    try:
+        return client.scheduler.address
+    except Exception:  # noqa: BLE001 - a client closed meanwhile: no address
+        return None
+
+
 def release_all(client=None) -> None:
-    """Release every kept placement (of ``client`` only, when given); one in use goes when its fit ends."""
+    """Release every kept placement (of ``client`` only, when given: a ``Client``, or a scheduler address, whose
+    every client's placements go); one in use goes when its fit ends."""
     cid = None if client is None else getattr(client, "id", id(client))
+    address = None if client is None else _scheduler_of(client)
     with _lock:
-        keys = [k for k in _KEPT if cid is None or k[0] == cid]
+        keys = [k for k, kept in _KEPT.items()
+                if cid is None or k[0] == cid
+                or (address is not None and _scheduler_of(kept.placement.client) == address)]
     for k in keys:
         drop(k)
 

@@ -436,7 +436,8 @@ class PlacedData:
 
 
 def release_kept(client=None) -> None:
-    """Release the dask input kept on the workers after fits (of ``client`` only, when given): see
+    """Release the dask input kept on the workers after fits (of ``client`` only, when given: a ``Client``, or a
+    scheduler address, for the placements of every client of that scheduler): see
     :meth:`DataSession.data` and the dask config ``dask-estimators.keep-placed``.  A placement in use by a fit is
     released when that fit ends."""
     _kept.release_all(client)
