@@ -308,6 +308,12 @@ EMBEDDED_SCRIPT = textwrap.dedent(
     state["first"] = cl
     out["same_client"] = get_embedded_client() is c1
     out["same_cluster"] = cm._embedded["cluster"] is cl
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        get_embedded_client()  # as it runs: no warning
+        out["unlike_same"] = get_embedded_client(n_workers=len(cl.workers) + 1, dashboard=True) is c1
+    out["unlike_warnings"] = [str(w.message) for w in caught]
     out["resolve"] = resolve_client() is c1
     with client_context() as c:
         out["context"] = c is c1
@@ -437,6 +443,16 @@ def test_embedded_cluster_workers_have_one_blas_thread(embedded_run):
 def test_embedded_cluster_workers_import_the_kernels_at_start(embedded_run):
     _, out, _ = embedded_run
     assert out["warmed"] == [True] * N_EMBEDDED
+
+
+def test_embedded_cluster_asked_for_other_settings_once_it_runs_says_so(embedded_run):
+    """get_embedded_client(n_workers=..., dashboard=True) on the running cluster returned it as it was, silently:
+    its dashboard link gave 404."""
+    _, out, _ = embedded_run
+    assert out["unlike_same"]
+    [message] = out["unlike_warnings"]
+    assert f"{N_EMBEDDED} worker(s), not {N_EMBEDDED + 1} and no dashboard" in message
+    assert "close_embedded_cluster()" in message
 
 
 def test_embedded_cluster_has_no_dashboard(embedded_run):

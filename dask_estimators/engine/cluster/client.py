@@ -61,6 +61,27 @@ def _default_n_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+def _check_running_as_asked(cluster, n_workers, dashboard) -> None:
+    """Warn where the embedded cluster, already running, is not what the call asks for (it is returned as it is)."""
+    if cluster is None:
+        return
+    import warnings
+
+    unlike = []
+    running = len(getattr(cluster, "workers", {}))
+    if n_workers is not None and running and n_workers != running:
+        unlike.append(f"{running} worker(s), not {n_workers}")
+    if dashboard and not _embedded.get("dashboard"):
+        unlike.append("no dashboard")
+    if unlike:
+        warnings.warn(
+            f"The embedded Dask cluster already runs, with {' and '.join(unlike)}: it is returned as it is. "
+            "Call dask_estimators.engine.close_embedded_cluster() first to start it with other settings.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -> distributed.Client:
     """Return the embedded LocalCluster's client, starting it on first use.
 
@@ -87,9 +108,11 @@ def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -
     with _lock:
         client = _embedded.get("client")
         if client is not None and client.status == "running":
+            _check_running_as_asked(_embedded.get("cluster"), n_workers, dashboard)
             return client
         old = _embedded.get("cluster")
         if old is not None and old.status.name == "running":
+            _check_running_as_asked(old, n_workers, dashboard)
             client = distributed.Client(old, set_as_default=False)
             _embedded["client"] = client
             return client
@@ -115,7 +138,7 @@ def get_embedded_client(n_workers: int | None = None, dashboard: bool = False) -
             with contextlib.suppress(Exception):
                 cluster.close()
             raise
-        _embedded.update(cluster=cluster, client=client)
+        _embedded.update(cluster=cluster, client=client, dashboard=bool(dashboard))
         return client
 
 
@@ -206,6 +229,7 @@ def close_embedded_cluster() -> None:
     with _lock:
         client = _embedded.pop("client", None)
         cluster = _embedded.pop("cluster", None)
+        _embedded.pop("dashboard", None)
         for c in [client, *_by_address.values()]:
             if c is not None:
                 with contextlib.suppress(Exception):
