@@ -84,6 +84,52 @@ def test_inputs_the_partitions_share_or_that_do_not_line_up_are_placed_the_other
     est = de.LinearRegression(tol=1e-12).fit(Xf, yf)
     np.testing.assert_allclose(est.coef_, SkLinearRegression().fit(X, y).coef_, rtol=1e-7)
     assert sum(est.fit_stats_["rows_per_shard"]) == 2000
+    # the streaming task that found them misaligned is an answer, not a failure: no worker logs it as an error
+    logged = [m for lines in client.get_worker_logs().values() for _, m in lines if "Misaligned" in m]
+    assert not logged, logged[0]
+
+
+def _draw(d, folder):
+    """A random projection, recorded in ``folder`` each time it is drawn."""
+    import os
+    import uuid
+
+    W = np.random.default_rng().standard_normal((d, d))
+    np.save(os.path.join(folder, uuid.uuid4().hex + ".npy"), W)
+    return W
+
+
+def test_a_task_the_partitions_share_that_is_not_data_is_computed_once(client, rng, tmp_path):
+    """A random draw every block uses (dask.delayed, not pure by default): streamed, each worker drew its own, and
+    the fit matched none of them; Dask computes it once.  So does the fit now, placed the other way."""
+    X = rng.standard_normal((2000, 5))
+    beta = np.arange(1.0, 6.0)
+    W = dask.delayed(_draw)(5, str(tmp_path))
+    Z = da.from_array(X, chunks=(500, 5)).map_blocks(np.matmul, W, dtype=float)
+    y = da.from_array(X @ beta, chunks=500)
+    assert D.stream_parts({"X": Z, "y": y}) is None
+    est = de.LinearRegression(tol=1e-12).fit(Z, y)
+    [drawn] = [np.load(f) for f in tmp_path.glob("*.npy")]
+    np.testing.assert_allclose(est.coef_, np.linalg.solve(drawn, beta), rtol=1e-8, atol=1e-10)
+
+
+def test_a_merge_and_a_shuffle_fit_as_dask_computes_them(client, rng):
+    """A hash join's and a p2p shuffle's tasks, shared by every partition, were sent to be computed again in each
+    streaming task: a merge failed to pickle its local functions, a shuffle with a new column raised
+    P2PConsistencyError.  They are computed on the cluster, once."""
+    n = 3000
+    pdf = pd.DataFrame({"key": rng.integers(0, 50, n), "a": rng.standard_normal(n)})
+    lookup = pd.DataFrame({"key": np.arange(50), "b": rng.standard_normal(50)})
+    pdf["y"] = 2.0 * pdf.a - pdf.key.map(lookup.set_index("key").b) + 0.1
+    merged = dd.from_pandas(pdf, npartitions=4).merge(dd.from_pandas(lookup, npartitions=3), on="key")
+    shuffled = dd.from_pandas(pdf, npartitions=4).shuffle("key")
+    shuffled = shuffled.assign(k2=shuffled.key * 1.0)
+    for frame, cols in ((merged, ["a", "b"]), (shuffled, ["a", "k2"])):
+        est = de.LinearRegression(tol=1e-12).fit(frame[cols], frame.y)
+        computed = frame.compute()
+        ref = SkLinearRegression().fit(computed[cols], computed.y)
+        np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-7, atol=1e-10)
 
 
 def test_a_constant_every_partition_uses_is_streamed(client, rng):

@@ -413,13 +413,14 @@ class InputRejected(Exception):
 
 
 class _QuietRejections(logging.Filter):
-    """Drops distributed's "Compute Failed" record of a task that raised :class:`InputRejected`."""
+    """Drops distributed's "Compute Failed" record of a task that raised :class:`InputRejected`, or
+    :class:`Misaligned` (the client then places the input the other way: an answer, not a failure)."""
 
     def filter(self, record) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
         return not (
             isinstance(record.msg, str) and record.msg.startswith("Compute Failed") and len(args) >= 4
-            and str(args[3]).startswith(InputRejected.__name__ + "(")
+            and str(args[3]).startswith(("InputRejected(", "Misaligned("))
         )
 
 
@@ -744,8 +745,14 @@ def stream_parts(colls: dict):
                 shared.add(k)
                 if len(shared) > MAX_SHARED_TASKS:
                     return None
-    # a task several partitions need is a constant they all use (an array multiplied into every block), not
-    # another partition's rows (a reduction over all rows needs every block: each partition would compute them all)
+    # a task several partitions need is computed again for each of them: only data, or a slice of data, gives the
+    # same value every time.  Anything else (a user's function: a random draw not marked pure gave each shard
+    # another projection of its rows; a merge's or a p2p shuffle's tasks, which run only on the cluster) is
+    # computed once, by the other way (persist)
+    if not all(_constant(graph[k]) for k in shared):
+        return None
+    # and it is a constant they all use (an array multiplied into every block), not another partition's rows (a
+    # reduction over all rows needs every block: each partition would compute them all)
     hit: dict = {}
     for i, part in enumerate(parts):
         for k in _needed(graph, part, stop=shared):
@@ -754,6 +761,25 @@ def stream_parts(colls: dict):
     if any(hit[k] != reach[k] for k in hit) or _embedded_bytes(graph[k] for k in shared) > MAX_SHARED_BYTES:
         return None
     return graph, parts
+
+
+#: dask's functions that slice an array held in the graph: the same value wherever they run
+_SLICES = frozenset({"getter", "getter_nofancy", "getter_inline", "getitem"})
+
+
+def _constant(task) -> bool:
+    """Whether ``task`` gives the same value each time it is computed: data, an alias, or a slice of data by
+    dask's own getters (its dependencies are checked as tasks of their own)."""
+    from dask._task_spec import Alias, DataNode
+
+    if isinstance(task, (DataNode, Alias)):
+        return True
+    if getattr(task, "has_subgraph", lambda: False)():  # tasks fused into one: each of them
+        inner = task.args[0] if task.args else None
+        return isinstance(inner, dict) and all(_constant(t) for t in inner.values())
+    func = getattr(task, "func", None)
+    module = getattr(func, "__module__", "") or ""
+    return getattr(func, "__name__", None) in _SLICES and module.startswith(("dask.", "operator", "_operator"))
 
 
 def _needed(graph: dict, roots, stop=frozenset()):
@@ -772,14 +798,19 @@ def _needed(graph: dict, roots, stop=frozenset()):
 
 def _embedded_bytes(tasks) -> int:
     """The bytes of data held in ``tasks`` themselves (a NumPy array in a graph), as pickled."""
-    import pickle
-
+    import cloudpickle
     from dask._task_spec import DataNode
     from dask.sizeof import sizeof
 
     total = 0
     for t in tasks:
-        total += sizeof(t.value) if isinstance(t, DataNode) else len(pickle.dumps(t, protocol=5))
+        if isinstance(t, DataNode):
+            total += sizeof(t.value)
+            continue
+        try:  # as distributed sends it: a function defined in a function or a lambda is pickled by value
+            total += len(cloudpickle.dumps(t, protocol=5))
+        except Exception:  # noqa: BLE001 - what cannot be sent cannot be streamed: the other way
+            return MAX_SHARED_BYTES + 1
     return total
 
 
