@@ -91,6 +91,13 @@ def _column_names(X):
             f"{types} as feature name / column name types. Make them all strings (X.columns = "
             "X.columns.astype(str)) to have them kept and checked, or make none of them strings."
         )
+    if types == ["str"] and len(set(columns)) != len(columns):
+        meta = getattr(X, "_meta", None)
+        if meta is not None:  # scikit-learn's own check of a pandas frame raises its error (a DuplicateError)
+            from sklearn.utils.validation import _get_feature_names
+
+            _get_feature_names(meta)
+        raise ValueError(f"Expected unique column names, got: {list(columns)}.")
     return np.asarray(list(columns), dtype=object) if types == ["str"] else None
 
 
@@ -228,7 +235,7 @@ class DistributedEstimator(BaseEstimator):
             raise ValueError(
                 f"Found array with dim {X.ndim}, while dim <= 2 is required by {type(self).__name__}."
                 if X.ndim > 2 else
-                f"Expected 2D array, got 1D array instead:\na dask collection of shape {X.shape}.\nReshape your "
+                f"Expected 2D array, got 1D array instead:\na dask collection of shape {_shape_text(X)}.\nReshape your "
                 "data either using array.reshape(-1, 1) if your data has a single feature or array.reshape(1, -1) "
                 "if it contains a single sample."
             )
@@ -323,7 +330,7 @@ class DistributedEstimator(BaseEstimator):
                 import pandas as pd
 
                 meta = pd.Series([], dtype=dtype, index=X._meta.index[:0])
-                return X.map_partitions(_series_of_rows, fn, out_dtype, meta=meta)
+                return X.map_partitions(_series_of_rows, fn, out_dtype, type(self).__name__, meta=meta)
             arr = X.to_dask_array() if not hasattr(X, "rechunk") else X
             if arr.shape[0] == 0:  # known to be empty (an unknown length is NaN): scikit-learn's error, not an empty result
                 raise ValueError(
@@ -334,8 +341,11 @@ class DistributedEstimator(BaseEstimator):
                 arr = arr.rechunk({1: -1})
             accept = _sparse_format(self._accept_sparse)
 
+            name = type(self).__name__  # scikit-learn's NaN message names the estimator
+
             def block(b):
-                b = check_array(b, dtype=np.float64, ensure_min_samples=0, accept_sparse=accept)
+                b = check_array(b, dtype=np.float64, ensure_min_samples=0, accept_sparse=accept, input_name="X",
+                                estimator=name)
                 return _cast_float(fn(b), out_dtype)
 
             if n_cols is None:  # the output is dense NumPy, whatever the blocks are (sparse ones included)
@@ -881,11 +891,13 @@ class InferenceMixin:
         )
 
 
-def _series_of_rows(df, fn, float_dtype):
-    """One dataframe partition -> ``fn`` of its rows as a series on the partition's index."""
+def _series_of_rows(df, fn, float_dtype, name=None):
+    """One dataframe partition -> ``fn`` of its rows as a series on the partition's index (``name``: the
+    estimator's, for scikit-learn's messages)."""
     import pandas as pd
 
-    out = _cast_float(fn(check_array(df, dtype=np.float64, ensure_min_samples=0)), float_dtype)
+    out = _cast_float(fn(check_array(df, dtype=np.float64, ensure_min_samples=0, input_name="X", estimator=name)),
+                      float_dtype)
     return pd.Series(out, index=df.index)
 
 

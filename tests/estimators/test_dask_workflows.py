@@ -336,3 +336,38 @@ def test_nan_in_dask_x_gets_scikit_learns_whole_message(client, rng, name):
         getattr(de, name)().fit(da.from_array(X, chunks=50), da.from_array(y, chunks=50))
     assert f"{name} does not accept missing values encoded as NaN natively" in str(dask_error.value)
     assert str(dask_error.value) == str(numpy_error.value)
+
+
+@pytest.mark.parametrize("kind", ["array", "frame"])
+def test_nan_in_dask_x_to_predict_gets_scikit_learns_whole_message(client, rng, kind):
+    """The lazy predict's check of each block said "Input contains NaN." only."""
+    X = rng.normal(size=(200, 3))
+    y = (X[:, 0] > 0).astype(int)
+    model = de.LogisticRegression().fit(X, y)
+    X[150, 1] = np.nan
+    Xd = da.from_array(X, chunks=50) if kind == "array" else dd.from_pandas(pd.DataFrame(X), npartitions=4)
+    with pytest.raises(ValueError) as numpy_error:
+        model.predict(X)
+    with pytest.raises(ValueError) as dask_error:
+        model.predict(Xd).compute()
+    assert str(dask_error.value) == str(numpy_error.value)
+    assert "LogisticRegression does not accept missing values encoded as NaN natively" in str(dask_error.value)
+
+
+def test_a_dask_frame_with_duplicate_column_names_gets_scikit_learns_error(client, rng):
+    """It fitted, with feature_names_in_ ['a', 'a', 'b']; the same pandas frame gets scikit-learn's error."""
+    frame = pd.DataFrame(rng.normal(size=(100, 3)), columns=["a", "a", "b"])
+    y = (frame.iloc[:, 0] > 0).astype(int)
+    with pytest.raises(Exception) as pandas_error:
+        de.LogisticRegression().fit(frame, y)
+    with pytest.raises(type(pandas_error.value)) as dask_error:
+        de.LogisticRegression().fit(dd.from_pandas(frame, npartitions=2), dd.from_pandas(y, npartitions=2))
+    assert str(dask_error.value) == str(pandas_error.value)
+
+
+def test_a_dask_series_as_x_is_scikit_learns_1d_error_with_its_shape(client, rng):
+    """The message printed the shape of a dask series as dask's expression of its size."""
+    x = dd.from_pandas(pd.Series(rng.normal(size=100), name="x0"), npartitions=2)
+    with pytest.raises(ValueError, match=re.escape("a dask collection of shape (nan,).")):
+        de.LinearRegression().fit(x, x)
+
