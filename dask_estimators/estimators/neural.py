@@ -594,7 +594,7 @@ class MLPClassifier(DaskScoreMixin, ClassifierMixin, _BaseMLP):
     nesterovs_momentum : bool, default=True
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of each worker's rows (stratified by
-        class for the classifier); stop when the validation accuracy, scored
+        class for a classifier of two classes, as scikit-learn's); stop when the validation accuracy, scored
         on the workers, stalls, and keep the best weights.  For the
         stochastic solvers only: ``"lbfgs"`` trains on all rows, as in
         scikit-learn.

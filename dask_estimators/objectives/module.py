@@ -653,8 +653,9 @@ def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: i
     sw = shard.get("sample_weight")
     if sw is not None and sw.dtype != dt:
         shard.put("sample_weight", sw.to(dt))
-    # classes (one label per row) are stratified in the validation split, as scikit-learn's early stopping does
-    labels = y if spec.out == "softmax" else y[:, 0] if spec.out == "logistic" and spec.n_outputs == 1 else None
+    # two classes are stratified in the validation split, as scikit-learn's early stopping does; more classes are
+    # not (scikit-learn stratifies a classifier of one output only: its binarised multiclass y has one per class)
+    labels = y[:, 0] if spec.out == "logistic" and spec.n_outputs == 1 else None
     out = init_rows(shard, validation_fraction, seed, rank, labels=labels)
     if cuts is not None:
         set_batch_cuts(shard, cuts)

@@ -700,32 +700,38 @@ def test_mlp_lbfgs_several_outputs_is_sklearns():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
 
 
-def test_early_stopping_validation_split_is_stratified_for_classifiers():
-    """As scikit-learn's train_test_split(stratify=y): each class's share of the validation rows is its share
-    of the rows (within a row, per shard); regressors and multilabel targets are not stratified."""
+def test_early_stopping_validation_split_is_stratified_for_two_classes():
+    """As scikit-learn's train_test_split(stratify=y) for a classifier of one output (two classes): each class's
+    share of the validation rows is its share of the rows (within a row, per shard).  More classes, regressors
+    and multilabel targets are not stratified, as in scikit-learn (its multiclass y, binarised, has one output per
+    class)."""
     from dask_estimators.engine.data._worker import Shard
     from dask_estimators.objectives import module as M
 
     rng = np.random.default_rng(0)
     n = 200
-    y = np.where(rng.uniform(size=n) < 0.1, 2, rng.integers(0, 2, size=n))  # class 2 is rare
+    y = (rng.uniform(size=n) < 0.1).astype(np.float64)  # class 1 is rare
     X = rng.normal(size=(n, 3))
-    spec = M.MLPSpec(3, (4,), 3, "relu", "softmax")
+    spec = M.MLPSpec(3, (4,), 1, "relu", "logistic")
     for seed in range(5):
-        shard = Shard({"X": X, "y": y.astype(np.float64)})
+        shard = Shard({"X": X, "y": y.reshape(-1, 1)})
         info = M.prepare(shard, spec, 0.1, seed, 0)
         val = shard.cache["mlp"]["val"].numpy()
         train = shard.cache["mlp"]["train"].numpy()
         assert info["n_val"] == len(val) == 20
         np.testing.assert_array_equal(np.sort(np.concatenate([train, val])), np.arange(n))
-        for c in range(3):
+        for c in range(2):
             assert abs(np.sum(y[val] == c) - 20 * np.mean(y == c)) < 1
     # scikit-learn's split, for comparison: the same rule
     from sklearn.model_selection import train_test_split
 
     _, y_val = train_test_split(y, test_size=0.1, stratify=y, random_state=0)
-    for c in range(3):
+    for c in range(2):
         assert abs(np.sum(y_val == c) - 20 * np.mean(y == c)) < 1
+    # three classes: held out at random, with no class count taken
+    shard = Shard({"X": X, "y": np.arange(n, dtype=np.float64) % 3})
+    info = M.prepare(shard, M.MLPSpec(3, (4,), 3, "relu", "softmax"), 0.1, 0, 0)
+    assert info["n_val"] == 20 and info.get("class_counts") is None
 
 
 def test_mlp_lbfgs_ignores_early_stopping_as_sklearn():
@@ -880,9 +886,26 @@ def test_newton_cholesky_multinomial_null_direction_is_held(C):
 
 def test_mlp_early_stopping_names_the_class_too_small_to_stratify():
     X = np.arange(16.0).reshape(8, 2)
-    y = np.array(["a", "a", "a", "b", "b", "b", "b", "c"])
+    y = np.array(["a", "a", "a", "a", "a", "a", "a", "c"])
     with pytest.raises(ValueError, match=r"least populated classes in y have only 1 member.*are: \['c'\]"):
         de.MLPClassifier(early_stopping=True, max_iter=5).fit(X, y)
+
+
+def test_mlp_early_stopping_does_not_stratify_more_than_two_classes_as_scikit_learn():
+    """scikit-learn stratifies the early-stopping split of a classifier of one output only (two classes): with
+    three classes, one of a single row, it fits; ours raised the stratified split's error."""
+    from sklearn.neural_network import MLPClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(100, 3))
+    y = np.array(["a"] * 50 + ["b"] * 49 + ["c"])
+    kw = dict(early_stopping=True, max_iter=5, hidden_layer_sizes=(4,), random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = MLPClassifier(**kw).fit(X, y)
+        ours = de.MLPClassifier(**kw).fit(X, y)
+    np.testing.assert_array_equal(ours.classes_, ref.classes_)
+    assert len(ours.validation_scores_) == ours.n_iter_
 
 
 def test_mlp_multilabel_log_proba_is_the_log_of_proba():
