@@ -737,24 +737,42 @@ class LinearObjective:
         """
         fisher, observed, meat, pearson = self.evaluate(inference_sums, np.asarray(w, dtype=np.float64), self.spec)
         fisher, observed, meat = (np.asarray(a, dtype=np.float64) for a in (fisher, observed, meat))
-        df_resid = self.sw_sum - self.n_params
+        fisher_inv, rank = _inverse_and_rank(fisher)
+        if rank < self.n_params:
+            import warnings
+
+            warnings.warn(
+                f"The design is rank-deficient: its information matrix has rank {rank} for {self.n_params} "
+                "parameters (collinear columns, or a constant column beside the intercept). The covariances use its "
+                "pseudo-inverse, and the standard errors of parameters the data do not identify mean nothing: drop "
+                "or combine such columns.", UserWarning, stacklevel=4)
+        df_resid = self.sw_sum - rank  # as statsmodels: the residual degrees of freedom of the rank
         if self.spec.get_loss().fixed_dispersion:
             dispersion = 1.0
         else:
             dispersion = float(pearson) / df_resid if df_resid > 0 else np.nan
-        cov = dispersion * _inverse(fisher)
-        h_inv = _inverse(observed)
+        cov = dispersion * fisher_inv
+        h_inv = _inverse_and_rank(observed)[0]
         cov_robust = h_inv @ meat @ h_inv
         return {"cov": cov, "cov_robust": 0.5 * (cov_robust + cov_robust.T), "dispersion": dispersion,
                 "df_resid": df_resid}
 
 
-def _inverse(A):
-    """Inverse of a symmetric information matrix; a singular one (collinear columns) gives the pseudo-inverse."""
+def _inverse_and_rank(A):
+    """Inverse of a symmetric information matrix and its rank; a singular one (collinear columns) gives the
+    pseudo-inverse, as statsmodels does.  A Cholesky factor whose smallest pivot is at rounding level against the
+    largest counts as singular: the factorisation itself succeeds on a numerically singular matrix."""
     from scipy import linalg
 
+    n = A.shape[0]
+    eps = np.finfo(np.float64).eps
     try:
         c = linalg.cho_factor(A, lower=False, check_finite=True)
-        return linalg.cho_solve(c, np.eye(A.shape[0]))
+        pivots = np.abs(np.diag(c[0])) ** 2
+        if n == 0 or pivots.min() > n * eps * pivots.max():
+            return linalg.cho_solve(c, np.eye(n)), n
     except (linalg.LinAlgError, ValueError):
-        return linalg.pinvh(A)
+        pass
+    vals, vecs = linalg.eigh(A)
+    keep = vals > n * eps * max(float(np.abs(vals).max()), 0.0)
+    return (vecs[:, keep] / vals[keep]) @ vecs[:, keep].T, int(keep.sum())

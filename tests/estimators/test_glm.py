@@ -287,6 +287,22 @@ def test_summary_gaussian_matches_statsmodels(nmes):
     np.testing.assert_allclose(m.summary()["std_err"].iloc[-1], ols.bse[0], rtol=1e-5)
 
 
+def test_summary_of_a_rank_deficient_design_warns_and_matches_statsmodels(rng):
+    """A duplicated column: the Cholesky of the singular information matrix succeeded, and the standard errors
+    were 1e7 with no warning, the residual degrees of freedom counted from the parameters, not the rank."""
+    X = rng.normal(size=(100, 2))
+    y = X[:, 0] + X[:, 1] + rng.normal(size=100)
+    Xd = np.column_stack([X, X[:, 0]])
+    with pytest.warns(UserWarning, match="rank-deficient: its information matrix has rank 3 for 4 parameters"):
+        m = de.LinearRegression(compute_inference=True).fit(Xd, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # statsmodels' own rank-deficiency warning
+        ols = sm.OLS(y, np.column_stack([Xd, np.ones(100)])).fit()
+    np.testing.assert_allclose(m.coef_, ols.params[:3], rtol=1e-8)
+    np.testing.assert_allclose(m.summary()["std_err"].to_numpy(), ols.bse, rtol=1e-6)
+    assert m.df_resid_ == ols.df_resid == 97
+
+
 def test_summary_binomial_matches_statsmodels(rwm):
     X, _, outwork = rwm
     m = de.LogisticRegression(C=np.inf, tol=1e-10, max_iter=1000, compute_inference=True).fit(X, outwork)
