@@ -774,5 +774,5 @@ def _inverse_and_rank(A):
     except (linalg.LinAlgError, ValueError):
         pass
     vals, vecs = linalg.eigh(A)
-    keep = vals > n * eps * max(float(np.abs(vals).max()), 0.0)
+    keep = vals > n * eps * np.abs(vals).max()
     return (vecs[:, keep] / vals[keep]) @ vecs[:, keep].T, int(keep.sum())

@@ -404,11 +404,7 @@ class Placement:
                 gone = [i for i, f in zip(todo, futs) if _watch._failed(f) and isinstance(f.exception(), ShardGone)]
                 if not gone or self.sources is None:
                     raise
-                t0 = time.perf_counter()
-                for i in gone:
-                    self._rebuild(i, self.workers[i])
-                    self.recoveries.append({"shard": i, "lost": [], "to": self.workers[i],
-                                            "seconds": time.perf_counter() - t0})
+                self._rebuild_where_they_are(gone)
                 continue
             for i, a in zip(todo, got):
                 self.actors[i] = a
@@ -422,12 +418,16 @@ class Placement:
         futs = [self.client.submit(is_held_here, self.shards[i], workers=[self.workers[i]], allow_other_workers=False,
                                    pure=False) for i in moved]
         here = _watch.wait_results(futs, self.client, [self.workers[i] for i in moved], self.timeout)
+        self._rebuild_where_they_are([i for i, ok in zip(moved, here) if not ok])
+
+    def _rebuild_where_they_are(self, indices) -> None:
+        """Build shards ``indices`` again from their sources on the workers that hold their handles, each with its
+        actor, and record each as a recovery without a lost worker."""
         t0 = time.perf_counter()
-        for i, ok in zip(moved, here):
-            if not ok:
-                self._rebuild(i, self.workers[i])
-                self.recoveries.append({"shard": i, "lost": [], "to": self.workers[i],
-                                        "seconds": time.perf_counter() - t0})
+        for i in indices:
+            self._rebuild(i, self.workers[i])
+            self.recoveries.append({"shard": i, "lost": [], "to": self.workers[i],
+                                    "seconds": time.perf_counter() - t0})
 
     # ------------------------------------------------------------- recovery
     def lost_workers(self) -> set:
