@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from sklearn.linear_model import LinearRegression as SkLinearRegression
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression
+from sklearn.svm import LinearSVC as SkLinearSVC
 
 import dask_estimators as de
 from dask_estimators.engine.data import _dask_input as D
@@ -179,3 +180,47 @@ def test_worker_peak_memory_of_a_parquet_fit_stays_within_a_quarter_over_its_sha
         growth = after[w]["VmHWM"] - before[w]["VmRSS"]
         # all its blocks beside the shard, computed first and copied in, would be twice the shard
         assert growth <= 1.25 * max(rows) * (d + 1) * 8, (w, growth / (max(rows) * (d + 1) * 8))
+
+
+def test_arrays_beside_dataframes_pair_the_rows_of_the_same_blocks(client, rng):
+    """Dask lists the keys of arrays and dataframes optimised together grouped by kind, a dataframe's in no fixed
+    order: X from ``to_dask_array()`` beside y a series paired one block's rows with another's targets (R^2 near
+    0, no error), and weights given as an array took y's place.  Both ways of placing them match scikit-learn."""
+    n = 1000
+    pdf = pd.DataFrame(rng.standard_normal((n, 3)), columns=list("abc"))
+    pdf["y"] = 2.0 * pdf.a - pdf.b + 0.5 * pdf.c + 0.1 * rng.standard_normal(n)
+    pdf["w"] = rng.uniform(0.5, 2.0, n)
+    ddf = dd.from_pandas(pdf, npartitions=5, sort=False)
+    X, y, w = ddf[list("abc")].to_dask_array(), ddf["y"] * 1.0, ddf["w"].to_dask_array()
+    blocks = D.persist_blocks(client, {"y": y, "X": X, "w": w, "y1": y + 1})
+    got = {k: np.concatenate([np.asarray(b) for b in client.gather(fs)]) for k, fs in blocks.items()}
+    np.testing.assert_array_equal(got["y"], pdf.y)
+    np.testing.assert_array_equal(got["X"], pdf[list("abc")])
+    np.testing.assert_array_equal(got["w"], pdf.w)
+    np.testing.assert_array_equal(got["y1"], pdf.y + 1)
+    del blocks
+    ref = SkLinearRegression().fit(pdf[list("abc")], pdf.y, sample_weight=pdf.w)
+    est = de.LinearRegression(tol=1e-12).fit(X, y, sample_weight=w)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7)
+    # placed the other way (a LinearSVC's shards are cut by class): the persisted blocks in the same order
+    labels = (ddf.y > 0).astype(int)
+    est, names = _tasks(client, lambda: de.LinearSVC(tol=1e-10, max_iter=5000).fit(X, labels, sample_weight=w))
+    assert [k for k in names if "build_shard_task" in k]
+    ref = SkLinearSVC(tol=1e-10, max_iter=5000).fit(pdf[list("abc")], pdf.y > 0, sample_weight=pdf.w)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4)
+
+
+def test_a_parquet_read_dask_fuses_into_fewer_blocks_is_placed_the_other_way(client, rng, tmp_path):
+    """A parquet read with a column no input uses: Dask fuses its small files into fewer blocks, and persisting the
+    projections gives collections naming blocks that have no future (dask/dask#12488).  The fit takes the
+    futures of the optimised graph's own keys."""
+    X, y = _frame(rng, 1500, 4, 5, tmp_path / "pq")
+    ddf = dd.read_parquet(tmp_path / "pq")
+    cols = ["x0", "x2"]  # x1 and x3 unused
+    est, names = _tasks(client, lambda: de.LinearSVC(tol=1e-10, max_iter=5000).fit(ddf[cols], ddf["y"]))
+    assert [k for k in names if "build_shard_task" in k]
+    ref = SkLinearSVC(tol=1e-10, max_iter=5000).fit(X[:, [0, 2]], y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4)
+    blocks = D.persist_blocks(client, {"X": ddf[cols], "y": ddf["y"]})
+    assert len(blocks["X"]) == len(blocks["y"]) < 5, len(blocks["X"])  # fused
+    assert sum(client.gather(client.map(D.n_rows, blocks["X"]))) == 1500

@@ -34,7 +34,6 @@ import math
 import mmap
 import sys
 import threading
-import warnings
 import weakref
 from dataclasses import dataclass
 
@@ -717,7 +716,6 @@ def stream_parts(colls: dict):
     that gives X and y is read once per partition).
     """
     from dask._task_spec import convert_legacy_graph
-    from dask.base import collections_to_expr
     from distributed import futures_of
 
     if any(futures_of(c) for c in colls.values()):
@@ -725,11 +723,10 @@ def stream_parts(colls: dict):
     known = [known_lengths(c) for c in colls.values()]
     if any(k is not None for k in known) and any(k != known[0] for k in known):
         return None  # rows cut differently (or known for some only): aligned by position, the other way
-    with warnings.catch_warnings():  # an array beside a dataframe: each one's graph made, as persist makes them
-        warnings.filterwarnings("ignore", "Computing mixed collections", UserWarning)
-        expr = collections_to_expr(list(colls.values()), True).optimize()
-        keys = [_flat_rows(ks) for ks in expr.__dask_keys__()]
-        graph = convert_legacy_graph(dict(expr.__dask_graph__()))
+    expr, keys = optimised(list(colls.values()))
+    if keys is None:
+        return None
+    graph = convert_legacy_graph(dict(expr.__dask_graph__()))
     if len({len(k) for k in keys}) != 1:
         return None
     parts = [tuple(ks) for ks in zip(*keys)]
@@ -939,50 +936,56 @@ def normalise(a):
     return a
 
 
-def row_keys(a) -> list:
-    """The keys of a collection's row blocks, in row order."""
-    return _flat_rows(a.__dask_keys__())
+def optimised(items: list):
+    """``items`` optimised together, as ``persist`` would, and each one's row-block keys, in ``items``' and row order.
 
-
-def row_futures(a, futures: dict) -> list:
-    """The futures holding a persisted collection's row blocks, in row order.
-
-    ``futures`` maps keys to the futures of ``a`` (``futures_of``).  A
-    dask-expr collection names its blocks by aliases of the computed keys
-    (a projection pushed into the reader computes the reader's keys), so a
-    key is followed through the collection's graph to its future.
+    Returns ``(expr, keys)``, ``keys[i]`` being the keys of ``items[i]``'s
+    row blocks in the optimised expression (a parquet read that gives X and
+    y once, its files fused into fewer blocks), or None where a key does not
+    name its block's position.  Dask (2026.11) lists the keys of arrays and
+    dataframes given together grouped by kind, and a dataframe's keys there
+    in no fixed order: X from ``to_dask_array()`` beside y a series paired
+    one block's rows with another's targets.  So the kinds go in grouped
+    (:func:`in_order`), and each collection's keys are put in the order of
+    their block index.
     """
-    graph = None
-    out = []
-    for key in row_keys(a):
-        k = key
-        for _ in range(1000):
-            if k in futures:
-                break
-            graph = dict(a.__dask_graph__()) if graph is None else graph
-            deps = getattr(graph.get(k), "dependencies", None)
-            if not deps or len(deps) != 1:
-                raise RuntimeError(f"The block {key!r} of a persisted collection has no future of its own.")
-            (k,) = deps
-        out.append(futures[k])
-    return out
+    from dask.base import collections_to_expr
+
+    made = []
+
+    def keys_of(xs):
+        made.append(collections_to_expr(xs, True).optimize())
+        return made[0].__dask_keys__()
+
+    keys = [_flat_rows(ks) for ks in in_order(keys_of, items)]
+    if not all(isinstance(k, tuple) and len(k) > 1 and isinstance(k[1], int) for ks in keys for k in ks):
+        return made[0], None
+    keys = [sorted(ks, key=lambda k: k[1]) for ks in keys]
+    if any([k[1] for k in ks] != list(range(len(ks))) for ks in keys):
+        return made[0], None
+    return made[0], keys
 
 
 def persist_blocks(client, colls: dict) -> dict:
-    """Each collection's row blocks as futures, in row order, from one ``persist`` of them all.
+    """Each collection's row blocks as futures, in row order, computed in one call for them all.
 
-    All inputs go to Dask in one call, optimised together: a graph they share
-    is computed once, and blocks already in memory are not computed again.
-    The futures are new ones, so releasing them frees nobody else's data.
-    The same call gives the same partitioning again when a shard is rebuilt.
+    All inputs go to Dask together, optimised together (:func:`optimised`):
+    a graph they share is computed once, and blocks already in memory are
+    not computed again.  The futures are taken for the optimised
+    expression's own keys, not through ``Client.persist``'s collections: a
+    persisted parquet read whose files Dask fused into fewer blocks named
+    blocks that had no future (dask/dask#12488).  The futures are new ones,
+    so releasing them frees nobody else's data.  The same call gives the
+    same partitioning again when a shard is rebuilt.
     """
-    from distributed import futures_of
-
     names = list(colls)
-    # Dask returns the results of mixed arrays and dataframes grouped by kind (dask_estimators/_in_order.py)
-    persisted = in_order(client.persist, [colls[k] for k in names])
-    ours = {f.key: f for p in persisted for f in futures_of(p)}
-    return {k: row_futures(p, ours) for k, p in zip(names, persisted)}
+    expr, keys = optimised([colls[k] for k in names])
+    if keys is None:
+        raise RuntimeError("Dask gave the input's row blocks keys that do not name their positions; "
+                           "pass it as a dask array or dataframe with one block per row range.")
+    flat = [k for ks in keys for k in ks]
+    futures = dict(zip(flat, client.get(expr, flat, sync=False)))
+    return {name: [futures[k] for k in ks] for name, ks in zip(names, keys)}
 
 
 def known_lengths(a):
