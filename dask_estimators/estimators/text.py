@@ -95,6 +95,14 @@ class CharLSTM(DistributedEstimator):
     lowercase : bool, default=False
     max_length : int or None, default=32
         Longest string learned (longer ones are cut) and generated.
+    handle_unknown : {"error", "ignore"}, default="error"
+        What ``score``, ``perplexity``, ``predict_proba`` and ``generate`` do
+        with a character the training strings did not have (the model gives
+        it no probability): ``"error"`` raises a ValueError; ``"ignore"``
+        leaves the strings that have one out of the score, with a warning
+        that counts them (so a cross-validation fold whose held-out strings
+        hold a rare character is scored on the others), and leaves the
+        character out of a prefix's context.
     strategy : {"auto", "rounds", "ddp"}, default="auto"
         ``"rounds"``: one engine round per batch, the optimizer on the client;
         ``"ddp"``: ``DistributedDataParallel`` on the workers; ``"auto"``:
@@ -159,6 +167,7 @@ class CharLSTM(DistributedEstimator):
         "random_state": ["random_state"],
         "lowercase": ["boolean"],
         "max_length": [None, Interval(Integral, 1, None, closed="left")],
+        "handle_unknown": [StrOptions({"error", "ignore"})],
         "strategy": [strategy_constraint()],
         "device": [StrOptions({"auto", "cpu", "cuda"})],
         "checkpoint_path": [None, str, os.PathLike],
@@ -183,6 +192,7 @@ class CharLSTM(DistributedEstimator):
         random_state=None,
         lowercase=False,
         max_length=32,
+        handle_unknown="error",
         strategy="auto",
         device="auto",
         checkpoint_path=None,
@@ -204,6 +214,7 @@ class CharLSTM(DistributedEstimator):
         self.random_state = random_state
         self.lowercase = lowercase
         self.max_length = max_length
+        self.handle_unknown = handle_unknown
         self.strategy = strategy
         self.device = device
         self.checkpoint_path = checkpoint_path
@@ -373,10 +384,14 @@ class CharLSTM(DistributedEstimator):
         ctx = np.full((len(prefixes), L), S.PAD, dtype=np.int64)
         for i, p in enumerate(prefixes):
             p = p.lower() if self.lowercase else p
-            try:
-                codes = [S.BOS] + [index[c] for c in p]
-            except KeyError as e:
-                raise ValueError(f"The character {e.args[0]!r} of {p!r} is not in the vocabulary (classes_).") from None
+            if self.handle_unknown == "ignore":
+                codes = [S.BOS] + [index[c] for c in p if c in index]
+            else:
+                try:
+                    codes = [S.BOS] + [index[c] for c in p]
+                except KeyError as e:
+                    raise ValueError(f"The character {e.args[0]!r} of {p!r} is not in the vocabulary (classes_); "
+                                     "handle_unknown='ignore' leaves it out.") from None
             codes = codes[-L:]
             ctx[i, L - len(codes) :] = codes
         return ctx
@@ -415,7 +430,20 @@ class CharLSTM(DistributedEstimator):
         strings = [s for s in _as_strings(X) if s]
         if not strings:
             raise ValueError("score needs at least one non-empty string.")
-        ctx, nxt = S.encode_pairs(strings, self._index(), self.context_length, self.lowercase, self.max_length)
+        index = self._index()
+        if self.handle_unknown == "ignore":
+            known = [s for s in strings if set((s.lower() if self.lowercase else s)[: self.max_length]) <= index.keys()]
+            if not known:
+                raise ValueError(f"All {len(strings)} strings have characters outside the vocabulary (classes_); "
+                                 "there is nothing to score.")
+            if len(known) < len(strings):
+                warnings.warn(f"{len(strings) - len(known)} of {len(strings)} strings have characters outside the "
+                              "vocabulary (classes_) and are left out of the score.", UserWarning, stacklevel=2)
+            strings = known
+        try:
+            ctx, nxt = S.encode_pairs(strings, index, self.context_length, self.lowercase, self.max_length)
+        except ValueError as e:
+            raise ValueError(f"{e} handle_unknown='ignore' leaves such strings out of the score.") from None
         lp = self._log_probs(ctx)
         return float(lp[torch.arange(len(nxt)), torch.as_tensor(nxt)].mean())
 

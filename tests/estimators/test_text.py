@@ -13,6 +13,7 @@ default client; every problem is tiny (a few hundred short strings).
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import pickle
@@ -383,6 +384,30 @@ def test_score_errors(fitted):
         fitted.score([""])
     with pytest.raises(ValueError):
         fitted.score("luna")
+
+
+def test_handle_unknown_ignore_scores_the_strings_the_vocabulary_covers(fitted):
+    """Held-out strings with a character the training strings lacked (the model gives it no probability): by
+    default an error that names the option; with ``handle_unknown="ignore"`` those strings are left out of the
+    score (a warning counts them) and the character out of a prefix's context."""
+    with pytest.raises(ValueError, match="handle_unknown='ignore'"):
+        fitted.score(["lu#na", "luna"])
+    model = copy.deepcopy(fitted).set_params(handle_unknown="ignore")
+    with pytest.warns(UserWarning, match="1 of 3 strings"):
+        assert model.score(["lu#na", "luna", "max"]) == pytest.approx(fitted.score(["luna", "max"]), rel=1e-12)
+    with pytest.warns(UserWarning, match="1 of 2 strings"):
+        assert model.perplexity(["lu#na", "luna"]) == pytest.approx(fitted.perplexity(["luna"]), rel=1e-12)
+    with pytest.raises(ValueError, match="All 1 strings"):
+        model.score(["#"])
+    np.testing.assert_allclose(model.predict_proba(["l#u", "#"]), fitted.predict_proba(["lu", ""]), rtol=1e-12)
+    assert all(s.startswith("#") for s in model.generate(3, prefix="#", random_state=0))
+    # a cross-validation whose held-out folds hold rare characters: every fold gets a score
+    rare = TRAIN[:60] + ["lu\u00e9na", "m\u00f1ax", "zo\u00eb"]
+    with pytest.warns(UserWarning, match="left out of the score"):
+        scores = cross_val_score(_small(max_epochs=1, handle_unknown="ignore"), rare, cv=3, error_score="raise")
+    assert np.all(np.isfinite(scores)) and np.all(scores < 0)
+    with pytest.warns(UserWarning, match="Scoring failed"):
+        assert np.isnan(cross_val_score(_small(max_epochs=1), rare, cv=3)).any()
 
 
 def test_predict_proba(fitted):
