@@ -88,3 +88,29 @@ def test_the_waits_time_out_while_a_future_runs(client, fn, gate):
         fn([f], client, [], timeout=0.3)
     assert not f.done()  # the wait gave up while the future ran: it cannot finish before the gate opens
     f.cancel()
+
+
+def test_letting_go_on_the_clients_event_loop_releases_without_an_unawaited_cancel(client):
+    """Kept data collected on the client's own event-loop thread: ``client.cancel`` there returns a coroutine
+    (the client is asynchronous in its loop's thread) that nothing awaited, a RuntimeWarning at collection, and
+    the futures stayed held.  They are released instead."""
+    import gc
+    import warnings
+
+    futs = client.map(lambda i: i + 1, range(3), pure=False)
+    client.gather(futs)
+    keys = [f.key for f in futs]
+
+    async def on_the_loop():
+        _watch._cancel(client, futs, cancel=True)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        client.sync(on_the_loop)
+        del futs
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)], [str(w.message) for w in caught]
+    deadline = time.monotonic() + 10
+    while any(k in client.refcount and client.refcount[k] for k in keys) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(client.refcount.get(k) for k in keys)

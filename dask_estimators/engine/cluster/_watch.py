@@ -502,7 +502,7 @@ def _cancel(client, futures, cancel=False) -> None:
     futures = [f for f in futures if hasattr(f, "key") and hasattr(f, "release")]
     if not futures:
         return
-    if cancel and client.status == "running":
+    if cancel and client.status == "running" and not client.asynchronous:  # in its loop: a coroutine
         try:
             client.cancel(futures)
             return
