@@ -101,12 +101,12 @@ def test_letting_go_on_the_clients_event_loop_releases_without_an_unawaited_canc
     client.gather(futs)
     keys = [f.key for f in futs]
 
-    async def on_the_loop():
-        _watch._cancel(client, futs, cancel=True)
+    async def on_the_loop(held):
+        _watch._cancel(client, held, cancel=True)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        client.sync(on_the_loop)
+        client.sync(on_the_loop, futs)
         del futs
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)], [str(w.message) for w in caught]
