@@ -618,6 +618,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         objective = LinearObjective(evaluator, spec, weight_sums=sums[:2])
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
         objective.positive = bool(getattr(self, "positive", False))
+        objective.centre_intercepts = True  # lbfgs and newton-cg solve in centred variables (optim.scipy_driver)
         objective = self._primal_objective(objective)
         solver = self._resolved_solver(spec.n_params, objective.l1)
         y_mean = sums[2] / objective.sw_sum if self._start_at_mean else None

@@ -628,6 +628,9 @@ class LinearObjective:
         #: A dict shared by the objectives of one set of rows (a search's split), where a quadratic's Hessian,
         #: the same at every point and for every penalty, is kept once computed (None: not kept)
         self.hessian_cache = None
+        #: Whether lbfgs and newton-cg solve in centred variables (:mod:`~dask_estimators.objectives.centred`):
+        #: an estimator's own fit asks for it; a search's lockstep runs do not
+        self.centre_intercepts = False
 
     def with_evaluator(self, evaluate):
         """A copy of this objective (spec, penalties, weight sums, bounds) that evaluates through ``evaluate``.

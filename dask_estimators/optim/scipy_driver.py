@@ -30,6 +30,7 @@ Registered solvers
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from collections import deque
@@ -509,7 +510,16 @@ def _fallback_lbfgs(objective, x, error, *, nit, nfev, tol, max_iter, callback):
         it.nit += nit
         callback(it)
 
-    res = SOLVERS["lbfgs"].fn(objective, x, tol=tol, max_iter=budget, callback=None if callback is None else shifted)
+    callback = None if callback is None else shifted
+    # in centred variables, as "lbfgs" itself runs (see minimize)
+    printing = isinstance(objective, _Printing)
+    centred = _centred(objective._objective if printing else objective, "lbfgs", x)
+    if centred is None:
+        res = SOLVERS["lbfgs"].fn(objective, x, tol=tol, max_iter=budget, callback=callback)
+    else:
+        res = SOLVERS["lbfgs"].fn(_Printing(centred) if printing else centred, centred.from_inner(x), tol=tol,
+                                  max_iter=budget, callback=_inner_callback(callback, centred))
+        res.x = centred.to_inner(res.x)
     res.used_all_iterations = not res.success and res.nit >= budget
     res.nit += nit
     res.nfev = res.get("nfev", 0) + nfev
@@ -600,6 +610,43 @@ def _grad_max(res) -> float:
     return 0.0 if jac is None else float(np.max(np.abs(jac), initial=0.0))
 
 
+#: The solvers whose path a linear model's uncentred columns slow down: they run in centred variables
+CENTRED_SOLVERS = frozenset({"lbfgs", "newton-cg"})
+
+
+def _centred(objective, solver, x0):
+    """``objective`` in centred variables (:mod:`~dask_estimators.objectives.centred`), or None.
+
+    For a :class:`~dask_estimators.objectives.LinearObjective` that asks for it (``centre_intercepts``, set by
+    an estimator's own fit; the lockstep runs of a search or a regularisation path keep their variables, so
+    that a path solved on one worker, one run after another, takes the steps of the same path in rounds), with
+    (unpenalised) intercepts and a solver of :data:`CENTRED_SOLVERS`.  The mean rows are found once per
+    objective (one more round, two where ``x0`` was not its last point) and kept on it.
+    """
+    from ..objectives import LinearObjective
+    from ..objectives.centred import CentredObjective, row_means
+
+    if (solver not in CENTRED_SOLVERS or not isinstance(objective, LinearObjective)
+            or not getattr(objective, "centre_intercepts", False) or not objective.spec.fit_intercept):
+        return None
+    if "_row_means" not in objective.__dict__:
+        objective._row_means = row_means(objective, x0)
+    return None if objective._row_means is None else CentredObjective(objective, objective._row_means)
+
+
+def _inner_callback(callback, centred):
+    """``callback`` given each iteration's ``x`` in the wrapped objective's variables."""
+    if callback is None:
+        return None
+
+    def inner(iteration):
+        iteration = copy.copy(iteration)
+        iteration.x = centred.to_inner(iteration.x)
+        return callback(iteration)
+
+    return inner
+
+
 def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True, verbose=0, callback=None):
     """Minimise ``objective`` from ``x0`` with a registered solver.
 
@@ -626,6 +673,10 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     x0 = np.asarray(x0, dtype=np.float64)
     positive = bool(getattr(objective, "positive", False))
     info = check_solver(solver, l1=objective.l1, n_params=x0.size, positive=positive)
+    centred = _centred(objective, solver, x0) if max_iter else None
+    if centred is not None:
+        objective, x0 = centred, centred.from_inner(x0)
+        callback = _inner_callback(callback, centred)
     if verbose >= 2:
         objective = _Printing(objective)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -633,6 +684,8 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
             res = _no_iteration(objective, x0)
         else:
             res = info.fn(objective, x0, tol=tol, max_iter=max_iter, callback=callback)
+    if centred is not None:
+        res.x = centred.to_inner(res.x)
     if verbose:
         print(f"{solver}: {res.nit} iteration(s), {res.get('nfev', 0)} evaluation(s), objective {res.fun:.10g}: "
               f"{res.message}", flush=True)

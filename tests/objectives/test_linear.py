@@ -545,3 +545,53 @@ def test_backend_choice():
         lin._use_fused(X64.to(torch.float16), LinearSpec("binomial", D, backend="fused"))
     with pytest.raises(ValueError, match="backend must be one of"):
         LinearSpec("binomial", D, backend="numba")
+
+
+# ------------------------------------------------------------------ centred variables (objectives.centred)
+@configs
+def test_centred_variables_give_the_same_function_with_finite_difference_derivatives(cfg, rng):
+    """``b = c - xbar @ W`` per output: the same objective of other variables, its derivatives by differences."""
+    from dask_estimators.objectives.centred import CentredObjective
+
+    obj, w, _ = setup(cfg, rng)
+    K, P = cfg.n_outputs, obj.n_params
+    xbar = rng.normal(size=(K, D))
+    cen = CentredObjective(obj, xbar)
+    v = cen.from_inner(w)
+    np.testing.assert_allclose(cen.to_inner(v), w, rtol=1e-14, atol=1e-14)
+    np.testing.assert_array_equal(v[: K * D], w[: K * D])  # the coefficients are the same variables
+    np.testing.assert_allclose(v[K * D :], w[K * D :] + (xbar * w[: K * D].reshape(K, D)).sum(1), rtol=1e-14)
+    f, g = cen.fun_and_grad(v)
+    assert f == pytest.approx(obj.fun_and_grad(w)[0], rel=1e-14)
+    np.testing.assert_allclose(g, fd_grad(lambda u: cen.fun_and_grad(u)[0], v), rtol=1e-6, atol=1e-8)
+    Hc = cen.hess(v)
+    H_fd = np.empty((P, P))
+    for j in range(P):
+        e = np.zeros(P)
+        e[j] = H
+        H_fd[:, j] = (cen.fun_and_grad(v + e)[1] - cen.fun_and_grad(v - e)[1]) / (2 * H)
+    np.testing.assert_allclose(Hc, H_fd, rtol=1e-6, atol=1e-7)
+    p = rng.normal(size=P)
+    np.testing.assert_allclose(cen.hessp(v, p), Hc @ p, rtol=1e-10, atol=1e-12)
+    # the penalty, the L1 term and the bounds are on the same entries (the coefficients)
+    np.testing.assert_array_equal(cen.penalized, obj.penalized)
+    assert (cen.l1, cen.l2, cen.n_params, cen.sw_sum) == (obj.l1, obj.l2, obj.n_params, obj.sw_sum)
+
+
+@pytest.mark.parametrize("cfg", [c for c in CONFIGS if c.loss in ("squared", "binomial", "multinomial")],
+                         ids=lambda c: c.id)
+def test_row_means_are_the_weighted_mean_rows_and_uncouple_the_intercepts_at_the_start(cfg, rng):
+    """At zero coefficients these losses curve alike on every row (their curvature depends on the linear
+    predictor alone): one Hessian-vector product gives the mean row weighted by the sample and class weights,
+    and in the centred variables the Hessian there has no block between coefficients and intercepts."""
+    from dask_estimators.objectives.centred import CentredObjective, row_means
+
+    obj, w, (X, y, s) = setup(cfg, rng)
+    K = cfg.n_outputs
+    weights = s if cfg.class_weight is None else s * np.asarray(cfg.class_weight)[y]
+    xbar = row_means(obj, w)
+    np.testing.assert_allclose(xbar, np.tile((weights[:, None] * X).sum(0) / weights.sum(), (K, 1)), rtol=1e-10)
+    cen = CentredObjective(obj, xbar)
+    start = w.copy()
+    start[: K * D] = 0.0
+    np.testing.assert_allclose(cen.hess(cen.from_inner(start))[: K * D, K * D :], 0.0, atol=1e-12)
