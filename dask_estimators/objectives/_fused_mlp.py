@@ -187,7 +187,9 @@ def _bias_act(A, b, act, c, ci, pq):  # pragma: no cover - numba
 
 @_jit
 def _kernel(X, yf, yi, sw, has_sw, rows, gather, w, g, units, act, out, scale, buf_a, buf_d, buf_x, c, ci,
-            pq):  # pragma: no cover - numba
+            pq, eps):  # pragma: no cover - numba
+    # ``eps``: the machine epsilon of X's dtype; the log-losses are of probabilities clipped to [eps, 1 - eps],
+    # as scikit-learn's
     # with ``gather``, X, y and sw are the shard's, and the batch is their rows ``rows``: X's are copied into
     # buf_x (the first layer's input), y's and sw's read in place
     if gather:
@@ -234,9 +236,11 @@ def _kernel(X, yf, yi, sw, has_sw, rows, gather, w, g, units, act, out, scale, b
                 e = math.exp(Z[i, j] - zmax)
                 dz[i, j] = e
                 s += e
-            li = zmax + math.log(s) - Z[i, yi[ri]]
             for j in range(ko):
                 dz[i, j] = dz[i, j] / s
+            # scikit-learn's log-loss: the probability clipped to [eps, 1 - eps] (the value only: the
+            # gradient is p - y's, as its backward)
+            li = -math.log(min(max(dz[i, yi[ri]], eps), 1.0 - eps))
             dz[i, yi[ri]] -= 1.0
         else:
             for j in range(ko):
@@ -246,9 +250,12 @@ def _kernel(X, yf, yi, sw, has_sw, rows, gather, w, g, units, act, out, scale, b
                     r = z - t
                     li += 0.5 * r * r
                     dz[i, j] = r
-                elif out == 1:  # logistic, binary cross-entropy on the logit
-                    li += max(z, 0.0) - z * t + math.log1p(math.exp(-abs(z)))
-                    dz[i, j] = 1.0 / (1.0 + math.exp(-z)) - t
+                elif out == 1:  # logistic, binary cross-entropy of the probability clipped as scikit-learn's
+                    p = 1.0 / (1.0 + math.exp(-z))
+                    pc = min(max(p, eps), 1.0 - eps)
+                    li -= (t * math.log(pc) if t != 0.0 else 0.0) + ((1.0 - t) * math.log(1.0 - pc) if t != 1.0
+                                                                     else 0.0)
+                    dz[i, j] = p - t
                 else:  # exp, Poisson deviance / 2
                     ez = math.exp(z)
                     li += ez - t * z + (t * math.log(t) if t > 0.0 else 0.0) - t
@@ -330,7 +337,7 @@ def loss_grad(spec, w, X, y, sw, g, scale, work, rows=None):
         yi, yf = _EMPTY_I, y.reshape(y.shape[0], int(units[-1]))
     has_sw = sw is not None
     return _kernel(X, yf, yi, sw if has_sw else sw0, has_sw, rows if gather else _EMPTY_I, gather, w, g, units,
-                   act, out, float(scale), buf_a, buf_d, buf_x, c, ci, pq)
+                   act, out, float(scale), buf_a, buf_d, buf_x, c, ci, pq, float(np.finfo(X.dtype).eps))
 
 
 def _plan(spec, n, dt, d, work):

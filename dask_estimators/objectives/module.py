@@ -454,16 +454,32 @@ def forward_numpy(spec: MLPSpec, coefs, intercepts, X, *, link=True) -> np.ndarr
 
 # --------------------------------------------------------------- on a worker
 def loss_sum(spec: MLPSpec, z, y, sw):
-    """Sum of (weighted) per-row losses of raw outputs ``z`` against encoded targets ``y``."""
-    if spec.out == "softmax":
-        per = torch.nn.functional.cross_entropy(z, y, reduction="none")
-    elif spec.out == "logistic":
-        per = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none").sum(1)
+    """Sum of (weighted) per-row losses of raw outputs ``z`` against encoded targets ``y``.
+
+    The log-losses are scikit-learn's: of the probabilities clipped to
+    ``[eps, 1 - eps]`` (``eps`` of ``z``'s dtype).  Clipping changes the
+    value only; the gradient (autograd's) stays that of the exact loss,
+    ``p - y``, as in scikit-learn's backward.
+    """
+    if spec.out in ("softmax", "logistic"):
+        if spec.out == "softmax":
+            exact = torch.nn.functional.cross_entropy(z, y, reduction="none")
+            p = torch.softmax(z.detach(), 1).gather(1, y.reshape(-1, 1)).squeeze(1)
+            clipped = -torch.log(p.clamp(_eps(z), 1 - _eps(z)))
+        else:
+            exact = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none").sum(1)
+            p = torch.sigmoid(z.detach()).clamp(_eps(z), 1 - _eps(z))
+            clipped = -(torch.xlogy(y, p) + torch.xlogy(1 - y, 1 - p)).sum(1)
+        per = exact + (clipped - exact.detach())
     elif spec.out == "exp":
         per = (torch.exp(z) - y * z + torch.xlogy(y, y) - y).sum(1)
     else:
         per = 0.5 * ((z - y) ** 2).sum(1)
     return per.sum() if sw is None else (per * sw).sum()
+
+
+def _eps(z) -> float:
+    return float(torch.finfo(z.dtype).eps)
 
 
 def param_views(spec: MLPSpec, flat) -> list:

@@ -734,6 +734,22 @@ def test_early_stopping_validation_split_is_stratified_for_two_classes():
     assert info["n_val"] == 20 and info.get("class_counts") is None
 
 
+def test_mlp_lbfgs_follows_sklearn_past_probabilities_below_eps():
+    """A line search's trial point with class probabilities below eps: scikit-learn's log-loss clips them, and
+    ours (exact) gave L-BFGS-B another value; from the tenth iteration the fits went apart (loss_ 0.168 against
+    scikit-learn's 0.075 after 200).  With the same clipped value they take the same iterations."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 4))
+    y = np.digitize(X @ rng.normal(size=4) + 0.5 * rng.normal(size=60), [-0.5, 0.5])
+    kw = dict(hidden_layer_sizes=(3,), random_state=0, solver="lbfgs", max_iter=200)
+    ours = _quiet(de.MLPClassifier(**kw).fit, X, y)
+    ref = _quiet(sk_nn.MLPClassifier(**kw).fit, X, y)
+    assert ours.n_iter_ == ref.n_iter_
+    assert ours.loss_ == pytest.approx(ref.loss_, rel=1e-6)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_mlp_lbfgs_ignores_early_stopping_as_sklearn():
     """scikit-learn's lbfgs trains on all rows whatever early_stopping says (no split, no 'too small' error)."""
     X, y = _iris()

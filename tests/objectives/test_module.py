@@ -552,6 +552,30 @@ def test_objective_matches_sklearn_backprop(case, activation, hidden, weighted):
     np.testing.assert_allclose(g, sk_g, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("path", ["numba", "torch"])
+@pytest.mark.parametrize("case", [c for c in SK_CASES if c.out in ("softmax", "logistic")], ids=lambda c: c.id)
+def test_log_losses_clip_the_probabilities_as_sklearn_where_they_saturate(case, path, monkeypatch):
+    """Far from the data's scale (a line search's trial point) some probabilities fall below eps: scikit-learn's
+    log-loss takes them as eps (and 1 - eps), a value L-BFGS-B then compares; ours was the exact log-loss (4.19
+    where scikit-learn's was 3.30), and the fits went apart.  The value is clipped, the gradient not (p - y)."""
+    if path == "numba" and not _fused_mlp.AVAILABLE:
+        pytest.skip("numba is not installed")
+    if path == "torch":
+        monkeypatch.setattr(_fused_mlp, "AVAILABLE", False)
+    rng = np.random.default_rng(10)
+    X, y, s = make_data(case, rng, weighted=True)
+    spec = make_spec(case, (5,), "identity")
+    w = random_w(spec, rng, scale=15.0)
+    shards, _, _ = split_shards(X, y, s, spec, [13, 17])
+    f, g = objective(LocalEvaluator(shards), spec, w, 0.1)
+    sk_f, sk_g = sklearn_backprop(case, spec, w, X, encoded_targets(case, y), s, 0.1)
+    eps = np.finfo(np.float64).eps
+    proba = M.forward_numpy(spec, *M.unflatten(spec, w), X, link=True)
+    assert np.mean((proba < eps) | (proba > 1 - eps)) > 0.05  # the point is saturated
+    assert f == pytest.approx(sk_f, rel=1e-10)
+    np.testing.assert_allclose(g, sk_g, rtol=1e-9, atol=1e-12)
+
+
 def test_multioutput_squared_loss_vs_sklearn():
     """Several identity outputs: ours sums half the squared error over the outputs; sklearn's squared_loss
     averages it over them while its gradient (activations - y) is that of the sum.  By design we keep the
