@@ -159,6 +159,11 @@ class _PlacedSearchMixin:
             if self._is_classifier:
                 self.classes_ = self._dask_classes(data) if dask_input else classes
                 n_classes = len(self.classes_)
+                if isinstance(self.class_weight, dict) and not set(self.class_weight) <= set(self.classes_.tolist()):
+                    # scikit-learn's LogisticRegressionCV refuses a key that is no class (its LogisticRegression
+                    # leaves it out): a misspelt label would weigh nothing
+                    raise ValueError("The given class_weight dict must have the class labels as keys; "
+                                     f"classes={self.classes_} but key={self.class_weight.keys()}")
                 class_weight = self._class_weight_vector(data, n_classes)
             n_splits = self._set_splits(data, splits, n_classes)
             loss = loss_of(n_classes)

@@ -449,3 +449,19 @@ def test_splits_that_repeat_or_hold_out_a_training_row_are_refused_in_words(name
         with pytest.raises(ValueError, match=r"The training rows of split 0 repeat a row or include one of its "
                                              r"held-out rows.*GridSearchCV takes such splits"):
             getattr(de, name)(cv=splits).fit(X, y)
+
+
+def test_a_class_weight_key_that_is_no_class_is_refused_as_by_sklearn():
+    """scikit-learn's LogisticRegressionCV refuses a class_weight key that names no class (a misspelt label would
+    weigh nothing); ours fitted, the key left out.  The same error, before any path is solved."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(90, 3))
+    y = np.array(["cat", "dog", "emu"])[np.arange(90) % 3]
+    weights = {"cat": 1.0, "dog": 2.0, "emu": 1.0, "typo": 3.0}
+    with pytest.raises(ValueError, match="must have the class labels as keys") as ours:
+        de.LogisticRegressionCV(Cs=3, cv=3, class_weight=weights).fit(X, y)
+    with pytest.raises(ValueError, match="must have the class labels as keys"):
+        sk.LogisticRegressionCV(Cs=3, cv=3, class_weight=weights).fit(X, y)
+    assert "typo" in str(ours.value)
+    fitted = de.LogisticRegressionCV(Cs=3, cv=3, class_weight={"cat": 1.0, "dog": 2.0}).fit(X, y)
+    assert list(fitted.classes_) == ["cat", "dog", "emu"]
