@@ -31,7 +31,9 @@ __all__ = ["CentredObjective", "row_means"]
 
 
 def row_means(objective, w0):
-    """Each output's curvature-weighted mean row (K, d) from one ``hessp`` of ``objective`` near ``w0``, or None.
+    """Each output's curvature-weighted mean row (K, d) from one ``hessp`` of ``objective`` near ``w0``, or None;
+    and ``(point, f, g)``, the evaluation there that the product needed (a solver starting at that point, the
+    coefficients zero, need not evaluate it again: see :class:`CentredObjective`'s ``first``).
 
     The product is taken at ``w0`` with the coefficients set to zero (each
     row's linear predictor is then its intercept), with the direction of
@@ -49,13 +51,14 @@ def row_means(objective, w0):
         p[K * d] = 1.0
     else:
         p[K * d :] = 1.0
+    f, g = objective.fun_and_grad(probe)  # the point the product is taken at
     with np.errstate(all="ignore"):
         h = np.asarray(objective.hessp(probe, p), dtype=np.float64)
         hb = h[K * d :]
         if not (np.all(np.isfinite(h)) and np.all(np.abs(hb) > 1e-12 * np.abs(hb).max(initial=0.0))
                 and np.abs(hb).max(initial=0.0) > 0):
-            return None
-        return h[: K * d].reshape(K, d) / hb[:, None]
+            return None, (probe, f, g)
+        return h[: K * d].reshape(K, d) / hb[:, None], (probe, f, g)
 
 
 class CentredObjective:
@@ -67,6 +70,10 @@ class CentredObjective:
         With ``spec.fit_intercept`` true and unpenalised intercepts.
     xbar : ndarray of shape (n_outputs, n_features)
         The row each output's intercept is measured at (:func:`row_means`).
+    first : tuple or None
+        ``(point, f, g)``: the wrapped objective's value and gradient at
+        ``point`` (its variables), already evaluated; the first call at that
+        point takes them instead of another round.
 
     Examples
     --------
@@ -87,7 +94,7 @@ class CentredObjective:
     (0.0, [0.0, 0.0])
     """
 
-    def __init__(self, objective, xbar):
+    def __init__(self, objective, xbar, first=None):
         spec = objective.spec
         if not spec.fit_intercept:
             raise ValueError("CentredObjective needs an objective with an intercept.")
@@ -98,6 +105,7 @@ class CentredObjective:
         self.sw_sum = objective.sw_sum
         self.penalized = objective.penalized  # the coefficients are the same variables; the intercepts are not
         self._k = spec.n_outputs * spec.n_features
+        self._first = first
 
     def with_evaluator(self, evaluate):
         """This objective over another evaluator (see :meth:`.LinearObjective.with_evaluator`)."""
@@ -138,7 +146,12 @@ class CentredObjective:
 
     def fun_and_grad(self, v):
         """The wrapped objective's smooth part and its gradient at ``v = [W, c]``."""
-        f, g = self.objective.fun_and_grad(self.to_inner(v))
+        w = self.to_inner(v)
+        first, self._first = self._first, None
+        if first is not None and np.array_equal(first[0], w):
+            f, g = first[1], first[2]
+        else:
+            f, g = self.objective.fun_and_grad(w)
         return f, self._pull_back(g)
 
     def hessp(self, v, p):

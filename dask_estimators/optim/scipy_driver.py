@@ -629,9 +629,13 @@ def _centred(objective, solver, x0):
     if (solver not in CENTRED_SOLVERS or not isinstance(objective, LinearObjective)
             or not getattr(objective, "centre_intercepts", False) or not objective.spec.fit_intercept):
         return None
+    first = None
     if "_row_means" not in objective.__dict__:
-        objective._row_means = row_means(objective, x0)
-    return None if objective._row_means is None else CentredObjective(objective, objective._row_means)
+        objective._row_means, first = row_means(objective, x0)
+    if objective._row_means is None:
+        return None
+    # a start with zero coefficients is the point the mean rows were found at: its evaluation is not made again
+    return CentredObjective(objective, objective._row_means, first=first)
 
 
 def _inner_callback(callback, centred):

@@ -589,7 +589,8 @@ def test_row_means_are_the_weighted_mean_rows_and_uncouple_the_intercepts_at_the
     obj, w, (X, y, s) = setup(cfg, rng)
     K = cfg.n_outputs
     weights = s if cfg.class_weight is None else s * np.asarray(cfg.class_weight)[y]
-    xbar = row_means(obj, w)
+    xbar, (point, f, g) = row_means(obj, w)
+    assert np.array_equal(point[: K * D], np.zeros(K * D)) and f == pytest.approx(obj.fun_and_grad(point)[0])
     np.testing.assert_allclose(xbar, np.tile((weights[:, None] * X).sum(0) / weights.sum(), (K, 1)), rtol=1e-10)
     cen = CentredObjective(obj, xbar)
     start = w.copy()
