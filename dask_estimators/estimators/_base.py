@@ -1028,6 +1028,8 @@ def _as_dask_like(a, X, name):
     """
     if a is None:
         return a
+    if name == "sample_weight" and np.ndim(a) == 0 and not is_dask_collection(a):
+        return _constant_rows(X, float(a))  # one weight for every row, as scikit-learn takes a scalar
     a = _nullable_as_float(a)
     n_x = X.shape[0]
     known = isinstance(n_x, (int, np.integer)) and not np.isnan(n_x)
@@ -1046,6 +1048,19 @@ def _as_dask_like(a, X, name):
         n_blocks = max(1, min(getattr(X, "npartitions", None) or X.numblocks[0], a.shape[0]))
         chunks = (tuple(np.diff(np.linspace(0, a.shape[0], n_blocks + 1).astype(int)).tolist()),)
     return da.from_array(a, chunks=(chunks[0],) + a.shape[1:])
+
+
+def _constant_rows(X, value: float):
+    """A dask collection of ``value`` for each row of the dask collection X, cut as X (its lengths unknown too)."""
+    if hasattr(X, "map_partitions"):  # a dataframe or series
+        import pandas as pd
+
+        return X.map_partitions(lambda df: pd.Series(np.full(len(df), value), index=df.index),
+                                meta=pd.Series(dtype=np.float64))
+    import dask.array as da
+
+    return da.map_blocks(lambda b: np.full(b.shape[0], value), X, drop_axis=list(range(1, X.ndim)),
+                         dtype=np.float64, chunks=(X.chunks[0],))
 
 
 def warn_column_y(stacklevel=4) -> None:

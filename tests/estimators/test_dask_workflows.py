@@ -371,3 +371,21 @@ def test_a_dask_series_as_x_is_scikit_learns_1d_error_with_its_shape(client, rng
     with pytest.raises(ValueError, match=re.escape("a dask collection of shape (nan,).")):
         de.LinearRegression().fit(x, x)
 
+
+
+def test_a_scalar_sample_weight_beside_dask_input_weighs_every_row(client, rng):
+    """scikit-learn takes a scalar sample_weight as that weight for every row (it scales C's sum); beside dask X
+    it raised IndexError.  It is made lazily for X's rows, their number unknown too."""
+    X = rng.normal(size=(3000, 4))
+    y = (X[:, 0] + rng.logistic(size=3000) > 0).astype(int)
+    ref = sklm.LogisticRegression(C=0.01, tol=1e-10).fit(X, y, sample_weight=50.0)
+    plain = sklm.LogisticRegression(C=0.01).fit(X, y)
+    assert not np.allclose(ref.coef_, plain.coef_, rtol=1e-2)  # the scalar matters here
+    frame = dd.from_pandas(pd.DataFrame(X, columns=list("abcd")), npartitions=3)
+    for Xd, yd in ((da.from_array(X, chunks=1000), da.from_array(y, chunks=1000)),
+                   (frame, dd.from_pandas(pd.Series(y), npartitions=3)),
+                   (frame.to_dask_array(), dd.from_pandas(pd.Series(y), npartitions=3))):
+        est = de.LogisticRegression(C=0.01, tol=1e-10).fit(Xd, yd, sample_weight=50.0)
+        np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="sum of sample weights must be positive"):  # as NumPy input, here
+        de.LogisticRegression().fit(da.from_array(X, chunks=1000), da.from_array(y, chunks=1000), sample_weight=-1.0)
