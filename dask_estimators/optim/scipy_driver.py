@@ -397,6 +397,13 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
             break
         if nit >= max_iter:
             break
+        if nit >= _QUADRATIC_STEPS and getattr(objective, "quadratic", False) and fallback:
+            # a quadratic's Newton step lands on its minimum: still short of tol after these, its Hessian is
+            # too ill-conditioned for float64 (a column of mean 1e6 and spread 1e-3: the centred Gram lost to
+            # rounding in the Schur complement), and more Newton steps only go round
+            return _fallback_lbfgs(objective, x, f"{nit} Newton steps on the least-squares problem ended "
+                                   f"{np.max(np.abs(g), initial=0.0):.3g} from its minimum (max |gradient|)",
+                                   nit=nit, nfev=nfev, tol=tol, max_iter=max_iter, callback=callback)
         H = objective.hess(x)
         if not (np.isfinite(f) and np.all(np.isfinite(g)) and np.all(np.isfinite(H))):
             raise FloatingPointError(
@@ -447,13 +454,30 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
     )
 
 
+#: Newton steps on a quadratic before an ill-conditioned one goes on with L-BFGS (one lands on the minimum, a
+#: second takes up rounding)
+_QUADRATIC_STEPS = 3
+
 #: What :func:`_cholesky_solve` raises for a singular or very ill-conditioned matrix.
 _SINGULAR = (linalg.LinAlgError, linalg.LinAlgWarning, ValueError)
 
 
 def _cholesky_solve(H, rhs):
     """``H^-1 rhs`` for a symmetric positive definite ``H`` (Cholesky); one of :data:`_SINGULAR` where ``H`` is
-    singular or so ill-conditioned that scipy warns (its ``LinAlgWarning``, raised here)."""
+    singular or so ill-conditioned that scipy warns (its ``LinAlgWarning``, raised here).
+
+    ``H`` is first scaled to a unit diagonal (``D^-1/2 H D^-1/2``): columns of very different scales (one in
+    units of 1e8 beside unit ones) made a well-posed ridge's Hessian look singular to LAPACK's condition
+    estimate (1e-17), and the least-squares step then cut the small columns' directions as a null space.
+    Scaled, the estimate is of the columns' collinearity alone.
+    """
+    d = np.sqrt(np.diag(H))
+    if np.all(np.isfinite(d)) and np.all(d > 0):
+        return _cholesky_solve_unscaled(H / d[:, None] / d[None, :], rhs / d) / d
+    return _cholesky_solve_unscaled(H, rhs)
+
+
+def _cholesky_solve_unscaled(H, rhs):
     with warnings.catch_warnings():
         warnings.simplefilter("error", linalg.LinAlgWarning)
         return linalg.solve(H, rhs, assume_a="pos", check_finite=False)

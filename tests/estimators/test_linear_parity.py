@@ -732,3 +732,42 @@ def test_warm_start_starts_from_previous_solution(cls_name, data, kw):
     limit = 5 if kw.get("l1_ratio") else 1
     assert np.max(est.n_iter_) <= limit, (first, est.n_iter_)
     assert_params(est, coef, intercept, rtol=1e-6, atol=1e-9)
+
+
+def test_newton_cholesky_solves_a_ridge_whose_columns_differ_in_scale_by_1e8():
+    """One column in units of 1e8 beside unit columns: LAPACK's condition estimate of the Hessian (1e-17) took
+    the well-posed ridge for singular, and the least-squares step cut the unit columns' directions (1000
+    iterations, an objective 9 times scikit-learn's).  Scaled to a unit diagonal first, one Newton step."""
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(1000, 3))
+    X = np.column_stack([1e8 * Z[:, 0], Z[:, 1], Z[:, 2]])
+    y = 3.0 + Z[:, 0] + Z[:, 1] - Z[:, 2] + 0.5 * rng.normal(size=1000)
+    ref = sk_lm.Ridge(alpha=1e-3 * 1000, solver="svd").fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = de.LinearRegression(alpha=1e-3).fit(X, y)
+    assert est.solver_ == "newton-cholesky" and est.n_iter_ == 1
+    assert_params(est, ref.coef_, ref.intercept_, rtol=1e-7, atol=1e-12)
+
+
+def test_newton_cholesky_on_a_least_squares_problem_it_cannot_resolve_goes_on_with_lbfgs():
+    """A column of mean 1e6 and spread 1e-3 that y depends on: the centred Gram matrix is lost to rounding in
+    the Hessian's Schur complement, and Newton's steps went round for max_iter (1000) to 5 times the
+    optimum.  After three steps short of tol it goes on with L-BFGS, which solves in centred variables."""
+    from scipy.linalg import LinAlgWarning
+
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(1000, 2))
+    X = np.column_stack([1e6 + 1e-3 * Z[:, 0], Z[:, 1]])
+    y = 3.0 + Z[:, 0] + Z[:, 1] + 0.5 * rng.normal(size=1000)
+
+    def objective(m):
+        r = X @ m.coef_ + m.intercept_ - y
+        return 0.5 * np.mean(r * r)
+
+    ref = sk_lm.LinearRegression().fit(X, y)
+    with pytest.warns(LinAlgWarning, match="goes on with lbfgs"):
+        est = de.LinearRegression().fit(X, y)
+    assert est.n_iter_ < 50
+    assert objective(est) <= objective(ref) * (1 + 1e-7)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4)
