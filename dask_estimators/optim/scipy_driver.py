@@ -276,8 +276,18 @@ def _newton_polish(objective, res, *, tol, max_iter, callback=None, budget=None)
     if g is None or np.max(np.abs(g), initial=0.0) <= tol or res.nit >= max_iter or res.x.size > info.max_params:
         return res
     steps = []
-    polish = info.fn(objective, res.x, tol=tol, max_iter=min(budget or _POLISH_STEPS, max_iter - res.nit),
+    # Newton's steps do not depend on the variables (affine invariance): on a centred objective they are taken
+    # in the wrapped one's, whose Hessian the kernels form directly; J^T H J formed from it on the client lost
+    # the digits a column of mean 1e6 cancels, and the steps went round for max_iter
+    centred = _centred_wrapper(objective)
+    inner = objective if centred is None else centred.objective
+    x = res.x if centred is None else centred.to_inner(res.x)
+    polish = info.fn(inner, x, tol=tol, max_iter=min(budget or _POLISH_STEPS, max_iter - res.nit),
                      callback=None if callback is None else steps.append, fallback=False)
+    if centred is not None:
+        polish.x, polish.jac = centred.from_inner(polish.x), centred._pull_back(polish.jac)
+        for step in steps:
+            step.x = centred.from_inner(step.x)
     if not np.max(np.abs(polish.jac), initial=0.0) < np.max(np.abs(g)):
         return res
     for step in steps:
@@ -287,6 +297,15 @@ def _newton_polish(objective, res, *, tol, max_iter, callback=None, budget=None)
     polish.nfev += res.nfev
     polish.message = f"{res.message}; then {polish.message.lower()} (Newton polish)"
     return polish
+
+
+def _centred_wrapper(objective):
+    """The :class:`~dask_estimators.objectives.centred.CentredObjective` ``objective`` is (printed or not), or
+    None."""
+    from ..objectives.centred import CentredObjective
+
+    objective = getattr(objective, "_objective", objective) if isinstance(objective, _Printing) else objective
+    return objective if isinstance(objective, CentredObjective) else None
 
 
 #: trust-ncg's initial and largest trust radius (see _newton_cg).
@@ -389,6 +408,8 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
     fixed = getattr(objective, "newton_fixed", None)
     free = np.ones(x.size, dtype=bool) if fixed is None else ~np.asarray(fixed, dtype=bool)
     f, g = objective.fun_and_grad(x)
+    # steps in a row at float64's floor that neither decreased f nor brought max |gradient| below its best
+    stalled, best_g = 0, np.max(np.abs(g), initial=0.0)
     nit, nfev, status, message = 0, 1, 1, "Maximum number of iterations reached."
     decrement = 0.0  # half the last Newton decrement, step @ H @ step / 2 (scikit-learn's second test)
     while True:
@@ -443,11 +464,21 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
             break
         nit += 1
         small_change = f - f_new <= 64 * np.finfo(float).eps * max(1.0, abs(f))
+        g_new_max = np.max(np.abs(g_new), initial=0.0)
+        # a full step that changes nothing, or a step cut back to no change of f at all, is the floor; a step cut
+        # back that still lowers f (a domain's edge) is slow headway
+        stalled = stalled + 1 if small_change and (t == 1.0 or f_new == f) and g_new_max >= best_g else 0
+        best_g = min(best_g, g_new_max)
         x, f, g = x + t * step, f_new, g_new
         if callback is not None:
             callback(_iteration(x, f, nit, np.max(np.abs(g), initial=0.0)))
         if small_change and np.max(np.abs(g), initial=0.0) <= max(tol, 1e-10):
             status, message = 0, "Objective stopped decreasing."
+            break
+        if stalled >= _STALLED_STEPS and not (getattr(objective, "quadratic", False) and fallback):
+            # at float64's floor short of tol (a tol of 1e-9 on counts in the thousands): more steps go round
+            # for max_iter; the caller warns that it stopped short of tol
+            status, message = 2, "Objective and gradient stopped decreasing (float64's rounding floor)."
             break
     return optimize.OptimizeResult(
         x=x, fun=f, jac=g, nit=nit, nfev=nfev, status=status, success=status == 0, message=message
@@ -457,6 +488,10 @@ def _newton_cholesky(objective, x0, *, tol, max_iter, callback=None, fallback=Tr
 #: Newton steps on a quadratic before an ill-conditioned one goes on with L-BFGS (one lands on the minimum, a
 #: second takes up rounding)
 _QUADRATIC_STEPS = 3
+
+#: Newton steps in a row at float64's floor, neither decreasing f nor bringing max |gradient| below its best
+#: (a slow but steady descent, a step cut back at a domain's edge, goes on), that end a solve
+_STALLED_STEPS = 5
 
 #: What :func:`_cholesky_solve` raises for a singular or very ill-conditioned matrix.
 _SINGULAR = (linalg.LinAlgError, linalg.LinAlgWarning, ValueError)
@@ -732,7 +767,7 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
         message = f"{head} (max_iter={max_iter}). Increase the number of iterations (max_iter) or scale the data."
     elif (keep or warn) and _grad_max(res) > tol:
         # the solver ended where it could no longer decrease the objective in float64, short of tol
-        message = (f"{solver} stopped after {res.nit} iteration(s) short of tol = {tol:g}: max |gradient| = "
+        message = (f"{res.get('solver', solver)} stopped after {res.nit} iteration(s) short of tol = {tol:g}: max |gradient| = "
                    f"{_grad_max(res):.3g} where the objective no longer decreased in floating point "
                    f"({res.message}). Increase tol, or scale the data.")
     if message is not None:

@@ -771,3 +771,21 @@ def test_newton_cholesky_on_a_least_squares_problem_it_cannot_resolve_goes_on_wi
     assert est.n_iter_ < 50
     assert objective(est) <= objective(ref) * (1 + 1e-7)
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4)
+
+
+def test_newton_steps_at_float64s_floor_short_of_tol_stop_and_say_so():
+    """Counts in the thousands on columns of mixed scale (one of mean 1e6) at tol=1e-9: float64 resolves max
+    |gradient| to about 1e-7 only.  The Newton polish after L-BFGS went round for all of max_iter (1000
+    iterations, 12,819 rounds) and warned that lbfgs failed to converge; it stops after three steps that
+    change nothing, at the same coefficients as a fit on the centred columns, and says it stopped short of tol."""
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(1000, 4))
+    X = Z * np.array([1e-4, 1.0, 1e4, 1e2])
+    X[:, 3] += 1e6
+    S = (X - X.mean(0)) / X.std(0)
+    y = rng.poisson(np.exp(8 + 0.3 * S @ np.array([1.3, 0.63, -0.03, -0.7]))).astype(float)
+    with pytest.warns(ConvergenceWarning, match="short of tol"):
+        est = de.PoissonRegressor(alpha=1e-4, solver="lbfgs", tol=1e-9, max_iter=1000).fit(X, y)
+    assert est.n_iter_ < 50
+    centred = de.PoissonRegressor(alpha=1e-4, solver="lbfgs", tol=1e-9, max_iter=1000).fit(X - X.mean(0), y)
+    np.testing.assert_allclose(est.coef_, centred.coef_, rtol=1e-6)
