@@ -420,9 +420,10 @@ def test_lbfgs_on_columns_far_from_zero_converges_as_on_centred_columns():
         raw = de.LogisticRegression(max_iter=1000).fit(X, y)
         centred = de.LogisticRegression(max_iter=1000).fit(X - X.mean(axis=0), y)
     assert raw.n_iter_[0] < 1.25 * centred.n_iter_[0], (raw.n_iter_, centred.n_iter_)
-    # the same minimum, to the default tol (the columns' scales still differ, so the coefficients agree less)
+    # the same minimum, to the default tol (the columns' scales still differ, so the coefficients and the
+    # probabilities agree less: 3e-3 apart with the oldest scipy L-BFGS-B that pyproject admits)
     assert raw.fit_stats_["objective"] == pytest.approx(centred.fit_stats_["objective"], rel=1e-5)
-    np.testing.assert_allclose(raw.predict_proba(X), centred.predict_proba(X - X.mean(axis=0)), atol=2e-3)
+    np.testing.assert_allclose(raw.predict_proba(X), centred.predict_proba(X - X.mean(axis=0)), atol=1e-2)
 
 
 # ------------------------------------------------------- LinearSVR: diabetes
