@@ -283,14 +283,17 @@ class _BaseMLP(DistributedEstimator):
             raise ValueError(f"y has {spec.n_outputs} outputs but the fitted network has {self.n_outputs_}.")
         rng = check_random_state(self.random_state)
         w0 = M.glorot_init(spec, rng) if reset else M.flatten(self.coefs_, self.intercepts_)
+        drawn = M.shuffle_state(rng)  # where scikit-learn's shuffles start: after the initial weights
         seed = int(rng.randint(np.iinfo(np.int32).max))
         early_stopping = self.early_stopping and self.solver != "lbfgs"  # lbfgs ignores it, as in scikit-learn
         vf = self.validation_fraction if early_stopping else 0.0
-        # without validation rows every shard's rows train, so the client knows the batches' cuts beforehand (the
-        # stochastic solvers'), and one round both prepares the shards and gives them their cuts
+        # without validation rows every shard's rows train: each shard takes its rows of scikit-learn's global
+        # batches (whichever rows it holds), and one round both prepares the shards and gives them their order
         batch = cuts = None
         if not vf and self.solver != "lbfgs":
-            batch, cuts = self._batches(data.n_rows)
+            batch = self._batch_size(data.n_samples)
+            epoch0 = 0 if reset else getattr(self, "_epochs_run", self.n_iter_)
+            cuts = [M.BatchOrder(tuple(r), data.n_samples, batch, drawn, epoch0) for r in _shard_rows(data)]
         counts = data.map_each(M.prepare, [(spec, vf, seed, r) + (() if cuts is None else (cuts[r],))
                                            for r in range(data.n_shards)])
         n_train = sum(c["n_train"] for c in counts)
@@ -320,6 +323,7 @@ class _BaseMLP(DistributedEstimator):
             data.map_each(M.set_batch_cuts, [(row,) for row in cuts])
         cfg = self._train_config(
             early_stopping, seed, n_train, batch, epoch0=getattr(self, "_epochs_run", self.n_iter_), t0=self.t_,
+            shuffle_state=None if vf else drawn,
             incremental=incremental, send_params=any(cb.needs_params for cb in client_callbacks),
         )
         monitor = self._monitor(early_stopping, reset)
@@ -356,12 +360,13 @@ class _BaseMLP(DistributedEstimator):
         spec = M.MLPSpec(n_features, self._hidden(), n_outputs, self.activation, out, dtype)
         rng = check_random_state(self.random_state)
         w0 = M.glorot_init(spec, rng)
+        state = M.shuffle_state(rng)
         drawn = int(rng.randint(np.iinfo(np.int32).max))
         early_stopping = self.early_stopping and self.solver != "lbfgs"
         vf = self.validation_fraction if early_stopping else 0.0
         n_train = n_rows - M.validation_rows(n_rows, vf)
         batch = self._batch_size(n_train)
-        cfg = self._train_config(early_stopping, drawn, n_train, batch)
+        cfg = self._train_config(early_stopping, drawn, n_train, batch, shuffle_state=None if vf else state)
         return spec, LockstepMember(spec, w0, cfg, self._monitor(early_stopping, True), batch, vf)
 
     def _train_config(self, early_stopping, seed, n_train, batch, **more):
@@ -524,6 +529,20 @@ class _BaseMLP(DistributedEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
         return tags
+
+
+def _shard_rows(data) -> list:
+    """The global rows (``[start, stop)`` ranges) of each shard of ``data``: its placement's, where they cover
+    the input's rows once and agree with the shards' counts, else the shards' rows one after the other."""
+    ranges = data.row_ranges
+    n_rows = [int(n) for n in data.n_rows]
+    if ranges is not None and len(ranges) == len(n_rows):
+        spans = sorted((int(a), int(b)) for r in ranges for a, b in r)
+        if ([sum(b - a for a, b in r) for r in ranges] == n_rows and all(a <= b for a, b in spans)
+                and [a for a, _ in spans] == [0] + [b for _, b in spans[:-1]]):
+            return [[(int(a), int(b)) for a, b in r] for r in ranges]
+    starts = np.concatenate([[0], np.cumsum(n_rows)]).astype(int)
+    return [[(int(starts[i]), int(starts[i + 1]))] for i in range(len(n_rows))]
 
 
 def _n_targets(data) -> int:
@@ -1181,7 +1200,8 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None, scalers=None
             spec, member = est._lockstep_member(tmpl.n_features_in_, n_out, out, storage.name, len(train))
             if est.random_state is None:  # random batches: the group's
                 free = member.batches()[:2] + member.batches()[3:]
-                member.cfg.seed = seeds.setdefault(free, member.cfg.seed)
+                member.cfg.seed, member.cfg.shuffle_state = seeds.setdefault(
+                    free, (member.cfg.seed, member.cfg.shuffle_state))
             if member.cfg.early_stopping:  # as M.prepare counts: a stratified split where each row has a class
                 stratified = member.validation_fraction and (out == "softmax" or (
                     out == "logistic" and spec.n_outputs == 1 and np.ndim(codes) == 1))

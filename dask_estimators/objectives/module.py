@@ -70,6 +70,10 @@ __all__ = [
     "batch_slice",
     "batch_cuts",
     "set_batch_cuts",
+    "BatchOrder",
+    "shuffle_state",
+    "set_batch_order",
+    "epoch_order",
     "csr_rows",
     "sparse_linear",
     "sparse_linear_weight_grad",
@@ -652,9 +656,10 @@ def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: i
     """Encode the targets for ``spec.out``, cast X, split off this shard's validation rows (seeded).
 
     Returns the shard's row counts and weight sums, training and validation.
-    With ``cuts`` (its row of :func:`batch_cuts`, which the client can work
-    out beforehand when no validation rows are held out), also
-    :func:`set_batch_cuts`: one round instead of two.
+    With ``cuts`` (its row of :func:`batch_cuts`, or its :class:`BatchOrder`,
+    which the client can work out beforehand when no validation rows are held
+    out), also :func:`set_batch_cuts` (:func:`set_batch_order`): one round
+    instead of two.
     """
     dt = spec.torch_dtype
     X = shard.get("X")
@@ -673,7 +678,9 @@ def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: i
     # not (scikit-learn stratifies a classifier of one output only: its binarised multiclass y has one per class)
     labels = y[:, 0] if spec.out == "logistic" and spec.n_outputs == 1 else None
     out = init_rows(shard, validation_fraction, seed, rank, labels=labels)
-    if cuts is not None:
+    if isinstance(cuts, BatchOrder):
+        set_batch_order(shard, cuts)
+    elif cuts is not None:
         set_batch_cuts(shard, cuts)
     return out
 
@@ -712,6 +719,7 @@ def init_rows(shard, validation_fraction: float, seed: int, rank: int, labels=No
         "val": None if val is None else val.to(dev),
         "n_train": n - n_val,
         "perm": None,
+        "order": None,  # a BatchOrder's epochs (set_batch_order), else cuts of the shard's own shuffles
         "module": None,
         "work": {},  # buffers kept between steps (see _scratch)
         "rank": int(rank),
@@ -777,6 +785,94 @@ def batch_cuts(n_rows, batch_size: int) -> np.ndarray:
 def set_batch_cuts(shard, cuts) -> None:
     """Give this shard its row of :func:`batch_cuts`: its batch shares replace :func:`batch_slice`'s this fit."""
     shard.cache["mlp"]["cuts"] = np.asarray(cuts, dtype=np.int64)
+    shard.cache["mlp"]["order"] = None
+
+
+def shuffle_state(rng: np.random.RandomState) -> tuple:
+    """``rng``'s state (a ``RandomState`` as scikit-learn's MLPs draw from) as a hashable value: the state the
+    epochs' shuffles of :class:`BatchOrder` start from."""
+    name, keys, pos, has_gauss, cached = rng.get_state()
+    return (name, np.asarray(keys, dtype=np.uint32).tobytes(), int(pos), int(has_gauss), float(cached))
+
+
+def _random_state(state: tuple) -> np.random.RandomState:
+    name, keys, pos, has_gauss, cached = state
+    rng = np.random.RandomState()
+    rng.set_state((name, np.frombuffer(keys, dtype=np.uint32).copy(), pos, has_gauss, cached))
+    return rng
+
+
+@dataclass(frozen=True)
+class BatchOrder:
+    """One shard's place in a fit's global batches, the same whatever the layout of the rows into shards.
+
+    ``ranges``: the global rows the shard holds (``[start, stop)`` of the input, in the order of its rows);
+    ``n_total`` the rows of all shards, ``batch_size`` the rows of a global batch.  Epoch ``epoch0 + i``
+    takes the rows in the order scikit-learn's MLPs take them: with ``shuffle_state`` (a
+    :func:`shuffle_state`), the ``i + 1``-th shuffle of the row indices, each drawn
+    (``RandomState.shuffle``) over the one before, from that state; without, the rows in input order.
+    Global batch ``k`` is the ``k``-th run of ``batch_size`` rows of that order, and each shard takes its rows
+    of it, so the batches, and with them the model, depend on the rows and the seed, not on which worker
+    holds which rows.
+    """
+
+    ranges: tuple
+    n_total: int
+    batch_size: int
+    shuffle_state: tuple | None = None
+    epoch0: int = 0
+
+    def global_rows(self) -> np.ndarray:
+        """The global row of each of the shard's rows."""
+        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in self.ranges] or
+                              [np.zeros(0, np.int64)])
+
+    def local_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The shard's row index of each global row in ``rows`` (rows the shard holds)."""
+        starts = np.array([a for a, _ in self.ranges], dtype=np.int64)
+        firsts = np.concatenate([[0], np.cumsum([b - a for a, b in self.ranges])[:-1]]).astype(np.int64)
+        by = np.argsort(starts, kind="stable")
+        j = by[np.searchsorted(starts[by], rows, side="right") - 1]
+        return rows - starts[j] + firsts[j]
+
+
+def set_batch_order(shard, order: BatchOrder) -> None:
+    """Give this shard its :class:`BatchOrder`: its batches' rows come from it this fit (all its rows train)."""
+    n = sum(b - a for a, b in order.ranges)
+    state = shard.cache["mlp"]
+    if n != state["n_train"]:
+        raise ValueError(f"A batch order over {n} rows for a shard training on {state['n_train']}.")
+    state["order"] = {"order": order, "mine": None, "shuffles": None}
+    state["cuts"] = None
+
+
+def epoch_order(state: dict, epoch: int, shuffle: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The shard's rows (indices into the shard) in the order of ``epoch``'s global batches, and the cuts:
+    global batch ``k`` holds its rows ``cuts[k]:cuts[k + 1]`` of that order (see :class:`BatchOrder`)."""
+    held = state["order"]
+    order: BatchOrder = held["order"]
+    n = order.n_total
+    if held["mine"] is None:
+        mine = np.zeros(n, dtype=bool)
+        mine[order.global_rows()] = True
+        held["mine"] = mine
+    if shuffle and order.shuffle_state is not None:
+        i = epoch - order.epoch0
+        done = held["shuffles"]
+        if done is None or done[0] > i:  # from the fit's first epoch (a shard rebuilt after a worker loss)
+            done = (-1, _random_state(order.shuffle_state), np.arange(n))
+        k, rng, sample_idx = done
+        while k < i:  # scikit-learn's shuffle of the sample indices, once an epoch, each over the one before
+            perm = np.arange(n)
+            rng.shuffle(perm)
+            sample_idx, k = sample_idx[perm], k + 1
+        held["shuffles"] = (k, rng, sample_idx)
+        at = np.flatnonzero(held["mine"][sample_idx])  # the epoch's positions of this shard's rows
+        rows = sample_idx[at]
+    else:
+        at = rows = np.flatnonzero(held["mine"])
+    bounds = np.minimum(np.arange(-(-n // order.batch_size) + 1, dtype=np.int64) * order.batch_size, n)
+    return order.local_rows(rows), np.searchsorted(at, bounds)
 
 
 def batch_slice(n_rows: int, step: int, n_steps: int) -> tuple[int, int]:
@@ -792,13 +888,17 @@ def _epoch_perm(shard, batch):
     key = (seed, epoch, shuffle)
     if state["perm"] is None or state["perm"][0] != key:
         n = state["n_train"]
+        if state.get("order") is not None:
+            rows, cuts = epoch_order(state, epoch, shuffle)
+            state["perm"] = (key, torch.from_numpy(rows).to(shard.device), cuts)
+            return state["perm"][1]
         if shuffle:
             g = torch.Generator().manual_seed(_mix(seed, rank, epoch))
             order = torch.randperm(n, generator=g).to(shard.device)
         else:
             order = torch.arange(n, device=shard.device)
         rows = order if state["train"] is None else state["train"][order]
-        state["perm"] = (key, rows)
+        state["perm"] = (key, rows, None)
     return state["perm"][1]
 
 
@@ -808,7 +908,7 @@ def batch_rows(shard, batch):
     if batch is None:
         return state["train"]
     rows = _epoch_perm(shard, batch)
-    cuts = state.get("cuts")
+    cuts = state["perm"][2] if state["perm"][2] is not None else state.get("cuts")
     if cuts is not None and len(cuts) == batch[3] + 1:
         lo, hi = int(cuts[batch[2]]), int(cuts[batch[2] + 1])
     else:

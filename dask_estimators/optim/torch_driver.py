@@ -11,8 +11,9 @@ One epoch loop, :func:`run_epochs`, serves both strategies:
   worker at once, the gradients are summed over the ranks and every rank
   steps the same optimizer on the same numbers.
 
-Both take the same seeded batches (each worker its share of each global batch,
-see :func:`~dask_estimators.objectives.module.batch_cuts` and ``batch_slice``) and apply
+Both take the same seeded batches (each worker its share of each global batch, see
+:class:`~dask_estimators.objectives.module.BatchOrder` and
+:func:`~dask_estimators.objectives.module.batch_cuts`) and apply
 scikit-learn's rules: the epoch loss, ``tol``/``n_iter_no_change``, the
 validation score of ``early_stopping`` (best parameters restored), and the
 ``"invscaling"``/``"adaptive"`` learning rates of SGD.  Optimizer state is
@@ -68,6 +69,9 @@ class TrainConfig:
     early_stopping: bool = False
     shuffle: bool = True
     seed: int = 0
+    # where all training rows train (no validation rows): the RandomState state the epochs' shuffles start from
+    # (the objective layer's BatchOrder, scikit-learn's order of batches), None for each shard's own shuffles
+    shuffle_state: tuple | None = None
     n_steps: int = 1  # global batches per epoch
     n_train: int = 1  # training rows over all shards
     epoch0: int = 0  # epochs already done (warm start, partial_fit): seeds later epochs afresh
@@ -467,7 +471,7 @@ class LockstepMember:
     def batches(self) -> tuple:
         """What the members of one group share."""
         c = self.cfg
-        return (self.batch_size, self.validation_fraction, c.seed, c.shuffle, c.n_steps, c.n_train,
+        return (self.batch_size, self.validation_fraction, (c.seed, c.shuffle_state), c.shuffle, c.n_steps, c.n_train,
                 c.early_stopping, c.epoch0, self.spec.out, self.spec.dtype)
 
 

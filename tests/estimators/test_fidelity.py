@@ -15,6 +15,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn import linear_model as sk_lm
 from sklearn import neural_network as sk_nn
 from sklearn import svm as sk_svm
@@ -631,34 +633,83 @@ def test_batch_cuts_give_exact_global_batches(n_rows, batch):
     assert np.all(np.abs(cuts - np.outer(n_rows, done) / total) <= 1)
 
 
-def _global_order(rows_per_shard, batch=1):
-    """The rows of one unshuffled epoch in the order our batches take them (numpy input is placed in row blocks)."""
-    from dask_estimators.objectives import module as M
-
-    cuts = M.batch_cuts(rows_per_shard, batch)
-    offsets = np.concatenate([[0], np.cumsum(rows_per_shard)[:-1]])
-    order = []
-    for k in range(cuts.shape[1] - 1):
-        for r in range(len(rows_per_shard)):
-            order.extend(offsets[r] + np.arange(cuts[r, k], cuts[r, k + 1]))
-    return np.array(order)
-
-
+@pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("strategy", MLP_STRATEGIES)
-def test_mlp_batch_size_one_is_sklearns_sgd(strategy):
-    """batch_size=1 on 2 workers: one row per step, the same steps as scikit-learn's SGD over the same order."""
+def test_mlp_sgd_takes_sklearns_batches_on_two_workers(strategy, shuffle):
+    """SGD on 2 workers: each worker takes its rows of scikit-learn's global batches, in input order or in
+    scikit-learn's shuffles (drawn from where the initial weights leave its random state), so the steps are
+    scikit-learn's own: batch_size=1 steps one row at a time, in the same order."""
     X, y = _diabetes(n=40)
     kw = dict(hidden_layer_sizes=(4,), solver="sgd", momentum=0.0, learning_rate_init=0.01, batch_size=1,
-              shuffle=False, max_iter=3, random_state=0, alpha=1e-3)
+              shuffle=shuffle, max_iter=3, random_state=0, alpha=1e-3)
     ours = _quiet(de.MLPRegressor(strategy=strategy, **kw).fit, X, y)
-    assert ours.fit_stats_["steps_per_epoch"] == len(X)
-    assert np.all(np.isfinite(ours.loss_curve_))
-    order = _global_order(ours.fit_stats_["rows_per_shard"])
-    np.testing.assert_array_equal(np.sort(order), np.arange(len(X)))
-    ref = _quiet(sk_nn.MLPRegressor(**kw).fit, X[order], y[order])
+    assert ours.fit_stats_["steps_per_epoch"] == len(X) and len(ours.fit_stats_["rows_per_shard"]) == 2
+    ref = _quiet(sk_nn.MLPRegressor(**kw).fit, X, y)
     for a, b in zip(ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_every_layout_of_the_rows_takes_sklearns_batches(data):
+    """However the rows are cut into pieces and the pieces dealt to shards (in any order), the shards' rows of
+    each global batch are together scikit-learn's batch: its shuffle of the sample indices, once an epoch,
+    drawn over the one before from the same random state."""
+    from sklearn.utils import gen_batches, shuffle
+
+    from dask_estimators.objectives import module as M
+
+    n = data.draw(st.integers(1, 60), label="rows")
+    batch = data.draw(st.integers(1, n), label="batch")
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, n), max_size=6), label="cuts")) | {0, n})
+    pieces = [(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
+    n_shards = data.draw(st.integers(1, 4), label="shards")
+    owner = data.draw(st.lists(st.integers(0, n_shards - 1), min_size=len(pieces), max_size=len(pieces)))
+    dealt = data.draw(st.permutations(range(len(pieces))), label="order within shards")
+    shards = [tuple(pieces[j] for j in dealt if owner[j] == r) for r in range(n_shards)]
+    shuffled = data.draw(st.booleans(), label="shuffle")
+    rng = np.random.RandomState(data.draw(st.integers(0, 2**31 - 1), label="seed"))
+    state = M.shuffle_state(rng)
+    epoch0 = data.draw(st.integers(0, 3), label="epoch0")
+    orders = [M.BatchOrder(r, n, batch, state, epoch0) for r in shards]
+    held = [{"order": {"order": o, "mine": None, "shuffles": None}} for o in orders]
+    sample_idx = np.arange(n)
+    for epoch in (epoch0, epoch0 + 1, epoch0 + 2, epoch0):  # and back to the first (a rebuilt shard)
+        if epoch == epoch0:
+            sample_idx, ref_rng = np.arange(n), M._random_state(state)
+        if shuffled:
+            sample_idx = shuffle(sample_idx, random_state=ref_rng)
+        took = [M.epoch_order(h, epoch, shuffled) for h in held]
+        for k, sl in enumerate(gen_batches(n, batch)):
+            got = np.concatenate([o.global_rows()[rows[c[k]:c[k + 1]]] for o, (rows, c) in zip(orders, took)])
+            want = sample_idx[sl] if shuffled else np.arange(n)[sl]
+            np.testing.assert_array_equal(np.sort(got), np.sort(want))
+
+
+def test_the_same_rows_in_any_layout_train_the_same_network(client):
+    """Adam on the same rows from NumPy, from dask arrays whose blocks sit on both workers (the shards' rows
+    out of input order), and from dask frames of known and unknown lengths: the same network."""
+    import dask.array as da
+    import dask.dataframe as dd
+    import pandas as pd
+
+    X, y = load_iris(return_X_y=True)
+    X = np.repeat(X, 4, axis=0) + np.random.default_rng(0).normal(scale=0.1, size=(600, 4))
+    y = np.repeat(y, 4)
+    kw = dict(hidden_layer_sizes=(5,), max_iter=4, batch_size=32, random_state=0)
+    ref = _quiet(de.MLPClassifier(**kw).fit, X, y)
+    blocks = client.persist([da.from_array(X, chunks=(50, 4)), da.from_array(y, chunks=50)])
+    frame = dd.from_pandas(pd.DataFrame(X), npartitions=7), dd.from_pandas(pd.Series(y), npartitions=7)
+    layouts = {"persisted blocks": blocks, "frame": frame,
+               "unknown lengths": [f.clear_divisions() for f in frame]}
+    spread = 0
+    for name, (Xd, yd) in layouts.items():
+        ours = _quiet(de.MLPClassifier(**kw).fit, Xd, yd)
+        spread += len(ours.fit_stats_["rows_per_shard"]) > 1
+        for a, b in zip(ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12, err_msg=name)
+    assert spread
 
 
 def _three_outputs(n=120):

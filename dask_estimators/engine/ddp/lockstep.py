@@ -108,7 +108,11 @@ def train_lockstep(shard, rows, y, sample_weight, members, training, device="cpu
     if counts["n_train"] != cfg0.n_train:
         raise ValueError(f"The split holds {counts['n_train']} training rows, not the {cfg0.n_train} its "
                          "configuration was made for.")
-    M.set_batch_cuts(fold, M.batch_cuts([cfg0.n_train], first.batch_size)[0])
+    if vf or cfg0.shuffle_state is None:
+        M.set_batch_cuts(fold, M.batch_cuts([cfg0.n_train], first.batch_size)[0])
+    else:  # the batches of the members' fits alone
+        M.set_batch_order(fold, M.BatchOrder(((0, cfg0.n_train),), cfg0.n_train, first.batch_size,
+                                             cfg0.shuffle_state, cfg0.epoch0))
     dev = fold.device
     runs = [_Run(m, dev, training) for m in members]
     add_ = _torch_api.foreach_add_fn()
