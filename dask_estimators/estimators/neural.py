@@ -287,22 +287,24 @@ class _BaseMLP(DistributedEstimator):
         seed = int(rng.randint(np.iinfo(np.int32).max))
         early_stopping = self.early_stopping and self.solver != "lbfgs"  # lbfgs ignores it, as in scikit-learn
         vf = self.validation_fraction if early_stopping else 0.0
-        # without validation rows every shard's rows train: each shard takes its rows of scikit-learn's global
-        # batches (whichever rows it holds), and one round both prepares the shards and gives them their order
-        batch = cuts = None
-        if not vf and self.solver != "lbfgs":
+        # each shard takes its rows of scikit-learn's global batches (whichever rows it holds); without validation
+        # rows every row trains, and one round both prepares the shards and gives them their order
+        batch = orders = None
+        rows = _shard_rows(data)
+        epoch0 = 0 if reset else getattr(self, "_epochs_run", self.n_iter_)
+        if not early_stopping and self.solver != "lbfgs":
             batch = self._batch_size(data.n_samples)
-            epoch0 = 0 if reset else getattr(self, "_epochs_run", self.n_iter_)
-            cuts = [M.BatchOrder(tuple(r), data.n_samples, batch, drawn, epoch0) for r in _shard_rows(data)]
-        counts = data.map_each(M.prepare, [(spec, vf, seed, r) + (() if cuts is None else (cuts[r],))
+            orders = [M.BatchOrder(tuple(r), data.n_samples, batch, drawn, epoch0) for r in rows]
+        # a classifier of one output has its validation rows stratified, as scikit-learn's
+        stratify = early_stopping and spec.out == "logistic" and spec.n_outputs == 1
+        counts = data.map_each(M.prepare, [(spec, 0.0, seed, r, None if orders is None else orders[r], stratify)
                                            for r in range(data.n_shards)])
         n_train = sum(c["n_train"] for c in counts)
-        if cuts is not None and [c["n_train"] for c in counts] != [int(n) for n in data.n_rows]:
-            raise RuntimeError(f"The shards hold {[c['n_train'] for c in counts]} training rows, not the "
-                               f"{data.n_rows} placed.")  # pragma: no cover - a broken invariant
-        if early_stopping:
-            _check_validation_rows([c["class_counts"] for c in counts] if "class_counts" in counts[0] else None,
-                                   sum(c["n_val"] for c in counts), getattr(self, "classes_", None))
+        if early_stopping:  # scikit-learn's split of the global rows, from where the initial weights leave its rng
+            drawn, orders = self._validation_split(data, rows, counts, vf, drawn, epoch0, stratify)
+            batch = orders[0].batch_size
+            counts = data.map_each(M.set_batch_order, [(o,) for o in orders])
+            n_train = sum(c["n_train"] for c in counts)
         if reset:
             self._reset_fitted(spec)
         strategy = self._resolve_strategy()
@@ -318,12 +320,8 @@ class _BaseMLP(DistributedEstimator):
                                       for cb in loop_callbacks + client_callbacks):
             raise ValueError("A callback monitors 'validation_score', which needs a validation set: set "
                              "early_stopping=True (validation_fraction of the training rows are held out).")
-        if cuts is None:
-            batch, cuts = self._batches([c["n_train"] for c in counts])
-            data.map_each(M.set_batch_cuts, [(row,) for row in cuts])
         cfg = self._train_config(
-            early_stopping, seed, n_train, batch, epoch0=getattr(self, "_epochs_run", self.n_iter_), t0=self.t_,
-            shuffle_state=None if vf else drawn,
+            early_stopping, seed, n_train, batch, epoch0=epoch0, t0=self.t_, shuffle_state=drawn,
             incremental=incremental, send_params=any(cb.needs_params for cb in client_callbacks),
         )
         monitor = self._monitor(early_stopping, reset)
@@ -353,10 +351,10 @@ class _BaseMLP(DistributedEstimator):
         self._monitor_state = None
         self._optimizer_state = None
 
-    def _lockstep_member(self, n_features, n_outputs, out, dtype, n_rows):
+    def _lockstep_member(self, n_features, n_outputs, out, dtype, n_rows, labels=None):
         """This model (not fitted) as one network of a search's lockstep (:func:`fit_lockstep`), on ``n_rows``
-        rows: (its network, the optimizer layer's ``LockstepMember``), made as :meth:`fit` makes its training
-        run on one worker."""
+        rows (``labels``: their classes, for a classifier's stratified early-stopping split): (its network, the
+        optimizer layer's ``LockstepMember``), made as :meth:`fit` makes its training run on one worker."""
         spec = M.MLPSpec(n_features, self._hidden(), n_outputs, self.activation, out, dtype)
         rng = check_random_state(self.random_state)
         w0 = M.glorot_init(spec, rng)
@@ -364,10 +362,15 @@ class _BaseMLP(DistributedEstimator):
         drawn = int(rng.randint(np.iinfo(np.int32).max))
         early_stopping = self.early_stopping and self.solver != "lbfgs"
         vf = self.validation_fraction if early_stopping else 0.0
-        n_train = n_rows - M.validation_rows(n_rows, vf)
+        place, n_train = None, n_rows
+        if early_stopping:
+            stratify = out == "logistic" and spec.n_outputs == 1
+            place, n_train, state = _split(n_rows, vf, state, np.asarray(labels, dtype=np.int8).reshape(-1)
+                                           if stratify else None, getattr(self, "classes_", None))
         batch = self._batch_size(n_train)
-        cfg = self._train_config(early_stopping, drawn, n_train, batch, shuffle_state=None if vf else state)
-        return spec, LockstepMember(spec, w0, cfg, self._monitor(early_stopping, True), batch, vf)
+        order = M.BatchOrder(((0, n_rows),), n_train, batch, state, 0, positions=place)
+        cfg = self._train_config(early_stopping, drawn, n_train, batch, shuffle_state=state)
+        return spec, LockstepMember(spec, w0, cfg, self._monitor(early_stopping, True), batch, vf, order=order)
 
     def _train_config(self, early_stopping, seed, n_train, batch, **more):
         """The optimizer layer's ``TrainConfig`` of this model's parameters, for ``n_train`` training rows in
@@ -392,11 +395,20 @@ class _BaseMLP(DistributedEstimator):
         self.fit_stats_ = dict(stats, seconds=sum(r["seconds"] for r in res.history), **res.info.get("lockstep", {}))
         return self
 
-    def _batches(self, rows):
-        """The batch size and each shard's cuts (:func:`~dask_estimators.objectives.module.batch_cuts`) for shards
-        of ``rows`` training rows: exact global batches, also when smaller than the number of shards."""
-        batch = self._batch_size(int(sum(rows)))
-        return batch, M.batch_cuts(rows, batch)
+    def _validation_split(self, data, rows, counts, vf, drawn, epoch0, stratify):
+        """scikit-learn's early-stopping split of the global rows (``train_test_split`` from the random state
+        ``drawn``, stratified for a classifier of one output), and each shard's ``BatchOrder`` over the training
+        rows: (the random state after the split, where the epochs' shuffles start; the orders)."""
+        n = data.n_samples
+        labels = None
+        if stratify:  # the rows' classes, one byte each, put in global order
+            labels = np.empty(n, dtype=np.int8)
+            for r, c in zip(rows, counts):
+                labels[M.rows_of_ranges(r)] = c["labels"]
+        place, n_train, drawn = _split(n, vf, drawn, labels, getattr(self, "classes_", None))
+        batch = self._batch_size(n_train)
+        return drawn, [M.BatchOrder(tuple(r), n_train, batch, drawn, epoch0, positions=place[M.rows_of_ranges(r)])
+                       for r in rows]
 
     def _batch_size(self, n_train):
         if self.batch_size == "auto":
@@ -529,6 +541,24 @@ class _BaseMLP(DistributedEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
         return tags
+
+
+def _split(n, vf, drawn, labels, classes):
+    """scikit-learn's early-stopping split of ``n`` rows (``train_test_split`` from the random state ``drawn``,
+    stratified by ``labels`` where given) and its errors: (each row's place among the training rows, -1 for a
+    validation row; the training rows; the random state after the split, where the epochs' shuffles start)."""
+    from sklearn.model_selection import train_test_split
+
+    if labels is not None:
+        _check_stratifiable([np.bincount(labels)], classes)
+    if not vf:  # no validation row
+        _check_validation_rows(None, 0, classes)
+    rng = M.random_state_of(drawn)
+    train, val = train_test_split(np.arange(n), random_state=rng, test_size=vf, stratify=labels)
+    _check_validation_rows(None, len(val), classes)
+    place = np.full(n, -1, dtype=np.int64)
+    place[train] = np.arange(len(train))
+    return place, len(train), M.shuffle_state(rng)
 
 
 def _shard_rows(data) -> list:
@@ -1197,11 +1227,15 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None, scalers=None
                 for name in names:
                     if hasattr(source, name):
                         setattr(est, name, copy.copy(getattr(source, name)))
-            spec, member = est._lockstep_member(tmpl.n_features_in_, n_out, out, storage.name, len(train))
+            try:
+                spec, member = est._lockstep_member(tmpl.n_features_in_, n_out, out, storage.name, len(train),
+                                                    labels=codes)
+            except ValueError as e:  # the early-stopping split's errors, as each fit's
+                raise RejectedInput(str(e)) from e
             if est.random_state is None:  # random batches: the group's
                 free = member.batches()[:2] + member.batches()[3:]
-                member.cfg.seed, member.cfg.shuffle_state = seeds.setdefault(
-                    free, (member.cfg.seed, member.cfg.shuffle_state))
+                member.cfg.seed, member.cfg.shuffle_state, member.order = seeds.setdefault(
+                    free, (member.cfg.seed, member.cfg.shuffle_state, member.order))
             if member.cfg.early_stopping:  # as M.prepare counts: a stratified split where each row has a class
                 stratified = member.validation_fraction and (out == "softmax" or (
                     out == "logistic" and spec.n_outputs == 1 and np.ndim(codes) == 1))

@@ -71,6 +71,8 @@ __all__ = [
     "batch_cuts",
     "set_batch_cuts",
     "BatchOrder",
+    "rows_of_ranges",
+    "random_state_of",
     "shuffle_state",
     "set_batch_order",
     "epoch_order",
@@ -652,14 +654,18 @@ def _loss_grad_torch(spec: MLPSpec, params, X, y, sw, grads, scale, work):
     return loss
 
 
-def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: int, cuts=None) -> dict:
-    """Encode the targets for ``spec.out``, cast X, split off this shard's validation rows (seeded).
+def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: int, cuts=None,
+            want_labels: bool = False) -> dict:
+    """Encode the targets for ``spec.out``, cast X, split off this shard's validation rows (seeded, from this
+    shard's rows alone: the estimators ask for none here, and give each shard its part of scikit-learn's split
+    of the global rows in its :class:`BatchOrder` instead; the optimizer layer's tests split so).
 
     Returns the shard's row counts and weight sums, training and validation.
     With ``cuts`` (its row of :func:`batch_cuts`, or its :class:`BatchOrder`,
     which the client can work out beforehand when no validation rows are held
     out), also :func:`set_batch_cuts` (:func:`set_batch_order`): one round
-    instead of two.
+    instead of two.  With ``want_labels``, the counts hold the class (0 or 1) of each row of a classifier of one
+    output, for the client's stratified split of the global rows (``"labels"``, int8).
     """
     dt = spec.torch_dtype
     X = shard.get("X")
@@ -678,6 +684,8 @@ def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: i
     # not (scikit-learn stratifies a classifier of one output only: its binarised multiclass y has one per class)
     labels = y[:, 0] if spec.out == "logistic" and spec.n_outputs == 1 else None
     out = init_rows(shard, validation_fraction, seed, rank, labels=labels)
+    if labels is not None and want_labels:
+        out["labels"] = labels.detach().to("cpu").numpy().astype(np.int8)
     if isinstance(cuts, BatchOrder):
         set_batch_order(shard, cuts)
     elif cuts is not None:
@@ -795,11 +803,17 @@ def shuffle_state(rng: np.random.RandomState) -> tuple:
     return (name, np.asarray(keys, dtype=np.uint32).tobytes(), int(pos), int(has_gauss), float(cached))
 
 
-def _random_state(state: tuple) -> np.random.RandomState:
+def random_state_of(state: tuple) -> np.random.RandomState:
+    """A ``RandomState`` in the state :func:`shuffle_state` took."""
     name, keys, pos, has_gauss, cached = state
     rng = np.random.RandomState()
     rng.set_state((name, np.frombuffer(keys, dtype=np.uint32).copy(), pos, has_gauss, cached))
     return rng
+
+
+def rows_of_ranges(ranges) -> np.ndarray:
+    """The rows of ``[start, stop)`` ranges, one after the other."""
+    return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges] or [np.zeros(0, np.int64)])
 
 
 @dataclass(frozen=True)
@@ -814,6 +828,10 @@ class BatchOrder:
     Global batch ``k`` is the ``k``-th run of ``batch_size`` rows of that order, and each shard takes its rows
     of it, so the batches, and with them the model, depend on the rows and the seed, not on which worker
     holds which rows.
+
+    With validation rows held out (scikit-learn's ``train_test_split`` of the global rows, which the client
+    draws), ``positions`` gives each of the shard's rows its place among the training rows (``-1`` for a
+    validation row), ``n_total`` counts the training rows, and the shuffles permute those places.
     """
 
     ranges: tuple
@@ -821,29 +839,57 @@ class BatchOrder:
     batch_size: int
     shuffle_state: tuple | None = None
     epoch0: int = 0
+    positions: np.ndarray | None = None
 
     def global_rows(self) -> np.ndarray:
-        """The global row of each of the shard's rows."""
-        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in self.ranges] or
-                              [np.zeros(0, np.int64)])
+        """The global row (the place among the training rows) of each of the shard's training rows."""
+        if self.positions is not None:
+            return self.positions[self.positions >= 0].astype(np.int64)
+        return rows_of_ranges(self.ranges)
 
-    def local_rows(self, rows: np.ndarray) -> np.ndarray:
-        """The shard's row index of each global row in ``rows`` (rows the shard holds)."""
+    def local_rows(self):
+        """A function from global rows (rows the shard holds) to the shard's row indices."""
+        if self.positions is not None:
+            train = np.flatnonzero(self.positions >= 0)
+            by = np.argsort(self.positions[train])
+            keys, rows_of = self.positions[train][by], train[by]
+            return lambda rows: rows_of[np.searchsorted(keys, rows)]
         starts = np.array([a for a, _ in self.ranges], dtype=np.int64)
         firsts = np.concatenate([[0], np.cumsum([b - a for a, b in self.ranges])[:-1]]).astype(np.int64)
         by = np.argsort(starts, kind="stable")
-        j = by[np.searchsorted(starts[by], rows, side="right") - 1]
-        return rows - starts[j] + firsts[j]
+
+        def local(rows):
+            j = by[np.searchsorted(starts[by], rows, side="right") - 1]
+            return rows - starts[j] + firsts[j]
+        return local
 
 
-def set_batch_order(shard, order: BatchOrder) -> None:
-    """Give this shard its :class:`BatchOrder`: its batches' rows come from it this fit (all its rows train)."""
-    n = sum(b - a for a, b in order.ranges)
+def set_batch_order(shard, order: BatchOrder) -> dict | None:
+    """Give this shard its :class:`BatchOrder`: its batches' rows come from it this fit.  With
+    ``order.positions``, its validation rows are those at ``-1``; then the counts of :func:`init_rows`."""
     state = shard.cache["mlp"]
+    out = None
+    if order.positions is not None:
+        pos = np.asarray(order.positions)
+        if len(pos) != shard.n_rows:
+            raise ValueError(f"A batch order over {len(pos)} rows for a shard of {shard.n_rows}.")
+        train, val = np.flatnonzero(pos >= 0), np.flatnonzero(pos < 0)
+        dev = shard.device
+        state["train"] = torch.from_numpy(train).to(dev) if len(val) else None
+        state["val"] = torch.from_numpy(val).to(dev) if len(val) else None
+        state["n_train"] = len(train)
+        sw = shard.get("sample_weight")
+
+        def wsum(idx):
+            return float(len(idx)) if sw is None else float(sw[torch.from_numpy(idx).to(sw.device)].sum())
+        out = {"n_train": len(train), "n_val": len(val), "sw_train": wsum(train), "sw_val": wsum(val)}
+    n = len(order.global_rows())
     if n != state["n_train"]:
         raise ValueError(f"A batch order over {n} rows for a shard training on {state['n_train']}.")
-    state["order"] = {"order": order, "mine": None, "shuffles": None}
+    state["order"] = {"order": order, "mine": None, "shuffles": None, "local": None}
     state["cuts"] = None
+    state["perm"] = None
+    return out
 
 
 def epoch_order(state: dict, epoch: int, shuffle: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -855,12 +901,12 @@ def epoch_order(state: dict, epoch: int, shuffle: bool) -> tuple[np.ndarray, np.
     if held["mine"] is None:
         mine = np.zeros(n, dtype=bool)
         mine[order.global_rows()] = True
-        held["mine"] = mine
+        held["mine"], held["local"] = mine, order.local_rows()
     if shuffle and order.shuffle_state is not None:
         i = epoch - order.epoch0
         done = held["shuffles"]
         if done is None or done[0] > i:  # from the fit's first epoch (a shard rebuilt after a worker loss)
-            done = (-1, _random_state(order.shuffle_state), np.arange(n))
+            done = (-1, random_state_of(order.shuffle_state), np.arange(n))
         k, rng, sample_idx = done
         while k < i:  # scikit-learn's shuffle of the sample indices, once an epoch, each over the one before
             perm = np.arange(n)
@@ -872,7 +918,7 @@ def epoch_order(state: dict, epoch: int, shuffle: bool) -> tuple[np.ndarray, np.
     else:
         at = rows = np.flatnonzero(held["mine"])
     bounds = np.minimum(np.arange(-(-n // order.batch_size) + 1, dtype=np.int64) * order.batch_size, n)
-    return order.local_rows(rows), np.searchsorted(at, bounds)
+    return held["local"](rows), np.searchsorted(at, bounds)
 
 
 def batch_slice(n_rows: int, step: int, n_steps: int) -> tuple[int, int]:

@@ -463,8 +463,9 @@ class LockstepMember:
     network's output and dtype (the engine's ``train_lockstep`` checks).
     """
 
-    def __init__(self, spec, w0, cfg, monitor, batch_size, validation_fraction=0.0):
+    def __init__(self, spec, w0, cfg, monitor, batch_size, validation_fraction=0.0, order=None):
         self.spec, self.w0, self.cfg, self.monitor = spec, np.asarray(w0), cfg, monitor
+        self.order = order  # the split's objectives-layer BatchOrder (its validation rows, its batches), or None
         self.batch_size = int(batch_size)
         self.validation_fraction = float(validation_fraction) if cfg.early_stopping else 0.0
 

@@ -673,11 +673,11 @@ def test_every_layout_of_the_rows_takes_sklearns_batches(data):
     state = M.shuffle_state(rng)
     epoch0 = data.draw(st.integers(0, 3), label="epoch0")
     orders = [M.BatchOrder(r, n, batch, state, epoch0) for r in shards]
-    held = [{"order": {"order": o, "mine": None, "shuffles": None}} for o in orders]
+    held = [{"order": {"order": o, "mine": None, "shuffles": None, "local": None}} for o in orders]
     sample_idx = np.arange(n)
     for epoch in (epoch0, epoch0 + 1, epoch0 + 2, epoch0):  # and back to the first (a rebuilt shard)
         if epoch == epoch0:
-            sample_idx, ref_rng = np.arange(n), M._random_state(state)
+            sample_idx, ref_rng = np.arange(n), M.random_state_of(state)
         if shuffled:
             sample_idx = shuffle(sample_idx, random_state=ref_rng)
         took = [M.epoch_order(h, epoch, shuffled) for h in held]
@@ -685,6 +685,39 @@ def test_every_layout_of_the_rows_takes_sklearns_batches(data):
             got = np.concatenate([o.global_rows()[rows[c[k]:c[k + 1]]] for o, (rows, c) in zip(orders, took)])
             want = sample_idx[sl] if shuffled else np.arange(n)[sl]
             np.testing.assert_array_equal(np.sort(got), np.sort(want))
+
+
+@pytest.mark.parametrize("target", ["two classes", "three classes", "regression"])
+def test_early_stopping_holds_out_sklearns_validation_rows(client, target):
+    """early_stopping: scikit-learn's train_test_split of the global rows (stratified for two classes) drawn
+    from its random state after the initial weights, then its shuffles of the training rows: SGD on every
+    worker, from NumPy or a dask frame, takes scikit-learn's steps and validation scores, and stops where it
+    stops."""
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    kw = dict(hidden_layer_sizes=(4,), solver="sgd", learning_rate_init=0.05, batch_size=16, max_iter=30,
+              random_state=0, early_stopping=True, validation_fraction=0.2, n_iter_no_change=3)
+    if target == "regression":
+        y, ours_cls, ref_cls = X[:, 0] + 0.5 * X[:, 1] ** 2, de.MLPRegressor, sk_nn.MLPRegressor
+        X = X[:, 1:]
+    else:
+        y = (y == 2).astype(int) if target == "two classes" else y
+        ours_cls, ref_cls = de.MLPClassifier, sk_nn.MLPClassifier
+    ref = _quiet(ref_cls(**kw).fit, X, y)
+    assert ref.n_iter_ < kw["max_iter"]
+    frame = dd.from_pandas(pd.DataFrame(X), npartitions=5), dd.from_pandas(pd.Series(y), npartitions=5)
+    with dask.config.set({"dask-estimators.min-step-flops-per-worker": 0}):
+        for Xf, yf in [(X, y), frame]:
+            ours = _quiet(ours_cls(**kw).fit, Xf, yf)
+            assert len(ours.fit_stats_["rows_per_shard"]) == 2
+            assert ours.n_iter_ == ref.n_iter_
+            np.testing.assert_allclose(ours.validation_scores_, ref.validation_scores_, rtol=1e-9)
+            for a, b in zip(ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_):
+                np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
 
 
 def test_the_same_rows_in_any_layout_train_the_same_network(client):

@@ -23,6 +23,8 @@ import warnings
 import dask
 import dask.array as da
 import dask.dataframe as dd
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -473,9 +475,15 @@ def test_early_stopping_on_an_overfitting_problem(strategy):
 
 def test_validation_part_too_small_is_an_error():
     X, _ = _blobs(n=10)
-    y = np.arange(10) % 2  # five of each class: stratifiable, but 10% is one row
-    with pytest.raises(ValueError, match="[Vv]alidation"):
+    y = np.arange(10) % 2  # five of each class: stratifiable, but 10% is one row, fewer than the classes
+    from sklearn.neural_network import MLPClassifier as SkMLP
+
+    with pytest.raises(ValueError) as theirs:
+        SkMLP((3,), early_stopping=True, validation_fraction=0.1).fit(X, y)
+    with pytest.raises(ValueError, match=re.escape(str(theirs.value))):  # scikit-learn's split, its error
         _small("rounds", early_stopping=True, validation_fraction=0.1).fit(X, y)
+    with pytest.raises(ValueError, match="validation set is too small"):  # one row in a split not stratified
+        _small("rounds", early_stopping=True, validation_fraction=0.1).fit(X, np.arange(10) % 3)
 
 
 def test_no_early_stopping_keeps_best_loss():
@@ -1119,7 +1127,7 @@ def test_without_validation_rows_one_round_prepares_the_shards_and_gives_them_th
     assert est.fit_stats_["steps_per_epoch"] == -(-len(X) // 7) and est.n_iter_ == 3
     calls.clear()
     _small(strategy, early_stopping=True, **kw).fit(X, y)
-    assert calls == ["prepare", "set_batch_cuts"]
+    assert calls == ["prepare", "set_batch_order"]
 
 
 def _networks_warm():

@@ -104,15 +104,16 @@ def train_lockstep(shard, rows, y, sample_weight, members, training, device="cpu
     arrays = {"X": X, "y": y, "sample_weight": sample_weight}
     fold = Shard({k: v for k, v in arrays.items() if v is not None}, device=device)
     vf = first.validation_fraction if cfg0.early_stopping else 0.0
-    counts = M.prepare(fold, first.spec, vf, cfg0.seed, 0)
+    if first.order is not None:  # the split's validation rows and batches, the members' fits' alone
+        counts = M.prepare(fold, first.spec, 0.0, cfg0.seed, 0)
+        counts = M.set_batch_order(fold, first.order) or counts
+    else:
+        counts = M.prepare(fold, first.spec, vf, cfg0.seed, 0)
     if counts["n_train"] != cfg0.n_train:
         raise ValueError(f"The split holds {counts['n_train']} training rows, not the {cfg0.n_train} its "
                          "configuration was made for.")
-    if vf or cfg0.shuffle_state is None:
+    if first.order is None:
         M.set_batch_cuts(fold, M.batch_cuts([cfg0.n_train], first.batch_size)[0])
-    else:  # the batches of the members' fits alone
-        M.set_batch_order(fold, M.BatchOrder(((0, cfg0.n_train),), cfg0.n_train, first.batch_size,
-                                             cfg0.shuffle_state, cfg0.epoch0))
     dev = fold.device
     runs = [_Run(m, dev, training) for m in members]
     add_ = _torch_api.foreach_add_fn()

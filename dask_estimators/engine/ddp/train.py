@@ -601,8 +601,9 @@ def _ddp_epochs(shards, gradient, comm, spec, cfg, monitor, opt_state, training,
                     rows_of[j].append(idx)
                     counts[j] += idx.numel()
                     wsums[j] += idx.numel() if sw is None else float(sw[idx].sum())
-            # each shard gives every epoch the same number of rows to each batch (its cuts): without sample weights
-            # anywhere (every rank learns that from the first epoch's sum) the sizes are the first epoch's again
+            # every global batch holds the same number of rows every epoch (a shard's share may change): without
+            # sample weights anywhere (every rank learns that from the first epoch's sum) the sizes are the first
+            # epoch's again
             if not per_step.get("same_sizes"):
                 n_w = allreduce(torch.tensor([counts, wsums, [weighted] * cfg.n_steps], dtype=f64,
                                              device=dev)).cpu().numpy()
