@@ -55,8 +55,8 @@ def row_means(objective, w0):
     with np.errstate(all="ignore"):
         h = np.asarray(objective.hessp(probe, p), dtype=np.float64)
         hb = h[K * d :]
-        if not (np.all(np.isfinite(h)) and np.all(np.abs(hb) > 1e-12 * np.abs(hb).max(initial=0.0))
-                and np.abs(hb).max(initial=0.0) > 0):
+        # every intercept's curvature positive, and none below 1e-12 of the largest (all zero fails too)
+        if not (np.all(np.isfinite(h)) and np.all(np.abs(hb) > 1e-12 * np.abs(hb).max(initial=0.0))):
             return None, (probe, f, g)
         return h[: K * d].reshape(K, d) / hb[:, None], (probe, f, g)
 

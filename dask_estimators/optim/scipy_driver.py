@@ -576,9 +576,7 @@ def _fallback_lbfgs(objective, x, error, *, nit, nfev, tol, max_iter, callback):
     if centred is None:
         res = SOLVERS["lbfgs"].fn(objective, x, tol=tol, max_iter=budget, callback=callback)
     else:
-        res = SOLVERS["lbfgs"].fn(_Printing(centred) if printing else centred, centred.from_inner(x), tol=tol,
-                                  max_iter=budget, callback=_inner_callback(callback, centred))
-        res.x = centred.to_inner(res.x)
+        res = _solve_centred(centred, SOLVERS["lbfgs"].fn, x, callback, printing, tol=tol, max_iter=budget)
     res.used_all_iterations = not res.success and res.nit >= budget
     res.nit += nit
     res.nfev = res.get("nfev", 0) + nfev
@@ -697,6 +695,16 @@ def _centred(objective, solver, x0):
     return CentredObjective(objective, objective._row_means, first=first)
 
 
+def _solve_centred(centred, fn, x, callback, printing, **kw):
+    """A registered solver's ``fn`` run on ``centred`` (printed where ``printing``) from ``x``, both in the
+    wrapped objective's variables: the callback gets each iteration's ``x`` in them, and the result's ``x``
+    comes back in them (its gradient stays the solver's)."""
+    res = fn(_Printing(centred) if printing else centred, centred.from_inner(x),
+             callback=_inner_callback(callback, centred), **kw)
+    res.x = centred.to_inner(res.x)
+    return res
+
+
 def _inner_callback(callback, centred):
     """``callback`` given each iteration's ``x`` in the wrapped objective's variables."""
     if callback is None:
@@ -737,18 +745,14 @@ def minimize(objective, x0, *, solver="lbfgs", tol=1e-4, max_iter=100, warn=True
     positive = bool(getattr(objective, "positive", False))
     info = check_solver(solver, l1=objective.l1, n_params=x0.size, positive=positive)
     centred = _centred(objective, solver, x0) if max_iter else None
-    if centred is not None:
-        objective, x0 = centred, centred.from_inner(x0)
-        callback = _inner_callback(callback, centred)
-    if verbose >= 2:
-        objective = _Printing(objective)
+    printed = _Printing(objective) if verbose >= 2 else objective
     with np.errstate(invalid="ignore", over="ignore"):
         if max_iter == 0:
-            res = _no_iteration(objective, x0)
+            res = _no_iteration(printed, x0)
+        elif centred is not None:
+            res = _solve_centred(centred, info.fn, x0, callback, verbose >= 2, tol=tol, max_iter=max_iter)
         else:
-            res = info.fn(objective, x0, tol=tol, max_iter=max_iter, callback=callback)
-    if centred is not None:
-        res.x = centred.to_inner(res.x)
+            res = info.fn(printed, x0, tol=tol, max_iter=max_iter, callback=callback)
     if verbose:
         print(f"{solver}: {res.nit} iteration(s), {res.get('nfev', 0)} evaluation(s), objective {res.fun:.10g}: "
               f"{res.message}", flush=True)
