@@ -10,6 +10,7 @@ warm starts, prediction on NumPy or dask input) lives here once.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import os
 import time
@@ -35,6 +36,7 @@ from .._validation import assert_all_finite, classes_and_codes
 from ._blocks import MessageName, _checked_X, check_block as _check_block
 from ..objectives import LinearObjective, LinearSpec
 from ..objectives import targets as T
+from ..objectives._sparse import keep_columns, stored_columns
 from ..optim import SOLVERS
 from .._progress import IterationLog, check_progress
 from ..session import (
@@ -614,8 +616,12 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         # the targets' encoding and the sum of the weights (and of s * y) in one call (one round trip less)
         sums = data.map(T.prepare_and_weigh, loss, n_outputs, class_weight, self._start_at_mean, True)
         sums = tuple(map(sum, zip(*sums)))  # (S, n, sum of s * y, bytes of X)
+        # a sparse X's columns that store no value anywhere (hashed text): their coefficients are zero at the
+        # optimum, so the solver leaves them out, and rounds carry the stored columns' parameters only
+        columns = None if inference or hook_args is None else self._stored_columns(data, hook_args[0], spec)
+        solved = spec if columns is None else dataclasses.replace(spec, n_features=len(columns))
         evaluator = data.evaluator(self.reduction)
-        objective = LinearObjective(evaluator, spec, weight_sums=sums[:2])
+        objective = LinearObjective(evaluator, solved, weight_sums=sums[:2])
         objective.l2, objective.l1 = self._penalties(objective.sw_sum)
         objective.positive = bool(getattr(self, "positive", False))
         objective.centre_intercepts = True  # lbfgs and newton-cg solve in centred variables (optim.scipy_driver)
@@ -623,9 +629,16 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         solver = self._resolved_solver(spec.n_params, objective.l1)
         y_mean = sums[2] / objective.sw_sum if self._start_at_mean else None
         w0 = self._initial_params(spec, y_mean)
+        if columns is not None:
+            w0 = _params_at(w0, spec, columns)
+
+        def full(w):  # the parameters of all columns
+            return w if columns is None else _params_from(w, spec, columns)
+
         hooks = None
         if hook_args is not None and getattr(self, "_skl_callbacks", None):
-            hooks = _IterationHooks(self, solver, hook_args, w0, lambda w: self._fitted_params(w, spec, y_shape, dtype))
+            hooks = _IterationHooks(self, solver, hook_args, full(w0),
+                                    lambda w: self._fitted_params(full(w), spec, y_shape, dtype))
         log = IterationLog(self.verbose, self.progress, self.max_iter, type(self).__name__, t0)
         each = [c for c in (log if self.verbose or self.progress else None, hooks) if c is not None]
         try:
@@ -637,7 +650,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             log.close()
             if hooks is not None:
                 hooks.close()
-        self._set_params_from(res.x, spec, y_shape)
+        self._set_params_from(full(res.x), spec, y_shape)
         if inference:
             found = objective.inference(res.x)
             self.coef_cov_, self.coef_cov_robust_ = found["cov"], found["cov_robust"]
@@ -653,6 +666,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         self.n_iter_ = self._format_n_iter(int(res.nit))
         self.solver_ = solver
         stats = data.stats(evaluator)
+        if columns is not None:
+            stats["solved_columns"] = len(columns)
         stats.update(objective=float(res.fun), weight_sum=float(objective.sw_sum),
                      solved_on_worker=on_worker_stats is not None, x_dtype=self._stored(dtype).name,
                      x_bytes_per_pass=int(sums[3]))
@@ -660,6 +675,26 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             stats["evaluations_on_worker"] = on_worker_stats["rounds"]
             stats["seconds_on_worker"] = on_worker_stats["seconds"]
         return stats
+
+    def _stored_columns(self, data, X, spec: LinearSpec):
+        """For sparse ``X``: the columns that store a value in some shard, with those of a warm start's non-zero
+        coefficients (sorted), after narrowing the shards' X to them; None where every column does (or X is
+        dense)."""
+        if not (sp.issparse(X) or sp.issparse(getattr(X, "_meta", None))):
+            return None
+        found = data.map(stored_columns)
+        if any(c is None for c in found):
+            return None
+        columns = np.unique(np.concatenate(found + [np.zeros(0, np.int64)]))
+        if self.warm_start and hasattr(self, "coef_"):
+            coef = self.coef_.toarray() if sp.issparse(self.coef_) else np.asarray(self.coef_)
+            if coef.size == spec.n_outputs * spec.n_features:
+                held = np.flatnonzero(np.any(coef.reshape(spec.n_outputs, spec.n_features) != 0, axis=0))
+                columns = np.union1d(columns, held)
+        if len(columns) == spec.n_features or not len(columns):
+            return None
+        data.map(keep_columns, columns)
+        return columns
 
     def _linear_spec(self, loss: str, n_outputs: int) -> LinearSpec:
         """What the kernels need to know of this model: its loss (with ``epsilon`` and the loss's parameters),
@@ -767,6 +802,21 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
                 value = getattr(self, name)
                 setattr(est, name, value.copy() if hasattr(value, "copy") else value)
         return est
+
+
+def _params_at(w, spec: LinearSpec, columns) -> np.ndarray:
+    """The parameters ``w`` of all columns narrowed to ``columns``: each output's coefficients there, then the
+    intercepts."""
+    K, d = spec.n_outputs, spec.n_features
+    return np.concatenate([w[: K * d].reshape(K, d)[:, columns].reshape(-1), w[K * d :]])
+
+
+def _params_from(w, spec: LinearSpec, columns) -> np.ndarray:
+    """The parameters of all columns from ``w`` over ``columns`` (:func:`_params_at`'s), zero elsewhere."""
+    K, d, m = spec.n_outputs, spec.n_features, len(columns)
+    coef = np.zeros((K, d))
+    coef[:, columns] = np.asarray(w[: K * m]).reshape(K, m)
+    return np.concatenate([coef.reshape(-1), w[K * m :]])
 
 
 class _IterationHooks:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["is_sparse", "csr_parts", "take_rows", "index_array"]
+__all__ = ["is_sparse", "csr_parts", "take_rows", "index_array", "stored_columns", "keep_columns"]
 
 
 def is_sparse(X) -> bool:
@@ -153,3 +153,27 @@ def take_rows(X, idx):
     col = X.col_indices()
     return torch.sparse_csr_tensor(new_crow.to(col.dtype), col[pos], X.values()[pos], size=(idx.shape[0], X.shape[1]),
                                    check_invariants=False)
+
+
+def stored_columns(shard):
+    """Kernel: the columns in which a shard's sparse X stores values (sorted int64 NumPy), or None for dense X."""
+    import numpy as np
+
+    X = shard.get("X")
+    if not is_sparse(X):
+        return None
+    return np.unique(X.col_indices().to("cpu").numpy()).astype(np.int64)
+
+
+def keep_columns(shard, columns) -> None:
+    """Kernel: a shard's sparse X narrowed to ``columns`` (sorted; every column it stores values in), numbered
+    ``0 .. len(columns) - 1`` in that order; its values are not copied.  A fit on data kept between fits
+    narrows X with ``put``: the kept shard's :meth:`restore` gives the full X back."""
+    import torch
+
+    X = shard.get("X")
+    col = X.col_indices()
+    kept = torch.as_tensor(columns, dtype=torch.int64, device=col.device)
+    narrowed = torch.searchsorted(kept, col.to(torch.int64)).to(col.dtype)
+    shard.put("X", torch.sparse_csr_tensor(X.crow_indices(), narrowed, X.values(), size=(X.shape[0], len(columns)),
+                                           check_invariants=False))

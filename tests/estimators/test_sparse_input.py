@@ -439,3 +439,74 @@ def test_the_cv_estimators_on_sparse_rows_warn_nothing_scikit_learn_would_not(na
         warnings.simplefilter("always")
         getattr(de, name)(cv=3).fit(X, y)
     assert not [w for w in caught if issubclass(w.category, UserWarning) and "Sparse" in str(w.message)]
+
+
+# ------------------------------------------------------ columns that store no value
+def _hashed(n=300, d=4000, vocab=150, per_row=6, seed=0):
+    """Hashed-text-like CSR: each row stores a few of ``vocab`` columns spread over ``d`` (the rest store none)."""
+    rng = np.random.default_rng(seed)
+    cols = np.sort(rng.choice(d, vocab, replace=False))
+    rows = np.repeat(np.arange(n), per_row)
+    picked = cols[rng.integers(0, vocab, n * per_row)]
+    X = sp.csr_matrix((rng.uniform(0.5, 2.0, n * per_row), (rows, picked)), shape=(n, d))
+    X.sum_duplicates()
+    w = np.zeros(d)
+    w[cols] = rng.normal(size=vocab)
+    return X, X @ w, np.unique(X.indices)
+
+
+@pytest.mark.parametrize("make_ours, make_ref, target", [
+    (lambda: de.LogisticRegression(tol=1e-10, max_iter=2000), lambda: sk_lm.LogisticRegression(tol=1e-10,
+                                                                                               max_iter=2000), 3),
+    (lambda: de.LinearSVC(dual=False, tol=1e-10, max_iter=5000), lambda: sk_svm.LinearSVC(dual=False, tol=1e-10,
+                                                                                          max_iter=5000), 2),
+    (lambda: de.TweedieRegressor(power=0, alpha=0.01, tol=1e-10, max_iter=1000),
+     lambda: sk_lm.TweedieRegressor(power=0, alpha=0.01, tol=1e-10, max_iter=1000), 0),
+    (lambda: de.PoissonRegressor(alpha=0.1, tol=1e-10, max_iter=1000),
+     lambda: sk_lm.PoissonRegressor(alpha=0.1, tol=1e-10, max_iter=1000), "counts"),
+])
+def test_columns_storing_no_value_are_left_out_of_the_solve(client, make_ours, make_ref, target):
+    """A CSR whose columns mostly store nothing (hashed text): the solver sees the stored columns only (the
+    rounds carry their parameters alone), the model has every column, zero where none is stored, and equals
+    scikit-learn's on the same CSR."""
+    X, z, stored = _hashed()
+    if target == "counts":
+        y = np.random.default_rng(2).poisson(np.exp(0.3 * z / np.abs(z).max()))
+    elif target:
+        y = np.digitize(z, np.quantile(z, np.linspace(0, 1, target + 1)[1:-1]))
+    else:
+        y = z
+    ours, ref = make_ours().fit(X, y), make_ref().fit(X, y)
+    assert ours.fit_stats_["solved_columns"] == len(stored) < X.shape[1]
+    assert np.shape(ours.coef_) == np.shape(ref.coef_)
+    unused = np.setdiff1d(np.arange(X.shape[1]), stored)
+    assert not np.any(np.atleast_2d(ours.coef_)[:, unused])
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-4, atol=1e-6)
+
+
+def test_a_warm_start_keeps_the_coefficients_of_columns_the_new_rows_leave_empty(client):
+    """Unpenalised, a column that stores no value in the new rows has a zero gradient: the warm start's
+    coefficient there stays, as in scikit-learn's warm start; the second fit on kept data narrows its X again
+    from the full one."""
+    X, z, _ = _hashed(per_row=2)
+    y = (z > np.median(z)).astype(int)
+    first, second = slice(0, 150), slice(150, 300)
+    ours = de.LogisticRegression(C=np.inf, warm_start=True, tol=1e-10, max_iter=2000)
+    ref = sk_lm.LogisticRegression(C=np.inf, warm_start=True, tol=1e-10, max_iter=2000)
+    only_first = np.setdiff1d(np.unique(X[first].indices), np.unique(X[second].indices))
+    kept = []
+    for rows in (first, second):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            ours.fit(X[rows], y[rows])
+            ref.fit(X[rows], y[rows])
+        kept.append((ours.coef_[0, only_first].copy(), ref.coef_[0, only_first].copy()))
+    assert len(only_first) and np.all(kept[0][0] != 0)
+    np.testing.assert_array_equal(kept[1][0], kept[0][0])  # ours, as scikit-learn's:
+    np.testing.assert_array_equal(kept[1][1], kept[0][1])
+    with de.KeptData(X, y) as data:
+        a = de.LogisticRegression(C=0.5).fit(data)
+        b = de.LogisticRegression(C=0.5).fit(data)
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-12)
+    assert a.fit_stats_["solved_columns"] == b.fit_stats_["solved_columns"] < X.shape[1]
