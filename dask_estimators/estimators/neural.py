@@ -321,7 +321,7 @@ class _BaseMLP(DistributedEstimator):
             raise ValueError("A callback monitors 'validation_score', which needs a validation set: set "
                              "early_stopping=True (validation_fraction of the training rows are held out).")
         cfg = self._train_config(
-            early_stopping, seed, n_train, batch, epoch0=epoch0, t0=self.t_, shuffle_state=drawn,
+            early_stopping, seed, n_train, batch, epoch0=epoch0, t0=self.t_,
             incremental=incremental, send_params=any(cb.needs_params for cb in client_callbacks),
         )
         monitor = self._monitor(early_stopping, reset)
@@ -369,7 +369,7 @@ class _BaseMLP(DistributedEstimator):
                                            if stratify else None, getattr(self, "classes_", None))
         batch = self._batch_size(n_train)
         order = M.BatchOrder(((0, n_rows),), n_train, batch, state, 0, positions=place)
-        cfg = self._train_config(early_stopping, drawn, n_train, batch, shuffle_state=state)
+        cfg = self._train_config(early_stopping, drawn, n_train, batch)
         return spec, LockstepMember(spec, w0, cfg, self._monitor(early_stopping, True), batch, vf, order=order)
 
     def _train_config(self, early_stopping, seed, n_train, batch, **more):
@@ -1234,8 +1234,7 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None, scalers=None
                 raise RejectedInput(str(e)) from e
             if est.random_state is None:  # random batches: the group's
                 free = member.batches()[:2] + member.batches()[3:]
-                member.cfg.seed, member.cfg.shuffle_state, member.order = seeds.setdefault(
-                    free, (member.cfg.seed, member.cfg.shuffle_state, member.order))
+                member.cfg.seed, member.order = seeds.setdefault(free, (member.cfg.seed, member.order))
             if member.cfg.early_stopping:  # as M.prepare counts: a stratified split where each row has a class
                 stratified = member.validation_fraction and (out == "softmax" or (
                     out == "logistic" and spec.n_outputs == 1 and np.ndim(codes) == 1))

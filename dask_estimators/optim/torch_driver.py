@@ -69,9 +69,6 @@ class TrainConfig:
     early_stopping: bool = False
     shuffle: bool = True
     seed: int = 0
-    # where all training rows train (no validation rows): the RandomState state the epochs' shuffles start from
-    # (the objective layer's BatchOrder, scikit-learn's order of batches), None for each shard's own shuffles
-    shuffle_state: tuple | None = None
     n_steps: int = 1  # global batches per epoch
     n_train: int = 1  # training rows over all shards
     epoch0: int = 0  # epochs already done (warm start, partial_fit): seeds later epochs afresh
@@ -459,8 +456,9 @@ class LockstepMember:
     (``loss_grad_``); ``cfg`` and ``monitor`` the optimizer layer's (its ``TrainConfig`` and ``Monitor``);
     ``batch_size`` the rows of its global batches, ``validation_fraction`` the share of rows it holds out
     (with ``cfg.early_stopping``).  The members of one group take the same batches: they share these two,
-    ``cfg.seed``, ``shuffle``, ``n_steps``, ``n_train``, ``early_stopping`` and ``epoch0``, and the
-    network's output and dtype (the engine's ``train_lockstep`` checks).
+    ``cfg.seed`` and ``order.shuffle_state`` (``order``: the objective layer's ``BatchOrder``), ``shuffle``,
+    ``n_steps``, ``n_train``, ``early_stopping`` and ``epoch0``, and the network's output and dtype (the
+    engine's ``train_lockstep`` checks).
     """
 
     def __init__(self, spec, w0, cfg, monitor, batch_size, validation_fraction=0.0, order=None):
@@ -472,7 +470,8 @@ class LockstepMember:
     def batches(self) -> tuple:
         """What the members of one group share."""
         c = self.cfg
-        return (self.batch_size, self.validation_fraction, (c.seed, c.shuffle_state), c.shuffle, c.n_steps, c.n_train,
+        shuffles = None if self.order is None else self.order.shuffle_state  # where the epochs' shuffles start
+        return (self.batch_size, self.validation_fraction, (c.seed, shuffles), c.shuffle, c.n_steps, c.n_train,
                 c.early_stopping, c.epoch0, self.spec.out, self.spec.dtype)
 
 
