@@ -570,7 +570,8 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
                 X=X, y=y_placed, sample_weight=sample_weight, check=check,
                 workers=self._placement_workers(session, X), outputs=self._worker_outputs(X, y, classes),
             )
-            stats = self._fit_placed(data, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight), t0=t0)
+            stats = self._fit_placed(data, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight), t0=t0,
+                                     sparse_x=sp.issparse(X) or sp.issparse(getattr(X, "_meta", None)))
         self.fit_stats_ = stats
         return self
 
@@ -591,8 +592,10 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             return len(classes) if len(classes) > 2 else 1
         return int(np.prod(np.shape(y)[1:], dtype=np.int64)) if np.ndim(y) > 1 else 1
 
-    def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None):
+    def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None, sparse_x=False):
         """The fit on the placed ``data``: the targets' encoding, the objective, the solver, the fitted attributes.
+        ``hook_args`` are the scikit-learn callbacks' ``(X, y, sample_weight)``; ``sparse_x``, whether X is sparse
+        (the columns that store nothing are then left out of the solve).
 
         Where the session chose so (``data.on_worker``: one shard, a small problem) the solver runs in one task
         on the shard's worker (:meth:`~dask_estimators.session.PlacedData.minimize`), not one round per
@@ -618,7 +621,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         sums = tuple(map(sum, zip(*sums)))  # (S, n, sum of s * y, bytes of X)
         # a sparse X's columns that store no value anywhere (hashed text): their coefficients are zero at the
         # optimum, so the solver leaves them out, and rounds carry the stored columns' parameters only
-        columns = None if inference or hook_args is None else self._stored_columns(data, hook_args[0], spec)
+        columns = self._stored_columns(data, spec) if sparse_x and not inference else None
         solved = spec if columns is None else dataclasses.replace(spec, n_features=len(columns))
         evaluator = data.evaluator(self.reduction)
         objective = LinearObjective(evaluator, solved, weight_sums=sums[:2])
@@ -642,10 +645,13 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
         log = IterationLog(self.verbose, self.progress, self.max_iter, type(self).__name__, t0)
         each = [c for c in (log if self.verbose or self.progress else None, hooks) if c is not None]
         try:
-            res, on_worker_stats = data.minimize(
-                objective, w0, solver=solver, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose,
-                callback=(lambda it: [c(it) for c in each]) if each else None,
-            )
+            if y_mean is not None and not spec.get_loss().mean_inside(y_mean):
+                res, on_worker_stats = _zero_model(w0, inference), None
+            else:
+                res, on_worker_stats = data.minimize(
+                    objective, w0, solver=solver, tol=self.tol, max_iter=self.max_iter, verbose=self.verbose,
+                    callback=(lambda it: [c(it) for c in each]) if each else None,
+                )
         finally:
             log.close()
             if hooks is not None:
@@ -676,21 +682,16 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
             stats["seconds_on_worker"] = on_worker_stats["seconds"]
         return stats
 
-    def _stored_columns(self, data, X, spec: LinearSpec):
-        """For sparse ``X``: the columns that store a value in some shard, with those of a warm start's non-zero
-        coefficients (sorted), after narrowing the shards' X to them; None where every column does (or X is
-        dense)."""
-        if not (sp.issparse(X) or sp.issparse(getattr(X, "_meta", None))):
-            return None
+    def _stored_columns(self, data, spec: LinearSpec):
+        """For a sparse X: the columns that store a value in some shard, with those of a warm start's non-zero
+        coefficients (sorted), after narrowing the shards' X to them; None where every column does."""
         found = data.map(stored_columns)
         if any(c is None for c in found):
             return None
         columns = np.unique(np.concatenate(found + [np.zeros(0, np.int64)]))
-        if self.warm_start and hasattr(self, "coef_"):
-            coef = self.coef_.toarray() if sp.issparse(self.coef_) else np.asarray(self.coef_)
-            if coef.size == spec.n_outputs * spec.n_features:
-                held = np.flatnonzero(np.any(coef.reshape(spec.n_outputs, spec.n_features) != 0, axis=0))
-                columns = np.union1d(columns, held)
+        coef = self._warm_coef(spec)
+        if coef is not None:
+            columns = np.union1d(columns, np.flatnonzero(np.any(coef != 0, axis=0)))
         if len(columns) == spec.n_features or not len(columns):
             return None
         data.map(keep_columns, columns)
@@ -732,15 +733,24 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
                 start = spec.get_loss().link(y_mean)
             if np.isfinite(start):
                 w0[spec.n_outputs * spec.n_features :] = start
-        if self.warm_start and hasattr(self, "coef_"):
-            coef = self.coef_.toarray() if sp.issparse(self.coef_) else self.coef_
-            coef = np.asarray(coef, dtype=np.float64).reshape(-1)
-            K, d = spec.n_outputs, spec.n_features
-            if coef.size == K * d:
-                w0[: K * d] = coef
-                if spec.fit_intercept:
-                    w0[K * d :] = np.asarray(self.intercept_, dtype=np.float64).reshape(-1)[:K]
+        coef = self._warm_coef(spec)
+        if coef is not None:
+            K, d = coef.shape
+            w0[: K * d] = coef.reshape(-1)
+            if spec.fit_intercept:
+                w0[K * d :] = np.asarray(self.intercept_, dtype=np.float64).reshape(-1)[:K]
         return w0
+
+    def _warm_coef(self, spec: LinearSpec):
+        """The coefficients a warm start begins at, float64 of shape (outputs, features); None without a warm
+        start or where the last fit's shape differs."""
+        if not (self.warm_start and hasattr(self, "coef_")):
+            return None
+        coef = self.coef_.toarray() if sp.issparse(self.coef_) else self.coef_
+        coef = np.asarray(coef, dtype=np.float64)
+        if coef.size != spec.n_outputs * spec.n_features:
+            return None
+        return coef.reshape(spec.n_outputs, spec.n_features)
 
     #: ``intercept_`` of a fit without an intercept: scikit-learn's regressors and LIBLINEAR estimators give 0.0
     #: (also for several targets or classes); its LogisticRegression gives zeros of shape (n_classes,).
@@ -802,6 +812,24 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
                 value = getattr(self, name)
                 setattr(est, name, value.copy() if hasattr(value, "copy") else value)
         return est
+
+
+def _zero_model(w0, inference):
+    """The fit where y is all zero and the loss needs a positive mean (the identity link with ``power > 0``): the
+    loss is undefined at the start, and its infimum over positive means is at the zero model, which scikit-learn
+    also returns, with a ``ConvergenceWarning``."""
+    from scipy.optimize import OptimizeResult
+    from sklearn.exceptions import ConvergenceWarning
+
+    if inference:
+        raise ValueError("compute_inference=True needs a mean inside the loss's domain; y is all zero, and with the "
+                         "identity link and power > 0 the mean must be positive. The coefficients' covariance is "
+                         "undefined there.")
+    warnings.warn("y is all zero, and with the identity link and power > 0 the mean must be positive: the loss has "
+                  "no minimum, and the model stays at coef_ = 0 and intercept_ = 0 (its infimum). Use the log "
+                  "link, or check y.", ConvergenceWarning, stacklevel=3)
+    return OptimizeResult(x=np.zeros_like(w0), fun=0.0, nit=0, nfev=0, success=False, status=2,
+                          message="y is all zero: the mean is on the boundary of its domain.")
 
 
 def _params_at(w, spec: LinearSpec, columns) -> np.ndarray:

@@ -458,9 +458,10 @@ class _LinearSVMMixin:
             return None
         return super()._worker_outputs(X, y, classes)
 
-    def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None):
+    def _fit_placed(self, data, y, dask_input, classes, dtype, hook_args=None, t0=None, sparse_x=False):
         if not self._resolved_dual(data.n_samples, self.n_features_in_):
-            return super()._fit_placed(data, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0)
+            return super()._fit_placed(data, y, dask_input, classes, dtype, hook_args=hook_args, t0=t0,
+                                       sparse_x=sparse_x)
         return dict(self._fit_dual(data, classes, dask_input), solved_on_worker=False,
                     x_dtype=self._stored(dtype).name)
 

@@ -208,6 +208,10 @@ class Loss:
         """The inverse link: linear predictor -> mean, what ``predict`` returns (NumPy)."""
         return np.asarray(z)
 
+    def mean_inside(self, mu) -> bool:
+        """Whether the constant mean ``mu`` lies inside the open domain of the mean, where the loss is finite."""
+        return True
+
     def deviance(self, y, mu):
         """Unit deviance per sample (NumPy): zero where ``mu == y``, used by D^2."""
         return (np.asarray(y) - mu) ** 2
@@ -483,6 +487,10 @@ class Tweedie(Loss):
 
     def inverse_link(self, z):
         return np.exp(z) if self.link_name == "log" else np.asarray(z)
+
+    def mean_inside(self, mu) -> bool:
+        # the log link's mean is positive for every z; the identity link's must be made so for p > 0
+        return self.link_name == "log" or self.power <= 0 or mu > 0
 
     def deviance(self, y, mu):
         from scipy.special import xlogy

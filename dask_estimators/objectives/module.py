@@ -816,7 +816,7 @@ def rows_of_ranges(ranges) -> np.ndarray:
     return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges] or [np.zeros(0, np.int64)])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed as an object: ``positions`` is an array
 class BatchOrder:
     """One shard's place in a fit's global batches, the same whatever the layout of the rows into shards.
 

@@ -209,6 +209,31 @@ def test_y_domain_checked_for_numpy_and_dask(est, y_bad, name):
         est.fit(da.from_array(X, chunks=2), da.from_array(y_bad, chunks=2))
 
 
+@pytest.mark.parametrize("power", [1.0, 1.5])
+@pytest.mark.parametrize("dask_input", [False, True], ids=["numpy", "dask"])
+def test_an_all_zero_y_with_the_identity_link_gives_the_zero_model_as_sklearn(power, dask_input):
+    """The identity link with power > 0 needs a positive mean, and an all-zero y has its infimum at the zero
+    model, where the loss is undefined (0 * log 0).  scikit-learn's solver stops at its start, the zero model,
+    with a ConvergenceWarning; the fit gives the same, where it raised FloatingPointError ("check the scale of
+    the data")."""
+    import dask.array as da
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(200, 3)), np.zeros(200)
+    kw = dict(power=power, link="identity", alpha=0.5)
+    with pytest.warns(ConvergenceWarning):
+        ref = sk.TweedieRegressor(**kw).fit(X, y)
+    Xf, yf = (da.from_array(X, chunks=50), da.from_array(y, chunks=50)) if dask_input else (X, y)
+    for solver in SOLVERS:
+        with pytest.warns(ConvergenceWarning, match="y is all zero"):
+            ours = de.TweedieRegressor(solver=solver, **kw).fit(Xf, yf)
+        np.testing.assert_array_equal(ours.coef_, ref.coef_)
+        assert ours.intercept_ == ref.intercept_ == 0.0 and ours.n_iter_ == ref.n_iter_ == 0
+        np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+    with pytest.raises(ValueError, match="covariance is undefined"):
+        de.TweedieRegressor(compute_inference=True, **kw).fit(Xf, yf)
+
+
 def test_tweedie_link_and_power_choices(nmes):
     X, y = nmes
     assert de.TweedieRegressor(power=0.0)._loss_params() == {"power": 0.0, "link": "identity"}
