@@ -272,7 +272,7 @@ def _floor_proc(rank, port, X, y, local, epochs, queue):
     torch.set_num_threads(1)
     spec = M.MLPSpec(X.shape[1], (HIDDEN,), 1, activation="relu", out="logistic")  # binary, as ours fits it
     shard = Shard({"X": X, "y": y}, device="cpu")
-    M.prepare(shard, spec, 0.0, 0, 0)
+    M.prepare(shard, spec, 0)
     steps = len(X) // local
     cfg = T.TrainConfig(learning_rate_init=LR, max_iter=epochs, tol=0.0, n_iter_no_change=10**9,
                         n_steps=steps, n_train=len(X))

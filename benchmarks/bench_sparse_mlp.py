@@ -85,7 +85,7 @@ def main(argv=None):
                                  size=X.shape, check_invariants=False)
     shard = Shard({"X": Xt, "y": y}, device="cpu")
     spec = M.MLPSpec(args.features, (args.hidden,), 1, "relu", "logistic")
-    M.prepare(shard, spec, 0.0, 0, 0)
+    M.prepare(shard, spec, 0)
     n_steps = -(-args.rows // args.batch)
     w = torch.from_numpy(M.glorot_init(spec, np.random.RandomState(0)))
     g = torch.empty_like(w)

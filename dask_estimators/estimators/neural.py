@@ -297,7 +297,7 @@ class _BaseMLP(DistributedEstimator):
             orders = [M.BatchOrder(tuple(r), data.n_samples, batch, drawn, epoch0) for r in rows]
         # a classifier of one output has its validation rows stratified, as scikit-learn's
         stratify = early_stopping and spec.out == "logistic" and spec.n_outputs == 1
-        counts = data.map_each(M.prepare, [(spec, 0.0, seed, r, None if orders is None else orders[r], stratify)
+        counts = data.map_each(M.prepare, [(spec, r, None if orders is None else orders[r], stratify)
                                            for r in range(data.n_shards)])
         n_train = sum(c["n_train"] for c in counts)
         if early_stopping:  # scikit-learn's split of the global rows, from where the initial weights leave its rng
@@ -642,9 +642,12 @@ class MLPClassifier(DaskScoreMixin, ClassifierMixin, _BaseMLP):
     momentum : float, default=0.9
     nesterovs_momentum : bool, default=True
     early_stopping : bool, default=False
-        Hold out ``validation_fraction`` of each worker's rows (stratified by
-        class for a classifier of two classes, as scikit-learn's); stop when the validation accuracy, scored
-        on the workers, stalls, and keep the best weights.  For the
+        Hold out ``validation_fraction`` of the rows: scikit-learn's
+        ``train_test_split`` of all the rows, drawn from ``random_state`` as
+        scikit-learn draws it, stratified by class for a classifier of one
+        output (two classes, or one multilabel column), as scikit-learn's.
+        Stop when the validation accuracy, scored on the workers (each on
+        the validation rows it holds), stalls, and keep the best weights.  For the
         stochastic solvers only: ``"lbfgs"`` trains on all rows, as in
         scikit-learn.
     validation_fraction : float, default=0.1
@@ -1235,7 +1238,7 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None, scalers=None
             if est.random_state is None:  # random batches: the group's
                 free = member.batches()[:2] + member.batches()[3:]
                 member.cfg.seed, member.order = seeds.setdefault(free, (member.cfg.seed, member.order))
-            if member.cfg.early_stopping:  # as M.prepare counts: a stratified split where each row has a class
+            if member.cfg.early_stopping:  # the split's errors (a stratified one where each row has a class)
                 stratified = member.validation_fraction and (out == "softmax" or (
                     out == "logistic" and spec.n_outputs == 1 and np.ndim(codes) == 1))
                 try:

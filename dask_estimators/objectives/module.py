@@ -58,7 +58,6 @@ __all__ = [
     "glorot_init",
     "forward_numpy",
     "prepare",
-    "validation_rows",
     "value_grad",
     "loss_grad_",
     "loss_grad_kernel",
@@ -654,11 +653,10 @@ def _loss_grad_torch(spec: MLPSpec, params, X, y, sw, grads, scale, work):
     return loss
 
 
-def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: int, cuts=None,
-            want_labels: bool = False) -> dict:
-    """Encode the targets for ``spec.out``, cast X, split off this shard's validation rows (seeded, from this
-    shard's rows alone: the estimators ask for none here, and give each shard its part of scikit-learn's split
-    of the global rows in its :class:`BatchOrder` instead; the optimizer layer's tests split so).
+def prepare(shard, spec: MLPSpec, rank: int, cuts=None, want_labels: bool = False) -> dict:
+    """Encode the targets for ``spec.out``, cast X, reset the shard's per-fit state (:func:`init_rows`): every
+    row trains until a :class:`BatchOrder` with ``positions`` holds out the shard's part of the validation set
+    (scikit-learn's split of the global rows, which the client draws).
 
     Returns the shard's row counts and weight sums, training and validation.
     With ``cuts`` (its row of :func:`batch_cuts`, or its :class:`BatchOrder`,
@@ -680,12 +678,11 @@ def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: i
     sw = shard.get("sample_weight")
     if sw is not None and sw.dtype != dt:
         shard.put("sample_weight", sw.to(dt))
-    # two classes are stratified in the validation split, as scikit-learn's early stopping does; more classes are
-    # not (scikit-learn stratifies a classifier of one output only: its binarised multiclass y has one per class)
-    labels = y[:, 0] if spec.out == "logistic" and spec.n_outputs == 1 else None
-    out = init_rows(shard, validation_fraction, seed, rank, labels=labels)
-    if labels is not None and want_labels:
-        out["labels"] = labels.detach().to("cpu").numpy().astype(np.int8)
+    out = init_rows(shard, rank)
+    # scikit-learn stratifies its early-stopping split for a classifier of one output only (its binarised
+    # multiclass y has one output per class)
+    if want_labels and spec.out == "logistic" and spec.n_outputs == 1:
+        out["labels"] = y[:, 0].detach().to("cpu").numpy().astype(np.int8)
     if isinstance(cuts, BatchOrder):
         set_batch_order(shard, cuts)
     elif cuts is not None:
@@ -693,72 +690,24 @@ def prepare(shard, spec: MLPSpec, validation_fraction: float, seed: int, rank: i
     return out
 
 
-def validation_rows(n: int, validation_fraction: float) -> int:
-    """The rows :func:`init_rows` holds out of a shard of ``n`` rows for validation: ``validation_fraction`` of
-    them, rounded, and at least one row left to train on."""
-    n_val = int(round(validation_fraction * n)) if validation_fraction else 0
-    return min(n_val, n - 1) if n > 1 else 0
+def init_rows(shard, rank: int) -> dict:
+    """Reset this shard's per-fit cache, every row a training row (:func:`set_batch_order` may hold some out).
 
-
-def init_rows(shard, validation_fraction: float, seed: int, rank: int, labels=None) -> dict:
-    """Split this shard's rows into training and (seeded) validation rows; reset the per-fit cache.
-
-    With ``labels`` (a class per row) the split is stratified: each class
-    gets its share of the validation rows (largest remainders), drawn at
-    random among its rows.
+    Returns the shard's row counts and weight sums, training and validation (none).
     """
     n = shard.n_rows
-    n_val = validation_rows(n, validation_fraction)
-    if n_val:
-        g = torch.Generator().manual_seed(_mix(seed, rank, -1))
-        perm = torch.randperm(n, generator=g)
-        if labels is not None:
-            val = _stratified_pick(perm, labels.detach().to("cpu")[perm], n_val)
-            keep = torch.ones(n, dtype=torch.bool)
-            keep[val] = False
-            train, val = torch.arange(n)[keep], val.sort().values
-        else:
-            train, val = perm[n_val:].sort().values, perm[:n_val].sort().values
-    else:
-        train, val = None, None
-    dev = shard.device
     shard.cache["mlp"] = {
-        "train": None if train is None else train.to(dev),
-        "val": None if val is None else val.to(dev),
-        "n_train": n - n_val,
+        "train": None,  # all rows, unless a BatchOrder holds out validation rows
+        "val": None,
+        "n_train": n,
         "perm": None,
         "order": None,  # a BatchOrder's epochs (set_batch_order), else cuts of the shard's own shuffles
         "module": None,
         "work": {},  # buffers kept between steps (see _scratch)
         "rank": int(rank),
     }
-    sw_all = shard.get("sample_weight")
-
-    def wsum(idx, count):
-        if sw_all is None:
-            return float(count)
-        return float((sw_all if idx is None else sw_all[idx]).sum())
-
-    out = {
-        "n_train": n - n_val,
-        "n_val": n_val,
-        "sw_train": wsum(train, n - n_val),
-        "sw_val": wsum(val, n_val) if n_val else 0.0,
-    }
-    if labels is not None and validation_fraction:  # a stratified split needs two members of every class
-        out["class_counts"] = torch.bincount(labels.detach().to("cpu").to(torch.int64)).tolist()
-    return out
-
-
-def _stratified_pick(perm, labels, n_val):
-    """``n_val`` entries of ``perm`` (rows in a random order, ``labels`` theirs), each class in proportion."""
-    classes, counts = torch.unique(labels, return_counts=True)
-    exact = counts.to(torch.float64) * n_val / len(perm)
-    quota = exact.floor().to(torch.int64)
-    short = n_val - int(quota.sum())
-    if short:
-        quota[torch.argsort(exact - quota, descending=True, stable=True)[:short]] += 1
-    return torch.cat([perm[labels == c][:q] for c, q in zip(classes, quota.tolist())])
+    sw = shard.get("sample_weight")
+    return {"n_train": n, "n_val": 0, "sw_train": float(n) if sw is None else float(sw.sum()), "sw_val": 0.0}
 
 
 def _mix(*ints) -> int:

@@ -155,6 +155,6 @@ def prepare_text(shard, vocabulary, context_length: int, lowercase: bool, max_le
     shard.put("X", ctx)
     shard.put("y", y)
     torch.manual_seed(seed + 7919 * rank)  # dropout draws on this worker
-    counts = init_rows(shard, 0.0, seed, rank)
+    counts = init_rows(shard, rank)
     counts["n_strings"] = len(strings)
     return counts

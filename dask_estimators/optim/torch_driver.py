@@ -455,22 +455,23 @@ class LockstepMember:
     ``spec`` a :class:`~dask_estimators.objectives.module.NetworkProblem` with a hand-written gradient
     (``loss_grad_``); ``cfg`` and ``monitor`` the optimizer layer's (its ``TrainConfig`` and ``Monitor``);
     ``batch_size`` the rows of its global batches, ``validation_fraction`` the share of rows it holds out
-    (with ``cfg.early_stopping``).  The members of one group take the same batches: they share these two,
-    ``cfg.seed`` and ``order.shuffle_state`` (``order``: the objective layer's ``BatchOrder``), ``shuffle``,
-    ``n_steps``, ``n_train``, ``early_stopping`` and ``epoch0``, and the network's output and dtype (the
-    engine's ``train_lockstep`` checks).
+    (with ``cfg.early_stopping``), ``order`` the objective layer's ``BatchOrder`` over the split's rows (its
+    validation rows, its batches).  The members of one group take the same batches: they share the batch size
+    and validation fraction, ``cfg.seed`` and ``order.shuffle_state``, ``shuffle``, ``n_steps``, ``n_train``,
+    ``early_stopping`` and ``epoch0``, and the network's output and dtype (the engine's ``train_lockstep``
+    checks).
     """
 
-    def __init__(self, spec, w0, cfg, monitor, batch_size, validation_fraction=0.0, order=None):
+    def __init__(self, spec, w0, cfg, monitor, batch_size, validation_fraction=0.0, *, order):
         self.spec, self.w0, self.cfg, self.monitor = spec, np.asarray(w0), cfg, monitor
-        self.order = order  # the split's objectives-layer BatchOrder (its validation rows, its batches), or None
+        self.order = order  # the split's objectives-layer BatchOrder (its validation rows, its batches)
         self.batch_size = int(batch_size)
         self.validation_fraction = float(validation_fraction) if cfg.early_stopping else 0.0
 
     def batches(self) -> tuple:
         """What the members of one group share."""
         c = self.cfg
-        shuffles = None if self.order is None else self.order.shuffle_state  # where the epochs' shuffles start
+        shuffles = self.order.shuffle_state  # where the epochs' shuffles start
         return (self.batch_size, self.validation_fraction, (c.seed, shuffles), c.shuffle, c.n_steps, c.n_train,
                 c.early_stopping, c.epoch0, self.spec.out, self.spec.dtype)
 

@@ -784,40 +784,6 @@ def test_mlp_lbfgs_several_outputs_is_sklearns():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
 
 
-def test_early_stopping_validation_split_is_stratified_for_two_classes():
-    """As scikit-learn's train_test_split(stratify=y) for a classifier of one output (two classes): each class's
-    share of the validation rows is its share of the rows (within a row, per shard).  More classes, regressors
-    and multilabel targets are not stratified, as in scikit-learn (its multiclass y, binarised, has one output per
-    class)."""
-    from dask_estimators.engine.data._worker import Shard
-    from dask_estimators.objectives import module as M
-
-    rng = np.random.default_rng(0)
-    n = 200
-    y = (rng.uniform(size=n) < 0.1).astype(np.float64)  # class 1 is rare
-    X = rng.normal(size=(n, 3))
-    spec = M.MLPSpec(3, (4,), 1, "relu", "logistic")
-    for seed in range(5):
-        shard = Shard({"X": X, "y": y.reshape(-1, 1)})
-        info = M.prepare(shard, spec, 0.1, seed, 0)
-        val = shard.cache["mlp"]["val"].numpy()
-        train = shard.cache["mlp"]["train"].numpy()
-        assert info["n_val"] == len(val) == 20
-        np.testing.assert_array_equal(np.sort(np.concatenate([train, val])), np.arange(n))
-        for c in range(2):
-            assert abs(np.sum(y[val] == c) - 20 * np.mean(y == c)) < 1
-    # scikit-learn's split, for comparison: the same rule
-    from sklearn.model_selection import train_test_split
-
-    _, y_val = train_test_split(y, test_size=0.1, stratify=y, random_state=0)
-    for c in range(2):
-        assert abs(np.sum(y_val == c) - 20 * np.mean(y == c)) < 1
-    # three classes: held out at random, with no class count taken
-    shard = Shard({"X": X, "y": np.arange(n, dtype=np.float64) % 3})
-    info = M.prepare(shard, M.MLPSpec(3, (4,), 3, "relu", "softmax"), 0.1, 0, 0)
-    assert info["n_val"] == 20 and info.get("class_counts") is None
-
-
 def test_mlp_lbfgs_follows_sklearn_past_probabilities_below_eps():
     """A line search's trial point with class probabilities below eps: scikit-learn's log-loss clips them, and
     ours (exact) gave L-BFGS-B another value; from the tenth iteration the fits went apart (loss_ 0.168 against

@@ -36,6 +36,7 @@ from dask_estimators.engine.ddp.train import ddp_rank
 from dask_estimators.objectives import _fused_mlp
 from dask_estimators.objectives import module as M
 from dask_estimators.optim.torch_driver import TRAINING, Monitor, TrainConfig, minimize_lbfgs, train_rounds
+from mlp_split import hold_out  # tests/mlp_split.py
 from sparse_guard import forbid_densify  # tests/sparse_guard.py
 
 pytestmark = pytest.mark.filterwarnings(
@@ -88,7 +89,9 @@ def _targets(out, n, k, seed=1):
 
 
 def _shards(A, y, sw, spec, n_shards, sparse, batch=None, vf=0.0, seed=0):
-    """Prepared in-process shards of the rows of A (sparse: torch CSR; else dense), as a fit prepares them."""
+    """Prepared in-process shards of the rows of A (sparse: torch CSR; else dense), as a fit prepares them: with
+    ``vf``, scikit-learn's split of all the rows held out (``mlp_split.hold_out``, seeded by ``seed``) in global
+    batches of ``batch`` rows; else each shard's share of every global batch of ``batch`` rows."""
     bounds = np.linspace(0, A.shape[0], n_shards + 1).astype(int)
     shards, counts = [], []
     for r, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
@@ -97,9 +100,11 @@ def _shards(A, y, sw, spec, n_shards, sparse, batch=None, vf=0.0, seed=0):
         if sw is not None:
             arrays["sample_weight"] = sw[lo:hi]
         shard = Shard(arrays, device="cpu")
-        counts.append(M.prepare(shard, spec, vf, seed, r))
+        counts.append(M.prepare(shard, spec, r))
         shards.append(shard)
-    if batch is not None:
+    if vf:
+        counts = hold_out(shards, vf, seed, batch_size=batch)
+    elif batch is not None:
         for shard, row in zip(shards, M.batch_cuts([c["n_train"] for c in counts], batch)):
             M.set_batch_cuts(shard, row)
     return shards, counts

@@ -22,6 +22,7 @@ from dask_estimators.engine import LocalEvaluator
 from dask_estimators.engine.data._worker import Shard
 from dask_estimators.objectives import _fused_mlp
 from dask_estimators.objectives import module as M
+from mlp_split import hold_out, split_positions  # tests/mlp_split.py
 
 D = 4
 N = 30
@@ -89,25 +90,29 @@ def make_spec(case, hidden=(5,), activation="tanh"):
     return M.MLPSpec(D, tuple(hidden), case.n_outputs, activation=activation, out=case.out)
 
 
-def make_shard(X, y, s, spec, *, rank=0, seed=0, validation_fraction=0.0):
+def make_shard(X, y, s, spec, *, rank=0):
     arrays = {"X": X, "y": y}
     if s is not None:
         arrays["sample_weight"] = s
     shard = Shard(arrays, device="cpu")
-    info = M.prepare(shard, spec, validation_fraction, seed, rank)
+    info = M.prepare(shard, spec, rank)
     return shard, info
 
 
-def split_shards(X, y, s, spec, sizes, *, seed=0, validation_fraction=0.0):
-    """Contiguous pieces of the rows, one shard each, prepared with their rank; also the row offsets."""
+def split_shards(X, y, s, spec, sizes, *, seed=0, validation_fraction=0.0, batch_size=None):
+    """Contiguous pieces of the rows, one shard each, prepared with their rank; also the row offsets.  With
+    ``validation_fraction``, scikit-learn's split of all the rows (seeded by ``seed``) held out as a fit holds it
+    out: each shard given its part in a ``BatchOrder`` of global batches of ``batch_size`` rows (default: all
+    the training rows), the epochs shuffled from ``RandomState(seed)`` (``mlp_split.hold_out``)."""
     assert sum(sizes) == X.shape[0]
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     shards, infos = [], []
     for r, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-        sh, info = make_shard(X[lo:hi], y[lo:hi], None if s is None else s[lo:hi], spec, rank=r, seed=seed,
-                              validation_fraction=validation_fraction)
+        sh, info = make_shard(X[lo:hi], y[lo:hi], None if s is None else s[lo:hi], spec, rank=r)
         shards.append(sh)
         infos.append(info)
+    if validation_fraction:
+        infos = hold_out(shards, validation_fraction, seed, batch_size=batch_size)
     return shards, infos, bounds[:-1]
 
 
@@ -348,7 +353,7 @@ def test_shard_sum_with_validation_split_equals_training_rows():
     w = random_w(spec, rng)
     shards, infos, offsets = split_shards(X, y, s, spec, [15, 25], seed=7, validation_fraction=0.2)
     train = np.concatenate([off + sh.cache["mlp"]["train"].numpy() for sh, off in zip(shards, offsets)])
-    assert len(train) == sum(i["n_train"] for i in infos) == 40 - 3 - 5
+    assert len(train) == sum(i["n_train"] for i in infos) == 40 - 8  # train_test_split's: 0.2 of 40 held out
     loss, g, sw, n = LocalEvaluator(shards)(M.value_grad, w, spec, None)
     ref_loss, ref_g = torch_reference(case, spec, w, X[train], y[train], s[train])
     assert n == len(train)
@@ -358,49 +363,56 @@ def test_shard_sum_with_validation_split_equals_training_rows():
     np.testing.assert_allclose(g, ref_g, rtol=1e-10, atol=1e-12)
 
 
-# ------------------------------------------------------------------ prepare: the validation split
+# ------------------------------------------------------------------ prepare, and the validation rows of a BatchOrder
 @pytest.mark.parametrize("weighted", [True, False], ids=["sw", "nosw"])
-def test_prepare_validation_split(weighted):
+def test_batch_order_holds_out_the_validation_rows(weighted):
+    """prepare trains on every row; a BatchOrder's positions (the shard's part of the client's split of the
+    global rows) hold out the rows at -1, with their counts and weight sums, and the epochs take the others."""
     case = BY_ID["identity2"]
     rng = np.random.default_rng(5)
     X, y, s = make_data(case, rng, n=23, weighted=weighted)
     spec = make_spec(case)
-    shard, info = make_shard(X, y, s, spec, rank=1, seed=3, validation_fraction=0.3)
+    sw = np.ones(23) if s is None else s
+    shard, info = make_shard(X, y, s, spec, rank=1)
+    assert info["n_val"] == 0 and info["n_train"] == 23 and info["sw_val"] == 0.0
+    assert info["sw_train"] == pytest.approx(sw.sum(), rel=1e-13)
+    assert shard.cache["mlp"]["train"] is None and shard.cache["mlp"]["val"] is None
+    # the shard holds the global rows 5..27 of a split of 40
+    place = split_positions(40, 0.3, seed=3)
+    mine = place[5:28]
+    n_train = int(np.sum(place >= 0))
+    info = M.set_batch_order(shard, M.BatchOrder(((5, 28),), n_train, 4, None, 0, positions=mine))
     state = shard.cache["mlp"]
     train, val = state["train"].numpy(), state["val"].numpy()
-    assert info["n_val"] == round(0.3 * 23) == len(val)
-    assert info["n_train"] == 23 - len(val) == len(train)
-    np.testing.assert_array_equal(np.sort(np.concatenate([train, val])), np.arange(23))
-    assert np.all(np.diff(train) > 0) and np.all(np.diff(val) > 0)
-    sw = np.ones(23) if s is None else s
+    np.testing.assert_array_equal(val, np.flatnonzero(mine < 0))
+    np.testing.assert_array_equal(train, np.flatnonzero(mine >= 0))
+    assert 0 < len(val) < 23
+    assert info["n_val"] == len(val) and info["n_train"] == 23 - len(val) == state["n_train"]
     assert info["sw_train"] == pytest.approx(sw[train].sum(), rel=1e-13)
     assert info["sw_val"] == pytest.approx(sw[val].sum(), rel=1e-13)
-    # seeded by (seed, rank): the same again, another rank or seed a different split
-    again, _ = make_shard(X, y, s, spec, rank=1, seed=3, validation_fraction=0.3)
-    np.testing.assert_array_equal(again.cache["mlp"]["val"].numpy(), val)
-    other = [make_shard(X, y, s, spec, rank=r, seed=sd, validation_fraction=0.3)[0].cache["mlp"]["val"].numpy()
-             for r, sd in [(0, 3), (1, 4)]]
-    assert all(not np.array_equal(o, val) for o in other)
-    # no split: every row trains
-    shard0, info0 = make_shard(X, y, s, spec, validation_fraction=0.0)
-    assert info0["n_val"] == 0 and info0["n_train"] == 23 and info0["sw_val"] == 0.0
-    assert shard0.cache["mlp"]["train"] is None and shard0.cache["mlp"]["val"] is None
+    np.testing.assert_array_equal(M.batch_rows(shard, None).numpy(), train)  # a full batch: the training rows
+    # unshuffled, the epoch's global batches of 4 take the training rows in the order of their places
+    n_steps = -(-n_train // 4)
+    rows = np.concatenate([M.batch_rows(shard, (0, 0, k, n_steps, False)).numpy() for k in range(n_steps)])
+    np.testing.assert_array_equal(rows, train[np.argsort(mine[train])])
+    with pytest.raises(ValueError, match="over 5 rows for a shard of 23"):
+        M.set_batch_order(shard, M.BatchOrder(((5, 10),), n_train, 4, None, 0, positions=place[5:10]))
 
 
 # ------------------------------------------------------------------ minibatches
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("n_steps", [1, 4, 7])
-def test_epoch_batches_cover_every_training_row_once(n_steps, shuffle):
+def test_epoch_batches_cover_every_row_once(n_steps, shuffle):
+    """Without a BatchOrder (every row trains), each shard shuffles its own rows and takes its share of each
+    step: every row once an epoch."""
     case = BY_ID["identity1"]
     rng = np.random.default_rng(6)
     sizes = [10, 13, 7]
     X, y, s = make_data(case, rng, n=sum(sizes))
     spec = make_spec(case)
-    shards, infos, offsets = split_shards(X, y, s, spec, sizes, seed=11, validation_fraction=0.2)
-    train_all = np.concatenate([off + sh.cache["mlp"]["train"].numpy() for sh, off in zip(shards, offsets)])
-    val_all = np.concatenate([off + sh.cache["mlp"]["val"].numpy() for sh, off in zip(shards, offsets)])
+    shards, infos, offsets = split_shards(X, y, s, spec, sizes)
     n_train_total = sum(i["n_train"] for i in infos)
-    assert n_train_total == len(train_all) == 24
+    assert n_train_total == 30 and all(sh.cache["mlp"]["train"] is None for sh in shards)
     for epoch in (0, 3):
         seen = []
         for k in range(n_steps):
@@ -412,14 +424,55 @@ def test_epoch_batches_cover_every_training_row_once(n_steps, shuffle):
                 # this shard's share of the step: its size over n_steps, within one row
                 assert abs(len(rows) - info["n_train"] / n_steps) < 1
                 if not shuffle:
-                    np.testing.assert_array_equal(rows, sh.cache["mlp"]["train"].numpy()[lo:hi])
+                    np.testing.assert_array_equal(rows, np.arange(lo, hi))
                 seen.append(off + rows)
                 step_total += len(rows)
             assert abs(step_total - n_train_total / n_steps) < len(shards)
         seen = np.concatenate(seen)
+        assert len(seen) == n_train_total  # each row exactly once
+        np.testing.assert_array_equal(np.sort(seen), np.arange(30))
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("batch_size", [24, 6, 5])
+def test_batch_order_epochs_cover_every_training_row_once(batch_size, shuffle):
+    """With validation rows held out (each shard's part of scikit-learn's split of the global rows, in its
+    BatchOrder), the shards' rows of global batch k are the training rows whose places are scikit-learn's batch
+    k: each training row once an epoch, no validation row, each batch ``batch_size`` rows (the last the rest)."""
+    from sklearn.utils import shuffle as sk_shuffle
+
+    case = BY_ID["identity1"]
+    rng = np.random.default_rng(6)
+    sizes = [10, 13, 7]
+    X, y, s = make_data(case, rng, n=sum(sizes))
+    spec = make_spec(case)
+    shards, infos, offsets = split_shards(X, y, s, spec, sizes, seed=11, validation_fraction=0.2,
+                                          batch_size=batch_size)
+    place = split_positions(30, 0.2, seed=11)
+    train_all = np.concatenate([off + sh.cache["mlp"]["train"].numpy() for sh, off in zip(shards, offsets)])
+    val_all = np.concatenate([off + sh.cache["mlp"]["val"].numpy() for sh, off in zip(shards, offsets)])
+    n_train_total = sum(i["n_train"] for i in infos)
+    assert n_train_total == len(train_all) == 24 and len(val_all) == 6
+    np.testing.assert_array_equal(np.sort(train_all), np.flatnonzero(place >= 0))
+    n_steps = -(-n_train_total // batch_size)
+    ref_rng, sample_idx = np.random.RandomState(11), np.arange(n_train_total)  # scikit-learn's epochs
+    epochs = []
+    for epoch in (0, 1, 2):
+        if shuffle:
+            sample_idx = sk_shuffle(sample_idx, random_state=ref_rng)
+        seen = []
+        for k in range(n_steps):
+            rows = np.concatenate([off + M.batch_rows(sh, (11, epoch, k, n_steps, shuffle)).numpy()
+                                   for sh, off in zip(shards, offsets)])
+            assert len(rows) == min(batch_size, n_train_total - k * batch_size)
+            np.testing.assert_array_equal(np.sort(place[rows]), np.sort(sample_idx[k * batch_size:][:batch_size]))
+            seen.append(rows)
+        seen = np.concatenate(seen)
         assert len(seen) == n_train_total  # each training row exactly once
         np.testing.assert_array_equal(np.sort(seen), np.sort(train_all))
         assert not np.isin(seen, val_all).any()
+        epochs.append(seen)
+    assert (not np.array_equal(epochs[0], epochs[1])) == shuffle
 
 
 def test_epoch_permutation_is_seeded_by_seed_epoch_and_rank():
@@ -463,7 +516,7 @@ def test_minibatch_gradient_equals_autograd_on_the_batch_rows(case_id):
     sizes = [9, 14, 11]
     X, y, s = make_data(case, rng, n=sum(sizes))
     spec = make_spec(case, (4, 3), "tanh")
-    shards, _, offsets = split_shards(X, y, s, spec, sizes, seed=2, validation_fraction=0.15)
+    shards, _, offsets = split_shards(X, y, s, spec, sizes, seed=2, validation_fraction=0.15, batch_size=10)
     ev = LocalEvaluator(shards)
     w = random_w(spec, rng)
     for batch in [(2, 0, 0, 3, True), (2, 5, 2, 3, True), (2, 1, 1, 4, False)]:
@@ -702,7 +755,7 @@ def test_validation_score_matches_sklearn_metrics(case_id, weighted):
     spec = make_spec(case, (5,), "tanh")
     shards, infos, offsets = split_shards(X, y, s, spec, sizes, seed=4, validation_fraction=0.3)
     val = np.concatenate([off + sh.cache["mlp"]["val"].numpy() for sh, off in zip(shards, offsets)])
-    assert len(val) == sum(i["n_val"] for i in infos) == 6 + 8 + 4
+    assert len(val) == sum(i["n_val"] for i in infos) == 18  # train_test_split's: 0.3 of 60
     ev = LocalEvaluator(shards)
     scores = []
     for trial in range(3):

@@ -27,6 +27,7 @@ from dask_estimators.optim.torch_driver import (
     steps_in_parts,
     train_rounds,
 )
+from mlp_split import hold_out  # tests/mlp_split.py
 
 D = 3
 HISTORY_KEYS = {"epoch", "loss", "validation_score", "seconds", "samples_per_s"}
@@ -50,7 +51,9 @@ def regression_data(n=60, seed=0, weighted=False):
 SPEC = M.MLPSpec(D, (6,), 1, activation="tanh", out="identity")
 
 
-def make_shards(X, y, s, spec, sizes, *, seed=0, validation_fraction=0.0):
+def make_shards(X, y, s, spec, sizes, *, seed=0, validation_fraction=0.0, n_steps=None):
+    """Shards of consecutive rows, prepared; with ``validation_fraction``, scikit-learn's split of all the rows
+    held out as a fit holds it out (``mlp_split.hold_out``), in ``n_steps`` global batches."""
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     assert bounds[-1] == X.shape[0]
     shards, infos = [], []
@@ -59,8 +62,10 @@ def make_shards(X, y, s, spec, sizes, *, seed=0, validation_fraction=0.0):
         if s is not None:
             arrays["sample_weight"] = s[lo:hi]
         sh = Shard(arrays, device="cpu")
-        infos.append(M.prepare(sh, spec, validation_fraction, seed, r))
+        infos.append(M.prepare(sh, spec, r))
         shards.append(sh)
+    if validation_fraction:
+        infos = hold_out(shards, validation_fraction, seed, n_steps=n_steps)
     return LocalEvaluator(shards), infos
 
 
@@ -69,7 +74,8 @@ def fit(sizes=(25, 35), *, data=None, spec=SPEC, validation_fraction=0.0, w0=Non
     X, y, s = regression_data() if data is None else data
     kw = dict(solver="adam", learning_rate_init=1e-2, max_iter=20, tol=0.0, n_steps=3, seed=0, alpha=1e-4)
     kw.update(cfg_kw)
-    ev, infos = make_shards(X, y, s, spec, list(sizes), seed=kw["seed"], validation_fraction=validation_fraction)
+    ev, infos = make_shards(X, y, s, spec, list(sizes), seed=kw["seed"], validation_fraction=validation_fraction,
+                            n_steps=kw["n_steps"])
     cfg = TrainConfig(n_train=sum(i["n_train"] for i in infos), **kw)
     if monitor is None:
         monitor = Monitor(cfg.tol, cfg.n_iter_no_change, cfg.early_stopping)
@@ -226,19 +232,19 @@ def test_train_rounds_incremental_runs_one_epoch():
 
 
 def test_train_rounds_early_stopping_keeps_the_best_parameters():
-    out, cfg, ev = fit(max_iter=15, early_stopping=True, validation_fraction=0.25, learning_rate_init=0.05,
+    out, cfg, ev = fit(max_iter=15, early_stopping=True, validation_fraction=0.25, learning_rate_init=0.1,
                        n_iter_no_change=100)
     mon = out.monitor
     scores = [r["validation_score"] for r in out.history]
     assert scores == mon.validation_scores and len(scores) == 15
     assert all(math.isfinite(v) for v in scores)
-    assert mon.best_validation_score == max(scores)
+    assert mon.best_validation_score == max(scores) > scores[-1]  # the best epoch is not the last
     # best_params is the vector whose validation score is the best one
     best = M.validation_score(SPEC, ev(M.validation_stats, mon.best_params, SPEC))
     assert best == pytest.approx(mon.best_validation_score, rel=1e-12)
     last = M.validation_score(SPEC, ev(M.validation_stats, out.w, SPEC))
     assert last == pytest.approx(scores[-1], rel=1e-12)
-    assert cfg.n_train == 60 - (6 + 9)
+    assert cfg.n_train == 60 - 15  # train_test_split's validation rows: 0.25 of 60
 
 
 def test_train_rounds_seeded_determinism():

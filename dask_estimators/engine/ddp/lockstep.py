@@ -75,7 +75,8 @@ def train_lockstep(shard, rows, y, sample_weight, members, training, device="cpu
 
     ``shard`` holds the whole X (:meth:`~dask_estimators.session.DataSession.replicas`); the split's rows are
     copied into a shard of their own on ``device``, prepared for the first member's network
-    (:func:`~dask_estimators.objectives.module.prepare`: targets encoded, validation rows held out).
+    (:func:`~dask_estimators.objectives.module.prepare`: targets encoded) and given its ``order``
+    (:func:`~dask_estimators.objectives.module.set_batch_order`: the validation rows held out, the batches).
     ``training`` is the optimizer layer's (:data:`~dask_estimators.optim.torch_driver.TRAINING`).  Returns
     each member's result, in order: ``training.result``'s fields with ``w`` (the flat parameters, in the
     network's dtype) and ``opt_state`` as NumPy.  ``through``: a fitted transformer (a pipeline's scaler) whose
@@ -103,17 +104,12 @@ def train_lockstep(shard, rows, y, sample_weight, members, training, device="cpu
             X = torch.as_tensor(through.transform(X.cpu().numpy()), device=X.device)
     arrays = {"X": X, "y": y, "sample_weight": sample_weight}
     fold = Shard({k: v for k, v in arrays.items() if v is not None}, device=device)
-    vf = first.validation_fraction if cfg0.early_stopping else 0.0
-    if first.order is not None:  # the split's validation rows and batches, the members' fits' alone
-        counts = M.prepare(fold, first.spec, 0.0, cfg0.seed, 0)
-        counts = M.set_batch_order(fold, first.order) or counts
-    else:
-        counts = M.prepare(fold, first.spec, vf, cfg0.seed, 0)
+    counts = M.prepare(fold, first.spec, 0)
+    # the split's validation rows and batches, the members' fits' alone
+    counts = M.set_batch_order(fold, first.order) or counts
     if counts["n_train"] != cfg0.n_train:
         raise ValueError(f"The split holds {counts['n_train']} training rows, not the {cfg0.n_train} its "
                          "configuration was made for.")
-    if first.order is None:
-        M.set_batch_cuts(fold, M.batch_cuts([cfg0.n_train], first.batch_size)[0])
     dev = fold.device
     runs = [_Run(m, dev, training) for m in members]
     add_ = _torch_api.foreach_add_fn()
