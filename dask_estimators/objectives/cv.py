@@ -43,7 +43,7 @@ __all__ = [
     "TRAIN", "TEST", "FoldView", "on_fold", "assign_kfold", "class_runs", "stratified_plan", "assign_stratified",
     "set_roles", "prepare", "fold_weight_sums", "fold_value_grad_many", "heldout_sums", "drop_fold_state",
     "gram_sums", "set_affine", "partial_fit_on_folds", "role_group_stats", "combine_group_stats",
-    "quadratic_hessians", "xy_sums",
+    "quadratic_hessians", "xy_sums", "fold_row_sums",
 ]
 
 #: A row's role in a split.
@@ -444,6 +444,33 @@ def _role_groups(shard):
         groups_, inverse = np.unique(train.T, axis=0, return_inverse=True)
         groups = list(groups_)
     return groups, inverse.reshape(-1)
+
+
+def fold_row_sums(shard):
+    """Kernel: the weighted sum of the rows, and the weights' sum, of all the shard's rows and of each split's
+    training rows (the weights with the class weights), as their models see the rows (a split with an affine map,
+    :func:`set_affine`: ``a + s * x``): shape (n_splits + 1, K, n_features + 1), the weights' sum last, K the
+    weights' columns (1: one weight per row).  Their ratios are the mean rows at which the solvers measure the
+    intercepts (:mod:`.centred`); one pass over X for all the splits.
+    """
+    n_splits = shard.cache["cv_roles"].shape[0]
+    weights = [_base_weight(shard)] + [_train_weight(shard, k) for k in range(n_splits)]
+    X = _host_x(shard)
+    if X is not None:
+        G = np.concatenate([np.asarray(w, dtype=np.float64).reshape(X.shape[0], -1) for w in weights], axis=1)
+        GX, S = host_xt_times(G, X), G.sum(axis=0)
+    else:
+        X = shard.get("X")
+        G = torch.cat([_linear._tensor(w, X).to(torch.float64).reshape(X.shape[0], -1) for w in weights], dim=1)
+        GX, S = _shard.numpy64(_xt_times(G, X)), _shard.numpy64(G.sum(0))
+    GX = np.array(GX, dtype=np.float64).reshape(n_splits + 1, -1, X.shape[1])
+    S = np.asarray(S, dtype=np.float64).reshape(n_splits + 1, -1, 1)
+    for k in range(n_splits):
+        mp = _affine(shard, k)
+        if mp is not None:
+            a, scale = mp
+            GX[k + 1] = a * S[k + 1] + scale * GX[k + 1]
+    return np.concatenate([GX, S], axis=2)
 
 
 def quadratic_hessians(shard, spec):

@@ -109,7 +109,8 @@ class _Proxy:
         self._lockstep, self._i = lockstep, i
         self.l1, self.l2, self.penalized, self.n_params = obj.l1, obj.l2, obj.penalized, obj.n_params
         # what the Newton solvers and the bounds of L-BFGS-B read, where the objective has it
-        for name in ("newton_fixed", "quadratic", "positive"):
+        # and what solving in centred variables needs (scipy_driver._centred): the run's mean rows, found once
+        for name in ("newton_fixed", "quadratic", "positive", "spec", "sw_sum", "centre_intercepts", "_row_means"):
             if hasattr(obj, name):
                 setattr(self, name, getattr(obj, name))
 
@@ -198,8 +199,14 @@ def minimize_many(evaluator, spec, folds, objectives, x0s, *, solver="lbfgs", to
     :func:`~dask_estimators.objectives.cv.fold_value_grad_many`.
     """
     from ..objectives.cv import fold_value_grad_many
+    from .scipy_driver import CENTRED_SOLVERS
 
     folds = list(folds)
+    solvers = list(solver) if isinstance(solver, (list, tuple)) else [solver] * len(objectives)
+    for obj, name in zip(objectives, solvers):  # the splits' mean rows, where a run solves centred: found here,
+        finder = getattr(obj, "_row_means_from", None)  # in one round, not in the runs' threads
+        if name in CENTRED_SOLVERS and finder is not None and "_row_means" not in obj.__dict__:
+            obj._row_means = finder(obj)
 
     def batch(idx, points):
         losses, grads = evaluator(fold_value_grad_many, [folds[i] for i in idx], points, spec)

@@ -44,18 +44,32 @@ class FoldProblem:
         self.full_sums, self.fold_sums = sums[0], sums[1:]
         self.n_splits = n_splits
         self._hessians = {}  # a quadratic's Hessian of each split's rows, shared by its fits (forget_hessians)
+        self._row_sums = {}  # fold_row_sums, summed over the shards, once needed (forget_hessians)
 
     def objective(self, k) -> LinearObjective:
         """The normalised objective of split k's training rows (k None: all rows); penalties set by the caller.
 
         The objectives of one split share its :attr:`~dask_estimators.objectives.linear.LinearObjective.hessian_cache`.
+        With an intercept, its L-BFGS and Newton-CG fits solve in centred variables, the intercepts measured at
+        the split's mean row (:meth:`row_means`), as an estimator's own fit does: on columns far from zero they
+        take a fraction of the iterations.  A path solved on one worker and one solved in rounds centre alike.
         """
         if k is None:
             obj = LinearObjective(self.evaluate, self.spec, weight_sums=tuple(self.full_sums))
         else:
             obj = LinearObjective(_OnFold(self.evaluate, k), self.spec, weight_sums=tuple(self.fold_sums[k]))
         obj.hessian_cache = self._hessians.setdefault(k, {})
+        if self.spec.fit_intercept:
+            obj.centre_intercepts = True
+            obj._row_means_from = _SplitMeans(self._row_sums, k)  # every split's at once, at the first need
         return obj
+
+    def row_means(self, k):
+        """Split k's mean row of its training rows (k None: of all rows), weighted by the training weights, as
+        its models see the rows: (n_outputs, n_features), or None where the weights sum to zero.  Every split's
+        from one round (:func:`~dask_estimators.objectives.cv.fold_row_sums`), kept until :meth:`forget_hessians`.
+        """
+        return _SplitMeans(self._row_sums, k)(self.objective(None))
 
     def share_quadratic_hessians(self) -> None:
         """For the squared loss, every split's Hessian from one round
@@ -70,8 +84,9 @@ class FoldProblem:
             self._hessians.setdefault(k, {})["H"] = H[k]
 
     def forget_hessians(self) -> None:
-        """Drop the splits' kept Hessians (the rows' roles or maps changed)."""
+        """Drop the splits' kept Hessians and mean rows (the rows' roles or maps changed)."""
         self._hessians = {}
+        self._row_sums = {}
 
     def heldout(self, k, ws, metric: str, weighted: bool = True, shift: float = 0.0) -> np.ndarray:
         """Split k's held-out sums at each row of ``ws`` (:func:`~dask_estimators.objectives.cv.heldout_sums`;
@@ -82,7 +97,30 @@ class FoldProblem:
     def with_evaluator(self, evaluate) -> FoldProblem:
         """A plain :class:`FoldProblem` of the same splits that evaluates through ``evaluate`` (None: one to send
         to a worker, where :func:`~dask_estimators.engine.solve_on_shard` gives it its evaluator)."""
-        return FoldProblem(evaluate, self.spec, (self.full_sums, *self.fold_sums), self.n_splits)
+        new = FoldProblem(evaluate, self.spec, (self.full_sums, *self.fold_sums), self.n_splits)
+        new._row_sums = dict(self._row_sums)
+        return new
+
+
+class _SplitMeans:
+    """Split k's mean row (k None: all rows'), for an objective of the split that solves in centred variables
+    (:func:`~dask_estimators.optim.scipy_driver._centred` calls it with the objective): found at the first need
+    through the objective's own evaluator (on the client, or on the worker it was sent to), every split's in that
+    one round (:func:`~dask_estimators.objectives.cv.fold_row_sums`), and kept in ``shared``."""
+
+    def __init__(self, shared: dict, k):
+        self.shared, self.k = shared, k
+
+    def __call__(self, objective):
+        if "sums" not in self.shared:
+            evaluate = objective.evaluate
+            evaluate = evaluate.evaluate if isinstance(evaluate, _OnFold) else evaluate
+            self.shared["sums"] = np.asarray(evaluate(CV.fold_row_sums), dtype=np.float64)
+        sums = self.shared["sums"][0 if self.k is None else self.k + 1]
+        total, K = sums[:, -1:], objective.spec.n_outputs
+        if sums.shape[0] not in (1, K) or not np.all(total > 0):
+            return None
+        return np.broadcast_to(sums[:, :-1] / total, (K, sums.shape[1] - 1)).copy()
 
 
 class _OnFold:

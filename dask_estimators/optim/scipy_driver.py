@@ -674,21 +674,25 @@ CENTRED_SOLVERS = frozenset({"lbfgs", "newton-cg"})
 def _centred(objective, solver, x0):
     """``objective`` in centred variables (:mod:`~dask_estimators.objectives.centred`), or None.
 
-    For a :class:`~dask_estimators.objectives.LinearObjective` that asks for it (``centre_intercepts``, set by
-    an estimator's own fit; the lockstep runs of a search or a regularisation path keep their variables, so
-    that a path solved on one worker, one run after another, takes the steps of the same path in rounds), with
-    (unpenalised) intercepts and a solver of :data:`CENTRED_SOLVERS`.  The mean rows are found once per
-    objective (one more round, two where ``x0`` was not its last point) and kept on it.
+    For a linear objective that asks for it (``centre_intercepts``, set by an estimator's own fit and by a
+    search's splits, :class:`~dask_estimators.optim.cv_paths.FoldProblem`; a lockstep run's stand-in passes
+    its objective's on), with (unpenalised) intercepts and a solver of :data:`CENTRED_SOLVERS`.  The mean rows
+    are found once per objective (one more round, two where ``x0`` was not its last point) and kept on it; a
+    search's split gives its own finder (``_row_means_from``: every split's from one round).
     """
-    from ..objectives import LinearObjective
     from ..objectives.centred import CentredObjective, row_means
 
-    if (solver not in CENTRED_SOLVERS or not isinstance(objective, LinearObjective)
-            or not getattr(objective, "centre_intercepts", False) or not objective.spec.fit_intercept):
+    spec = getattr(objective, "spec", None)
+    if (solver not in CENTRED_SOLVERS or spec is None or not getattr(objective, "centre_intercepts", False)
+            or not spec.fit_intercept):
         return None
     first = None
     if "_row_means" not in objective.__dict__:
-        objective._row_means, first = row_means(objective, x0)
+        found = getattr(objective, "_row_means_from", None)
+        if found is not None:
+            objective._row_means = found(objective)
+        else:
+            objective._row_means, first = row_means(objective, x0)
     if objective._row_means is None:
         return None
     # a start with zero coefficients is the point the mean rows were found at: its evaluation is not made again
