@@ -447,30 +447,51 @@ def _role_groups(shard):
 
 
 def fold_row_sums(shard):
-    """Kernel: the weighted sum of the rows, and the weights' sum, of all the shard's rows and of each split's
-    training rows (the weights with the class weights), as their models see the rows (a split with an affine map,
-    :func:`set_affine`: ``a + s * x``): shape (n_splits + 1, K, n_features + 1), the weights' sum last, K the
-    weights' columns (1: one weight per row).  Their ratios are the mean rows at which the solvers measure the
-    intercepts (:mod:`.centred`); one pass over X for all the splits.
+    """Kernel: the weighted sums of the rows and of their squares, and the weights' sum, of all the shard's rows
+    and of each split's training rows (the weights with the class weights), as their models see the rows (a split
+    with an affine map, :func:`set_affine`: ``a + s * x``): shape (n_splits + 1, K, 2 * n_features + 1), the
+    weights' sum last, K the weights' columns (1: one weight per row).  From them, each split's mean row and its
+    columns' spreads (:mod:`.centred`); one pass over X for all the splits.
     """
     n_splits = shard.cache["cv_roles"].shape[0]
     weights = [_base_weight(shard)] + [_train_weight(shard, k) for k in range(n_splits)]
     X = _host_x(shard)
     if X is not None:
         G = np.concatenate([np.asarray(w, dtype=np.float64).reshape(X.shape[0], -1) for w in weights], axis=1)
-        GX, S = host_xt_times(G, X), G.sum(axis=0)
+        S = G.sum(axis=0)
     else:
         X = shard.get("X")
         G = torch.cat([_linear._tensor(w, X).to(torch.float64).reshape(X.shape[0], -1) for w in weights], dim=1)
-        GX, S = _shard.numpy64(_xt_times(G, X)), _shard.numpy64(G.sum(0))
-    GX = np.array(GX, dtype=np.float64).reshape(n_splits + 1, -1, X.shape[1])
+        S = _shard.numpy64(G.sum(0))
+    GX, GX2 = _moments(G, X)
+    d = X.shape[1]
+    GX, GX2 = GX.reshape(n_splits + 1, -1, d), GX2.reshape(n_splits + 1, -1, d)
     S = np.asarray(S, dtype=np.float64).reshape(n_splits + 1, -1, 1)
     for k in range(n_splits):
         mp = _affine(shard, k)
-        if mp is not None:
+        if mp is not None:  # sums of a + s x and of its square
             a, scale = mp
+            GX2[k + 1] = a * a * S[k + 1] + 2 * a * scale * GX[k + 1] + scale * scale * GX2[k + 1]
             GX[k + 1] = a * S[k + 1] + scale * GX[k + 1]
-    return np.concatenate([GX, S], axis=2)
+    return np.concatenate([GX, GX2, S], axis=2)
+
+
+def _moments(G, X):
+    """``G.T @ X`` and ``G.T @ (X * X)`` as float64 NumPy, for a NumPy, dense tensor or sparse CSR X (weights
+    ``G`` (n, m) of X's kind): a float64 copy of :data:`_GRAM_BLOCK` rows at a time, or the CSR's squared
+    values."""
+    if is_sparse(X):
+        squares = torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), X.values() * X.values(), size=X.shape)
+        return _shard.numpy64(_xt_times(G, X)), _shard.numpy64(_xt_times(G, squares))
+    host = isinstance(X, np.ndarray)
+    out = [np.zeros((G.shape[1], X.shape[1])), np.zeros((G.shape[1], X.shape[1]))]
+    for a in range(0, X.shape[0], _GRAM_BLOCK):
+        Xb = X[a : a + _GRAM_BLOCK]
+        Xb = Xb.astype(np.float64) if host else Xb.to(torch.float64)
+        Gb = G[a : a + _GRAM_BLOCK].T
+        out[0] += Gb @ Xb if host else _shard.numpy64(Gb @ Xb)
+        out[1] += Gb @ (Xb * Xb) if host else _shard.numpy64(Gb @ (Xb * Xb))
+    return out
 
 
 def quadratic_hessians(shard, spec):

@@ -102,11 +102,22 @@ class FoldProblem:
         return new
 
 
+#: A split's fits solve in centred variables where a column's weighted mean is at least this many of its
+#: standard deviations away from zero (:class:`_SplitMeans`).
+CENTRE_FROM = 1.0
+
+
 class _SplitMeans:
-    """Split k's mean row (k None: all rows'), for an objective of the split that solves in centred variables
-    (:func:`~dask_estimators.optim.scipy_driver._centred` calls it with the objective): found at the first need
-    through the objective's own evaluator (on the client, or on the worker it was sent to), every split's in that
-    one round (:func:`~dask_estimators.objectives.cv.fold_row_sums`), and kept in ``shared``."""
+    """Split k's mean row (k None: all rows'), for an objective of the split that may solve in centred variables
+    (:func:`~dask_estimators.optim.scipy_driver._centred` calls it with the objective), or None.
+
+    Found at the first need through the objective's own evaluator (on the client, or on the worker it was sent
+    to), every split's in that one round (:func:`~dask_estimators.objectives.cv.fold_row_sums`), and kept in
+    ``shared``.  None (the stored variables) where the weights sum to zero, or where every column's weighted mean
+    lies within :data:`CENTRE_FROM` of its standard deviations of zero: on scaled or zero-mean columns the
+    intercept is barely coupled to the coefficients, and the fits then take the iterates of scikit-learn's
+    searches, which do not centre, so that near-ties between grid points fall as in scikit-learn.
+    """
 
     def __init__(self, shared: dict, k):
         self.shared, self.k = shared, k
@@ -117,10 +128,15 @@ class _SplitMeans:
             evaluate = evaluate.evaluate if isinstance(evaluate, _OnFold) else evaluate
             self.shared["sums"] = np.asarray(evaluate(CV.fold_row_sums), dtype=np.float64)
         sums = self.shared["sums"][0 if self.k is None else self.k + 1]
-        total, K = sums[:, -1:], objective.spec.n_outputs
+        d, K = (sums.shape[1] - 1) // 2, objective.spec.n_outputs
+        total = sums[:, -1:]
         if sums.shape[0] not in (1, K) or not np.all(total > 0):
             return None
-        return np.broadcast_to(sums[:, :-1] / total, (K, sums.shape[1] - 1)).copy()
+        mean = sums[:, :d] / total
+        spread = np.sqrt(np.maximum(sums[:, d : 2 * d] / total - mean * mean, 0.0))
+        if not np.any(np.abs(mean) > CENTRE_FROM * spread):
+            return None
+        return np.broadcast_to(mean, (K, d)).copy()
 
 
 class _OnFold:

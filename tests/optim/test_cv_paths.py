@@ -137,3 +137,34 @@ def test_a_splits_lbfgs_fits_solve_in_centred_variables_with_the_mean_rows_of_on
     for (x, n_iter, _), (x_plain, n_plain, _) in zip(centred, plain):
         np.testing.assert_allclose(x, x_plain, rtol=1e-4, atol=1e-6)
         assert n_iter * 3 < n_plain, (n_iter, n_plain)
+
+
+def test_splits_of_columns_near_zero_keep_the_stored_variables(monkeypatch):
+    """Columns whose means lie within a standard deviation of zero (scaled data): the fits keep the stored
+    variables, and so the iterates of scikit-learn's searches, which do not centre; one column far from zero
+    is enough to centre."""
+    from dask_estimators.optim import scipy_driver
+
+    runs = [(k, 1e-2, 0.0, "lbfgs", 1e-8, 5000) for k in range(K)]
+
+    def fits(shift, centring=True):
+        evaluate, problem = _problem("binomial")
+        for shard in evaluate.shards:
+            X = shard.get("X").numpy() - 3.0
+            X[:, 0] += shift
+            shard.put("X", X)
+        with monkeypatch.context() as m:
+            if not centring:
+                m.setattr(scipy_driver, "_centred", lambda *a: None)
+            return problem, independent_fits(problem, runs)
+
+    problem, near = fits(0.5)
+    assert problem.row_means(0) is None
+    _, plain = fits(0.5, centring=False)
+    for (x, n_iter, _), (x_plain, n_plain, _) in zip(near, plain):
+        np.testing.assert_array_equal(x, x_plain)
+        assert n_iter == n_plain
+    problem, far = fits(3.0)
+    assert problem.row_means(0)[0, 0] == pytest.approx(3.0, abs=0.3)
+    _, plain = fits(3.0, centring=False)
+    assert [n for _, n, _ in far] != [n for _, n, _ in plain]
