@@ -292,3 +292,25 @@ def test_too_few_validation_rows_fail_as_each_fit_does(fraction):
         GridSearchCV(est, {"alpha": [1e-4]}, cv=3, error_score="raise").fit(X, y)
     with pytest.raises(ValueError, match="All the 6 fits failed"):
         GridSearchCV(est, {"alpha": [1e-4, 1e-2]}, cv=3).fit(X, y)
+
+
+def test_a_multiclass_early_stopping_split_is_not_stratified_so_a_class_of_one_row_trains_in_lockstep(
+        monkeypatch, lockstep_tasks):
+    """scikit-learn stratifies the early-stopping split of a classifier of one output only: a multiclass network's
+    split is not, and a class of one row trains.  The lockstep search counted such a split as stratified and
+    refused it (scikit-learn's search then ran every fit alone); it trains the candidates in lockstep, each as
+    its fit alone."""
+    X, y = _digits(300)
+    y = np.where((y == 9) & (np.arange(len(y)) != np.flatnonzero(y == 9)[0]), 8, y)  # class 9: one row
+    ran = []
+    sklearn_fit = _search._PlacedSearch._sklearn_fit
+    monkeypatch.setattr(_search._PlacedSearch, "_sklearn_fit", lambda *a: ran.append(1) or sklearn_fit(*a))
+    est = de.MLPClassifier((8,), max_iter=3, random_state=0, early_stopping=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the least populated class; the three epochs
+        ours = GridSearchCV(est, {"alpha": [1e-4, 1e-2]}, cv=3, error_score="raise").fit(X, y)
+        train, test = next(iter(StratifiedKFold(3).split(X, y)))
+        assert np.sum(y[train] == 9) == 1
+        ref = _alone(clone(est).set_params(alpha=1e-4), X[train], y[train])
+    assert ran == [] and sum(lockstep_tasks) == 2 * 3
+    assert ours.cv_results_["split0_test_score"][0] == ref.score(X[test], y[test])

@@ -1238,14 +1238,6 @@ def fit_lockstep(models, X, y, sample_weight, splits, on_done=None, scalers=None
             if est.random_state is None:  # random batches: the group's
                 free = member.batches()[:2] + member.batches()[3:]
                 member.cfg.seed, member.order = seeds.setdefault(free, (member.cfg.seed, member.order))
-            if member.cfg.early_stopping:  # the split's errors (a stratified one where each row has a class)
-                stratified = member.validation_fraction and (out == "softmax" or (
-                    out == "logistic" and spec.n_outputs == 1 and np.ndim(codes) == 1))
-                try:
-                    _check_validation_rows([np.bincount(np.asarray(codes, dtype=np.int64))] if stratified else None,
-                                           len(train) - member.cfg.n_train, getattr(est, "classes_", None))
-                except ValueError as e:
-                    raise RejectedInput(str(e)) from e
             groups.setdefault((member.batches(), through), []).append((i, est, member))
         for (_, through), group in groups.items():
             task_members.append((k, group, (train, codes, sw_k), _unnamed(fitted_scalers.get(through))))
