@@ -744,7 +744,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
     def _warm_coef(self, spec: LinearSpec):
         """The coefficients a warm start begins at, float64 of shape (outputs, features); None without a warm
         start or where the last fit's shape differs."""
-        if not (self.warm_start and hasattr(self, "coef_")):
+        if not (getattr(self, "warm_start", False) and hasattr(self, "coef_")):  # a search has no warm start
             return None
         coef = self.coef_.toarray() if sp.issparse(self.coef_) else self.coef_
         coef = np.asarray(coef, dtype=np.float64)

@@ -19,6 +19,7 @@ hundreds of evaluations without a round trip each
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from numbers import Integral, Real
 
@@ -36,7 +37,7 @@ from ..objectives import cv as CV
 from ..optim import SOLVERS
 from ..optim.cv_paths import FoldProblem, Penalties, paths_and_heldout
 from ..session import DataSession, prestart, stored_values
-from ._base import accepts_kept_data, input_float_dtype
+from ._base import _params_from, accepts_kept_data, input_float_dtype
 from .linear import LinearRegression, LogisticRegression
 
 __all__ = ["LogisticRegressionCV", "LinearRegressionCV"]
@@ -57,10 +58,22 @@ class _Search(FoldProblem):
     """What one search keeps while its data is placed: the placed data and its evaluator, the splits' sums, and
     whether its paths run in one task on the worker of its one shard (``on_worker``)."""
 
-    def __init__(self, data, evaluator, spec, sums, n_splits):
+    def __init__(self, data, evaluator, spec, sums, n_splits, columns=None):
+        self.full_spec, self.columns = spec, columns  # the model's columns; those solved (None: all)
+        if columns is not None:
+            spec = dataclasses.replace(spec, n_features=len(columns))
         super().__init__(evaluator, spec, sums, n_splits)
         self.data, self.evaluator, self.n_samples = data, evaluator, data.n_samples
         self.on_worker, self.worker_stats = False, []
+
+    def widened(self, w):
+        """Parameters over the solved columns (along the last axis of ``w``) as parameters of all the model's
+        columns, zero where X stores nothing."""
+        if self.columns is None:
+            return np.asarray(w)
+        w = np.asarray(w, dtype=np.float64)
+        rows = [_params_from(v, self.full_spec, self.columns) for v in w.reshape(-1, w.shape[-1])]
+        return np.asarray(rows).reshape(w.shape[:-1] + (self.full_spec.n_params,))
 
 
 class _PlacedSearchMixin:
@@ -170,20 +183,26 @@ class _PlacedSearchMixin:
             n_outputs = n_outputs_of(n_classes)
             sums = prepared_sums(data, loss, n_outputs, class_weight, n_splits)
             spec = self._linear_spec(loss, n_outputs)
+            sparse = sp.issparse(getattr(X, "_meta", X))
+            # a sparse X's columns that store no value anywhere (hashed text) are left out of every split's solve,
+            # as a lone fit leaves them out: their coefficients are zero at every point of every path
+            columns = self._stored_columns(data, spec) if sparse else None
             evaluator = data.evaluator(self.reduction)
-            search = _Search(data, evaluator, spec, sums, n_splits)
+            search = _Search(data, evaluator, spec, sums, n_splits, columns)
             search.splits, search.scores_on_workers = splits, on_workers
             search.X, search.y = (None, None) if dask_input else (X, y)
             if "sample_weight" in score_params:  # the validated weights
                 score_params["sample_weight"] = sample_weight
             search.score_params = score_params
-            search.sparse = sp.issparse(getattr(X, "_meta", X))
+            search.sparse = sparse
             search.on_worker = data.on_worker
             search.values = stored_values(X)
             self._search(search)
             stats = data.stats(evaluator)
             stats.update(weight_sum=float(search.full_sums[0]), n_splits=n_splits, solved_on_worker=search.on_worker,
                          x_dtype=self._stored(dtype).name)
+            if columns is not None:
+                stats["solved_columns"] = len(columns)
             if search.on_worker:  # the search's evaluations, made on the worker
                 stats.update(evaluations_on_worker=sum(s["rounds"] for s in search.worker_stats),
                              seconds_on_worker=sum(s["seconds"] for s in search.worker_stats))
@@ -536,6 +555,8 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
             C_ = float(np.mean([Cs[i] for i, _ in best]))
             l1_ratio_ = float(np.mean([l1s[m] for _, m in best])) if self.l1_ratios is not None else 0.0
             self.solver_ = self.solver
+        spec, K, d = search.full_spec, spec.n_outputs, search.full_spec.n_features
+        coefs, w = search.widened(coefs), search.widened(w)
         self._set_params_from(w, spec, None)
         n_cls = len(self.classes_)
         reps = 1 if n_cls == 2 else n_cls
@@ -576,7 +597,7 @@ class LogisticRegressionCV(_PlacedSearchMixin, LogisticRegression):
         for w in path:
             est = SkLR()
             est.classes_ = self.classes_
-            W, b = search.spec.unpack(w)
+            W, b = search.full_spec.unpack(search.widened(w))
             est.coef_ = W.copy()
             est.intercept_ = b.copy() if b is not None else np.zeros(search.spec.n_outputs)
             out.append(scorer(est, Xt, yt, **params))
@@ -805,7 +826,7 @@ class LinearRegressionCV(_PlacedSearchMixin, LinearRegression):
         self.alphas_ = alphas[0] if (len(l1s) == 1 or not isinstance(self.alphas, Integral)) else alphas
         self.mse_path_ = np.squeeze(mse)
         x, n_iter = refit(m, i)
-        self._set_params_from(x, search.spec, (None,))
+        self._set_params_from(search.widened(x), search.full_spec, (None,))
         self.n_iter_ = int(n_iter)
 
     def _uses_gram(self, search):

@@ -510,3 +510,33 @@ def test_a_warm_start_keeps_the_coefficients_of_columns_the_new_rows_leave_empty
         b = de.LogisticRegression(C=0.5).fit(data)
     np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-12)
     assert a.fit_stats_["solved_columns"] == b.fit_stats_["solved_columns"] < X.shape[1]
+
+
+@pytest.mark.parametrize("scoring", [None, "roc_auc"], ids=["on the workers", "on the client"])
+def test_a_cv_search_leaves_the_columns_storing_no_value_out_of_every_split(client, scoring):
+    """LogisticRegressionCV and LinearRegressionCV on a CSR whose columns mostly store nothing: every split's
+    path and the refit solve the stored columns alone; the paths, scores and model have every column, zero where
+    none is stored, and equal scikit-learn's search on the same CSR (a client-side scorer sees the whole
+    columns)."""
+    X, z, stored = _hashed()
+    y = (z > np.median(z)).astype(int)
+    unused = np.setdiff1d(np.arange(X.shape[1]), stored)
+    kw = dict(Cs=[0.1, 10.0], cv=3, tol=1e-10, max_iter=5000, scoring=scoring)
+    ours = de.LogisticRegressionCV(**kw).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        ref = sk_lm.LogisticRegressionCV(**kw, l1_ratios=None, use_legacy_attributes=True).fit(X, y)
+    assert ours.fit_stats_["solved_columns"] == len(stored) < X.shape[1]
+    np.testing.assert_array_equal(ours.C_, ref.C_)
+    np.testing.assert_allclose(ours.scores_[1], ref.scores_[1], atol=1e-9)
+    assert ours.coefs_paths_[1].shape == ref.coefs_paths_[1].shape
+    assert not np.any(ours.coefs_paths_[1][..., unused]) and not np.any(ours.coef_[:, unused])
+    np.testing.assert_allclose(ours.coefs_paths_[1], ref.coefs_paths_[1], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-6)
+    if scoring is None:
+        reg = de.LinearRegressionCV(alphas=3, l1_ratio=0.5, cv=3, tol=1e-10).fit(X, z)
+        ref = sk_lm.ElasticNetCV(alphas=3, l1_ratio=0.5, cv=3, tol=1e-12, max_iter=100_000).fit(X, z)
+        assert reg.fit_stats_["solved_columns"] == len(stored)
+        assert not np.any(reg.coef_[unused])
+        assert reg.alpha_ == pytest.approx(ref.alpha_, rel=1e-10)
+        np.testing.assert_allclose(reg.coef_, ref.coef_, rtol=1e-3, atol=1e-5)
