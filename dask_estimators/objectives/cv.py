@@ -481,7 +481,8 @@ def _moments(G, X):
     ``G`` (n, m) of X's kind): a float64 copy of :data:`_GRAM_BLOCK` rows at a time, or the CSR's squared
     values."""
     if is_sparse(X):
-        squares = torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), X.values() * X.values(), size=X.shape)
+        squares = torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), X.values() * X.values(), size=X.shape,
+                                          check_invariants=False)
         return _shard.numpy64(_xt_times(G, X)), _shard.numpy64(_xt_times(G, squares))
     host = isinstance(X, np.ndarray)
     out = [np.zeros((G.shape[1], X.shape[1])), np.zeros((G.shape[1], X.shape[1]))]
