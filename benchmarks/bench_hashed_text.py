@@ -15,8 +15,10 @@ Contestants, in this one process, alternating, ``--repeat`` times (medians repor
   ``LocalCluster(n_workers=--cores, threads_per_worker=1)`` (started before, and warmed by a small fit);
 * ``ours, first fit on a fresh cluster``: the same fit, once, as the first on a ``Client(LocalCluster(...))``
   started just before it (its cluster's start not timed);
-* and ``LogisticRegressionCV(Cs=3, cv=3)``, scikit-learn's and ours, on the first ``--cv-rows`` documents
-  (0 leaves it out).
+* and two searches on the first ``--cv-rows`` documents (0 leaves them out): ``LogisticRegressionCV(Cs=3,
+  cv=3)``, scikit-learn's and ours, and ``GridSearchCV(LogisticRegression(), {"C": [0.1, 1, 10]}, cv=3)``,
+  scikit-learn's search (``n_jobs=-1``) around scikit-learn's estimator and ours
+  (``dask_estimators.model_selection``) around ours.
 
 Each row gives the seconds of ``fit``, the ratio to scikit-learn's, the growth of the client's resident
 memory over the fit (the largest, sampled every 20 ms), the workers' summed peak over their resident memory
@@ -97,9 +99,17 @@ def main():
     models = {"LinearSVC(dual=False)": (lambda: svm.LinearSVC(dual=False), lambda: de.LinearSVC(dual=False), X, y),
               "LogisticRegression()": (linear_model.LogisticRegression, de.LogisticRegression, X, y)}
     if args.cv_rows:
+        from sklearn import model_selection
+
+        from dask_estimators.model_selection import GridSearchCV
+
+        grid = {"C": [0.1, 1.0, 10.0]}
         models[f"LogisticRegressionCV(Cs=3, cv=3), {args.cv_rows} documents"] = (
             lambda: linear_model.LogisticRegressionCV(Cs=3, cv=3), lambda: de.LogisticRegressionCV(Cs=3, cv=3),
             X[: args.cv_rows], y[: args.cv_rows])
+        models[f"GridSearchCV(LogisticRegression(), 3 C, cv=3), {args.cv_rows} documents"] = (
+            lambda: model_selection.GridSearchCV(linear_model.LogisticRegression(), grid, cv=3, n_jobs=-1),
+            lambda: GridSearchCV(de.LogisticRegression(), grid, cv=3), X[: args.cv_rows], y[: args.cv_rows])
     rows = []
     with LocalCluster(n_workers=args.cores, threads_per_worker=1) as cluster, Client(cluster) as client:
         de.LogisticRegression().fit(X[:500], y[:500])
@@ -128,7 +138,8 @@ def main():
                     "ratio": round(s / statistics.median(g[0] for g in got["sklearn"]), 3),
                     "client_mb": round(statistics.median(g[1] for g in got[who]), 1),
                     "workers_mb": round(statistics.median(g[2] for g in got[who]), 1) if who == "ours" else None,
-                    "solved_columns": getattr(est, "fit_stats_", {}).get("solved_columns", X.shape[1]),
+                    "solved_columns": getattr(getattr(est, "best_estimator_", est), "fit_stats_", {}).get(
+                        "solved_columns", X.shape[1]),
                     "agree": round(float(np.mean(est.predict(Xm) == ref.predict(Xm))), 4),
                 })
     config = dict(vars(args), out=str(args.out), columns_stored=int(len(np.unique(X.indices))), nnz=int(X.nnz))

@@ -25,7 +25,7 @@ from sklearn.exceptions import FitFailedWarning
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import MinMaxScaler, PolynomialFeatures, StandardScaler
+from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, PolynomialFeatures, StandardScaler
 from sklearn.svm import SVC
 
 import dask_estimators as de
@@ -550,3 +550,35 @@ def test_scikit_learns_pandas_output_config_keeps_the_column_names_of_a_pipeline
         theirs = skms.GridSearchCV(pipe, {"clf__C": [0.1, 1.0]}, cv=3).fit(Xf, y)
     assert list(ours.best_estimator_[-1].feature_names_in_) == list("abcd")
     _same_results(ours, theirs)
+
+
+@pytest.mark.parametrize("scaled", [False, True], ids=["plain", "after MaxAbsScaler"])
+def test_a_sparse_grid_leaves_the_columns_storing_no_value_out_of_every_fit(placements, placed_only, spread, scaled):
+    """A CSR whose columns mostly store nothing (hashed text): every (candidate, split) fit and the refit solve
+    the stored columns alone; a pipeline's scaler is fitted on the whole columns first.  The scores and the best
+    model equal those of scikit-learn's search around our estimator (each fit alone, narrowing its own split's
+    columns), and the model has every column, zero where none is stored."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    n, d, vocab = 300, 4000, 150
+    cols = np.sort(rng.choice(d, vocab, replace=False))
+    X = sp.csr_matrix((rng.uniform(0.5, 2.0, n * 6), (np.repeat(np.arange(n), 6), cols[rng.integers(0, vocab, n * 6)])),
+                      shape=(n, d))
+    X.sum_duplicates()
+    w = np.zeros(d)
+    w[cols] = rng.normal(size=vocab)
+    y = (X @ w > np.median(X @ w)).astype(int)
+    clf = de.LogisticRegression(tol=1e-10, max_iter=2000)
+    est, key = (Pipeline([("scale", MaxAbsScaler()), ("clf", clf)]), "clf__C") if scaled else (clf, "C")
+    grid = {key: [0.1, 10.0]}
+    ours = GridSearchCV(est, grid, cv=3).fit(X, y)
+    assert len(placements) == 1
+    theirs = skms.GridSearchCV(est, grid, cv=3).fit(X, y)
+    _same_results(ours, theirs)
+    best, ref = (ours.best_estimator_[-1], theirs.best_estimator_[-1]) if scaled else (ours.best_estimator_,
+                                                                                       theirs.best_estimator_)
+    stored = np.unique(X.indices)
+    assert best.fit_stats_["solved_columns"] == len(stored) < d
+    assert best.coef_.shape == (1, d) and not np.any(best.coef_[:, np.setdiff1d(np.arange(d), stored)])
+    np.testing.assert_allclose(best.coef_, ref.coef_, rtol=1e-5, atol=1e-7)

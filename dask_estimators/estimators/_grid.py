@@ -24,8 +24,10 @@ differ in ``C``/``alpha``, ``l1_ratio``, ``solver``, ``tol`` and
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
 
@@ -33,7 +35,7 @@ from .. import config as _config
 from ..objectives import cv as CV
 from ..optim.cv_paths import FoldProblem, independent_fits
 from ..session import DataSession, prestart, stored_values
-from ._base import input_float_dtype
+from ._base import _params_from, input_float_dtype
 from .cv import place_roles, prepared_sums
 from .linear import LinearRegression, LogisticRegression
 
@@ -212,6 +214,10 @@ class PlacedRuns:
             self.spec = base._linear_spec(loss, n_outputs)
             sums = prepared_sums(data, loss, n_outputs, class_weight, len(splits))
             self.problem = FoldProblem(data.evaluator(base.reduction), self.spec, sums, len(splits))
+            # a sparse X's columns that store no value anywhere (hashed text) are left out of every fit's solve,
+            # as a lone fit leaves them out (their coefficients are zero in every fit): at the first fit, after
+            # the scalers (fitted on X's whole rows)
+            self._sums, self._narrow_at_fit, self.columns = sums, sp.issparse(getattr(X, "_meta", X)), None
             self._values = stored_values(X) or 0
             self._maps = [None] * len(splits)
         except BaseException:
@@ -276,10 +282,35 @@ class PlacedRuns:
         return fitted
 
     def set_maps(self, maps) -> None:
-        """Each split's affine map (:func:`affine_map`; None: X as stored): its fits see ``a + s * x``."""
+        """Each split's affine map (:func:`affine_map`; None: X as stored): its fits see ``a + s * x``.  Where
+        the columns that store nothing are left out of the solve, their maps are too (a scaler of sparse X does
+        not shift them: they stay zero)."""
         self._maps = list(maps)
-        self.data.map(CV.set_affine, self._maps)
+        self.data.map(CV.set_affine, self._solved_maps())
         self.problem.forget_hessians()
+
+    def _solved_maps(self) -> list:
+        """The splits' maps over the solved columns (a scaler of sparse X does not shift the columns left out:
+        they stay zero)."""
+        if self.columns is None:
+            return self._maps
+        dropped = np.setdiff1d(np.arange(self.spec.n_features), self.columns)
+        if any(m is not None and np.any(np.asarray(m[0])[dropped] != 0) for m in self._maps):
+            raise RejectedInput("A split's scaler shifts columns that store no value in X.")
+        return [None if m is None else (np.asarray(m[0])[self.columns], np.asarray(m[1])[self.columns])
+                for m in self._maps]
+
+    def _narrow(self) -> None:
+        """Leave the columns that store no value out of the solve (a sparse X; once, at the first fit): the
+        shards' X narrowed to the stored columns, the problem and the maps with them."""
+        self._narrow_at_fit = False
+        self.columns = self.model._stored_columns(self.data, self.spec)
+        if self.columns is None:
+            return
+        solved = dataclasses.replace(self.spec, n_features=len(self.columns))
+        self.problem = FoldProblem(self.problem.evaluate, solved, self._sums, len(self.splits))
+        if any(m is not None for m in self._maps):
+            self.data.map(CV.set_affine, self._solved_maps())
 
     def fit(self, models, folds, *, feature_names=True, on_done=None) -> list:
         """Fit every model of ``models`` on every split of ``folds`` (indices into ``splits``), in lockstep.
@@ -292,12 +323,14 @@ class PlacedRuns:
         """
         for model in models:
             model._validate_params()
+        if self._narrow_at_fit:
+            self._narrow()
         spec, problem = self.spec, self.problem
         runs = []
         for model in models:
             for k in folds:
                 l2, l1 = model._penalties(problem.objective(k).sw_sum)
-                solver = model._resolved_solver(spec.n_params, l1)
+                solver = model._resolved_solver(problem.spec.n_params, l1)
                 runs.append((k, l2, l1, solver, model.tol, model.max_iter))
         width = self._lockstep_width()
         if not self.data.on_worker and any(run[3] == "newton-cholesky" for run in runs):
@@ -311,13 +344,14 @@ class PlacedRuns:
         else:
             out = independent_fits(problem, runs, on_done=None if on_done is None else (lambda: on_done(1)),
                                    max_runs=width)
-        self.solutions = [np.asarray(x, dtype=np.float64) for x, _, _ in out]  # as fitted, model by model
+        # as fitted, model by model, over the solved columns (the held-out sums read the shards' narrowed X)
+        self.solutions = [np.asarray(x, dtype=np.float64) for x, _, _ in out]
         base, fitted, j = self.model, [], 0
         for model in models:
             row = []
             for _ in folds:
                 _, n_iter, solver = out[j]
-                x = self.solutions[j]
+                x = self.solutions[j] if self.columns is None else _params_from(self.solutions[j], spec, self.columns)
                 j += 1
                 est = clone(model)
                 for name in ("n_features_in_", "feature_names_in_", "classes_"):
@@ -329,6 +363,8 @@ class PlacedRuns:
                 est.solver_ = solver
                 est.fit_stats_ = {"fitted_in_search": True, "fits_in_lockstep": len(runs),
                                   "x_dtype": self.model._stored(self.dtype).name}
+                if self.columns is not None:
+                    est.fit_stats_["solved_columns"] = len(self.columns)
                 row.append(est)
             fitted.append(row)
         return fitted
