@@ -50,9 +50,10 @@ class FoldProblem:
         """The normalised objective of split k's training rows (k None: all rows); penalties set by the caller.
 
         The objectives of one split share its :attr:`~dask_estimators.objectives.linear.LinearObjective.hessian_cache`.
-        With an intercept, its L-BFGS and Newton-CG fits solve in centred variables, the intercepts measured at
-        the split's mean row (:meth:`row_means`), as an estimator's own fit does: on columns far from zero they
-        take a fraction of the iterations.  A path solved on one worker and one solved in rounds centre alike.
+        With an intercept, its L-BFGS and Newton-CG fits solve in centred variables where a column lies far
+        from zero, the intercepts measured at the split's mean row (:meth:`row_means`), as an estimator's own fit
+        does: there they take a fraction of the iterations.  A path solved on one worker and one solved in
+        rounds centre alike.
         """
         if k is None:
             obj = LinearObjective(self.evaluate, self.spec, weight_sums=tuple(self.full_sums))
@@ -66,8 +67,9 @@ class FoldProblem:
 
     def row_means(self, k):
         """Split k's mean row of its training rows (k None: of all rows), weighted by the training weights, as
-        its models see the rows: (n_outputs, n_features), or None where the weights sum to zero.  Every split's
-        from one round (:func:`~dask_estimators.objectives.cv.fold_row_sums`), kept until :meth:`forget_hessians`.
+        its models see the rows: (n_outputs, n_features); None where its fits keep the stored variables
+        (:class:`_SplitMeans`).  Every split's from one round
+        (:func:`~dask_estimators.objectives.cv.fold_row_sums`), kept until :meth:`forget_hessians`.
         """
         return _SplitMeans(self._row_sums, k)(self.objective(None))
 
@@ -114,7 +116,7 @@ class _SplitMeans:
     Found at the first need through the objective's own evaluator (on the client, or on the worker it was sent
     to), every split's in that one round (:func:`~dask_estimators.objectives.cv.fold_row_sums`), and kept in
     ``shared``.  None (the stored variables) where the weights sum to zero, or where every column's weighted mean
-    lies within :data:`CENTRE_FROM` of its standard deviations of zero: on scaled or zero-mean columns the
+    lies within :data:`CENTRE_FROM` of its standard deviations from zero: on scaled or zero-mean columns the
     intercept is barely coupled to the coefficients, and the fits then take the iterates of scikit-learn's
     searches, which do not centre, so that near-ties between grid points fall as in scikit-learn.
     """
