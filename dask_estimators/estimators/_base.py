@@ -571,7 +571,7 @@ class DistributedLinearModel(_CallbackSupport, DistributedEstimator):
                 workers=self._placement_workers(session, X), outputs=self._worker_outputs(X, y, classes),
             )
             stats = self._fit_placed(data, y, dask_input, classes, dtype, hook_args=(X, y, sample_weight), t0=t0,
-                                     sparse_x=sp.issparse(X) or sp.issparse(getattr(X, "_meta", None)))
+                                     sparse_x=sparse_input(X))
         self.fit_stats_ = stats
         return self
 
@@ -1176,6 +1176,11 @@ def _cast_float(out, dtype):
     """``out`` in ``dtype`` when it is a float array (labels are left as they are)."""
     out = np.asarray(out)
     return out.astype(dtype, copy=False) if out.dtype.kind == "f" else out
+
+
+def sparse_input(X) -> bool:
+    """Whether ``X`` is a scipy.sparse matrix or a dask collection of sparse blocks (its ``_meta``)."""
+    return sp.issparse(getattr(X, "_meta", X))
 
 
 def input_float_dtype(X):

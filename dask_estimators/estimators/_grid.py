@@ -27,7 +27,6 @@ import copy
 import dataclasses
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.preprocessing import MaxAbsScaler, MinMaxScaler, StandardScaler
 
@@ -35,7 +34,7 @@ from .. import config as _config
 from ..objectives import cv as CV
 from ..optim.cv_paths import FoldProblem, independent_fits
 from ..session import DataSession, prestart, stored_values
-from ._base import _params_from, input_float_dtype
+from ._base import _params_from, input_float_dtype, sparse_input
 from .cv import place_roles, prepared_sums
 from .linear import LinearRegression, LogisticRegression
 
@@ -217,7 +216,7 @@ class PlacedRuns:
             # a sparse X's columns that store no value anywhere (hashed text) are left out of every fit's solve,
             # as a lone fit leaves them out (their coefficients are zero in every fit): at the first fit, after
             # the scalers (fitted on X's whole rows)
-            self._sums, self._narrow_at_fit, self.columns = sums, sp.issparse(getattr(X, "_meta", X)), None
+            self._sums, self._narrow_at_fit, self.columns = sums, sparse_input(X), None
             self._values = stored_values(X) or 0
             self._maps = [None] * len(splits)
         except BaseException:

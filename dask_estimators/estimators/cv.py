@@ -37,7 +37,7 @@ from ..objectives import cv as CV
 from ..optim import SOLVERS
 from ..optim.cv_paths import FoldProblem, Penalties, paths_and_heldout
 from ..session import DataSession, prestart, stored_values
-from ._base import _params_from, accepts_kept_data, input_float_dtype
+from ._base import _params_from, accepts_kept_data, input_float_dtype, sparse_input
 from .linear import LinearRegression, LogisticRegression
 
 __all__ = ["LogisticRegressionCV", "LinearRegressionCV"]
@@ -183,7 +183,7 @@ class _PlacedSearchMixin:
             n_outputs = n_outputs_of(n_classes)
             sums = prepared_sums(data, loss, n_outputs, class_weight, n_splits)
             spec = self._linear_spec(loss, n_outputs)
-            sparse = sp.issparse(getattr(X, "_meta", X))
+            sparse = sparse_input(X)
             # a sparse X's columns that store no value anywhere (hashed text) are left out of every split's solve,
             # as a lone fit leaves them out: their coefficients are zero at every point of every path
             columns = self._stored_columns(data, spec) if sparse else None
