@@ -2,8 +2,9 @@
 
 On a fresh process cluster whose workers have imported neither, every linear
 estimator fits on NumPy and on dask input, with sample and class weights, the
-newton-cholesky solver, the dual SVMs and the cross-validated estimators, and
-predicts on dask input: torch and
+newton-cholesky solver, the dual SVMs and the cross-validated estimators, the
+lone estimators also on sparse input (scipy CSR, and a dask array of CSR
+blocks), and predicts on dask input: torch and
 scikit-learn stay out of every worker's ``sys.modules`` (importing them was about
 2.4 s of one core, most of a first fit's set-up on a cluster the user started).
 The models are those the session cluster's workers fit with torch imported.
@@ -14,6 +15,7 @@ import sys
 import dask.array as da
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from distributed import Client, LocalCluster
 
 import dask_estimators as de
@@ -59,8 +61,24 @@ def _fits(client):
         ("poisson", de.PoissonRegressor(client=client), (X, counts), {}),
         ("logistic cv", de.LogisticRegressionCV(Cs=3, client=client), (X, y3), {"sample_weight": sw}),
         ("elastic-net cv, dask", de.LinearRegressionCV(l1_ratio=0.5, client=client), (dX, _dask(X[:, 1])), {}),
-    ]
+    ] + _sparse_cases(client)
     return [(name, est.fit(*args, **kw)) for name, est, args, kw in cases]
+
+
+def _sparse_cases(client):
+    """The lone estimators on sparse X: its CSR arrays stay NumPy on the worker, read by the numba kernels."""
+    X, y, y3, sw, counts = _data()
+    Xs = sp.csr_matrix(np.where(np.abs(X) > 0.8, X, 0.0))  # about 42% of the values stored
+    blocks = da.from_array(Xs.toarray(), chunks=(1500, 8)).map_blocks(sp.csr_matrix, dtype=float,
+                                                                       meta=sp.csr_matrix((0, 0)))
+    return [
+        ("sparse lbfgs, weights", de.LogisticRegression(client=client), (Xs, y), {"sample_weight": sw}),
+        ("sparse multinomial, dask blocks", de.LogisticRegression(client=client), (blocks, _dask(y3)), {}),
+        ("sparse newton-cholesky", de.LogisticRegression(solver="newton-cholesky", client=client), (Xs, y), {}),
+        ("sparse ols", de.LinearRegression(client=client), (Xs, Xs @ np.arange(8.0)), {}),
+        ("sparse svc", de.LinearSVC(random_state=0, client=client), (Xs, y3), {}),
+        ("sparse poisson, float32", de.PoissonRegressor(client=client), (Xs.astype(np.float32), counts), {}),
+    ]
 
 
 def test_linear_fits_leave_torch_and_scikit_learn_off_the_workers(fresh, client):

@@ -108,6 +108,15 @@ def _checked_x(X, dtype, accept_sparse, estimator_name=None):
     if type(X) is np.ndarray and X.ndim == 2 and X.dtype == dtype and X.shape[1] >= 1:
         assert_all_finite(X, input_name="X", estimator_name=estimator_name)
         return X
+    if (accept_sparse and getattr(X, "format", None) == "csr" and X.dtype.kind in "iuf" and len(X.shape) == 2
+            and X.shape[1] >= 1):  # a numeric CSR block: its stored values checked and cast here, without scikit-learn
+        from ..session import canonical_csr
+
+        X = canonical_csr(X)
+        if X.dtype != dtype:
+            X = X.astype(dtype)
+        assert_all_finite(X.data, input_name="X", estimator_name=estimator_name)
+        return X
     from sklearn.utils.validation import check_array
 
     return _checked_X(check_array(X, dtype=dtype, ensure_min_samples=0, input_name="X",

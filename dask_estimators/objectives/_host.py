@@ -1,22 +1,31 @@
 """Reading a shard's arrays where they lie: NumPy in host memory, without torch, or the shard's tensors.
 
-A shard on a CPU keeps its dense arrays as NumPy (``Shard.host`` reads them;
-``Shard.get`` makes torch views of them, importing torch then); a GPU shard and
-a sparse X are tensors.  The kernels read what they can as NumPy, so that a
-linear fit never imports torch on its worker, and take the tensors otherwise.
+A shard on a CPU keeps its dense arrays as NumPy (``Shard.host`` reads them)
+and a sparse X as its three CSR arrays (``Shard.host_csr``); ``Shard.get``
+makes torch views of either, importing torch then.  A GPU shard's arrays are
+tensors.  The kernels read what they can as NumPy, so that a linear fit never
+imports torch on its worker, and take the tensors otherwise.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["host", "row_parts", "array", "numpy64"]
+__all__ = ["host", "csr", "row_parts", "array", "numpy64"]
 
 
 def host(shard, name):
     """The shard's array ``name`` as NumPy where it keeps it in host memory (``Shard.host``), else None (absent,
     sparse, on a GPU, or a shard-like object without ``host``)."""
     read = getattr(shard, "host", None)
+    return None if read is None else read(name)
+
+
+def csr(shard, name):
+    """The shard's sparse array ``name`` as its three CSR arrays in host memory (``Shard.host_csr``: an object
+    with ``data``, ``indices``, ``indptr``, ``shape`` and ``dtype``), else None (absent, dense, on a GPU, or a
+    shard-like object without ``host_csr``)."""
+    read = getattr(shard, "host_csr", None)
     return None if read is None else read(name)
 
 
@@ -32,9 +41,11 @@ def row_parts(shard, name):
 
 
 def array(shard, name):
-    """The shard's array ``name``: its host NumPy array where it has one (:func:`host`), else what ``shard.get``
-    gives (a tensor, or None where it has none)."""
+    """The shard's array ``name``: its host NumPy array where it has one (:func:`host`), its host CSR arrays where
+    it keeps them (:func:`csr`), else what ``shard.get`` gives (a tensor, or None where it has none)."""
     a = host(shard, name)
+    if a is None:
+        a = csr(shard, name)
     return a if a is not None else shard.get(name)
 
 

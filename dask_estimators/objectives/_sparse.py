@@ -1,22 +1,28 @@
 """Sparse X on a shard: how a kernel recognises it and reaches its three CSR arrays.
 
-On a worker a sparse ``X`` is a torch sparse CSR tensor (``layout ==
-torch.sparse_csr``) of shape (rows of the shard, features), float64 values
-(float32 where the model fits in float32), ``crow_indices`` and
-``col_indices`` of one integer type (int32 where the stored values and the
-columns fit, int64 otherwise: :func:`~dask_estimators.engine.data._worker.index_dtype`),
-canonical (column indices sorted within each row, no duplicates), on the
-shard's device.  A shard is never densified.
+On a worker a sparse ``X`` has shape (rows of the shard, features), float64
+values (float32 where the model fits in float32), row pointers and column
+indices of one integer type (int32 where the stored values and the columns
+fit, int64 otherwise: :func:`~dask_estimators.engine.data._worker.index_dtype`),
+canonical (column indices sorted within each row, no duplicates).  In host
+memory the shard keeps the three NumPy arrays (``Shard.host_csr``: an object
+with ``data``, ``indices``, ``indptr``, ``shape``), which the numba kernels
+read without torch; ``Shard.get`` gives a torch sparse CSR tensor
+(``layout == torch.sparse_csr``) over the same memory, and on a GPU the
+shard holds that tensor.  A shard is never densified.
 
 This module imports torch only when a tensor is passed, so that importing
-the objectives on the client stays free of torch.
+the objectives on the client, and a linear fit on a worker, stay free of
+torch.
 """
 
 from __future__ import annotations
 
 import sys
 
-__all__ = ["is_sparse", "csr_parts", "take_rows", "index_array", "stored_columns", "keep_columns"]
+import numpy as np
+
+__all__ = ["is_sparse", "is_host_csr", "csr_parts", "take_rows", "index_array", "stored_columns", "keep_columns"]
 
 
 def is_sparse(X) -> bool:
@@ -43,6 +49,21 @@ def is_sparse(X) -> bool:
     if torch is None:  # nothing made a torch tensor in this process: X cannot be one
         return False
     return isinstance(X, torch.Tensor) and X.layout == torch.sparse_csr
+
+
+def is_host_csr(X) -> bool:
+    """Whether ``X`` is a shard's sparse X kept in host memory as NumPy (``Shard.host_csr``'s object), not a
+    tensor nor a dense array.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> from dask_estimators.objectives._sparse import is_host_csr
+    >>> is_host_csr(sp.csr_array(np.eye(2))), is_host_csr(np.eye(2))
+    (True, False)
+    """
+    return (all(hasattr(X, k) for k in ("data", "indices", "indptr", "shape")) and not is_sparse(X)
+            and isinstance(X.indptr, np.ndarray))
 
 
 def csr_parts(X):
@@ -79,6 +100,8 @@ def csr_parts(X):
     >>> data.tolist(), indices.tolist(), indptr.tolist()
     ([2.0, 3.0], [1, 0], [0, 1, 2])
     """
+    if is_host_csr(X):
+        return X.data, X.indices, X.indptr
     if not is_sparse(X):
         raise TypeError(f"csr_parts needs a torch sparse CSR tensor, got {type(X).__name__}.")
     if X.device.type != "cpu":
@@ -106,8 +129,6 @@ def index_array(a):
     >>> index_array(a) is a, index_array(np.arange(3, dtype=np.uint16)).dtype
     (True, dtype('int64'))
     """
-    import numpy as np
-
     a = np.asarray(a)
     return np.ascontiguousarray(a, dtype=a.dtype if a.dtype in (np.int32, np.int64) else np.int64)
 
@@ -155,10 +176,16 @@ def take_rows(X, idx):
                                    check_invariants=False)
 
 
+def _host_x(shard):
+    read = getattr(shard, "host_csr", None)
+    return None if read is None else read("X")
+
+
 def stored_columns(shard):
     """Kernel: the columns in which a shard's sparse X stores values (sorted int64 NumPy), or None for dense X."""
-    import numpy as np
-
+    X = _host_x(shard)
+    if X is not None:
+        return np.unique(X.indices).astype(np.int64)
     X = shard.get("X")
     if not is_sparse(X):
         return None
@@ -169,6 +196,11 @@ def keep_columns(shard, columns) -> None:
     """Kernel: a shard's sparse X narrowed to ``columns`` (sorted; every column it stores values in), numbered
     ``0 .. len(columns) - 1`` in that order; its values are not copied.  A fit on data kept between fits
     narrows X with ``put``: the kept shard's :meth:`restore` gives the full X back."""
+    X = _host_x(shard)
+    if X is not None:  # the NumPy arrays kept in host memory: torch is not imported
+        narrowed = np.searchsorted(np.asarray(columns, dtype=np.int64), X.indices).astype(X.indices.dtype)
+        shard.put("X", type(X)(X.data, narrowed, X.indptr, (X.shape[0], len(columns))))
+        return
     import torch
 
     X = shard.get("X")

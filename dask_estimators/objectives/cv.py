@@ -643,7 +643,8 @@ def _value_grad_many(shard, folds, ws, spec):
     loss_fn = spec.get_loss()
     weights = [_base_weight(shard) if k is None else _train_weight(shard, k) for k in folds]
     one_output = K == 1 and not loss_fn.coupled and all(s.ndim == 1 for s in weights)
-    if one_output and _linear._host_rows(shard, spec) is not None:  # a host X: NumPy and numba, no tensor
+    if one_output and _host_x(shard) is not None and _linear._host_rows(shard, spec) is not None:
+        # a dense host X: NumPy and numba, no tensor
         return _fused_many(shard, folds, weights, ws, spec)
     X, y = shard.get("X"), shard.get("y")
     sparse = is_sparse(X)

@@ -474,14 +474,14 @@ def _host_x(X):
 
     A float32 X stays float32: the row loops widen each value as they read it and keep every sum in float64.
     """
-    from ._sparse import csr_parts, is_sparse
+    from ._sparse import csr_parts, is_host_csr, is_sparse
 
-    if not is_sparse(X):
+    if not (is_sparse(X) or is_host_csr(X)):
         a = _host(X)
         return np.ascontiguousarray(a, dtype=a.dtype if a.dtype in (np.float32, np.float64) else np.float64)
     from scipy import sparse
 
-    if X.device.type != "cpu":
+    if is_sparse(X) and X.device.type != "cpu":
         X = X.cpu()
     data, indices, indptr = csr_parts(X)
     if data.dtype not in (np.float32, np.float64):

@@ -44,7 +44,7 @@ torch = lazy_module("torch")
 _fused = lazy_module("dask_estimators.objectives._fused")
 from . import _host as _shard
 from . import losses as _losses  # no torch at import: the client reads links and checks
-from ._sparse import csr_parts, is_sparse
+from ._sparse import csr_parts, is_host_csr, is_sparse
 
 __all__ = ["LinearSpec", "LinearObjective", "value_grad", "hessp", "hess", "weight_sum", "check_weight_sum",
            "inference_sums", "x_nbytes"]
@@ -159,18 +159,23 @@ def _kernel_threads(shard) -> int:
 
 
 def _host_rows(shard, spec: LinearSpec):
-    """``(parts, y, s)`` as NumPy for the dense numba kernels, read where the shard keeps them in host memory (no
+    """``(parts, y, s)`` as NumPy for the numba kernels, read where the shard keeps them in host memory (no
     tensor made, torch never imported): ``parts`` X's rows as ``[(first row, rows), ...]``, the blocks X was
-    placed from where the shard reads them where they lie (``Shard.row_parts``), else one part; ``s`` as (n, 1)
-    or (n, K) or None.  None where the numba kernels do not take this shard (sparse or GPU X, another backend,
-    several threads: ``_use_fused``'s rule), and the tensor path decides."""
+    placed from where the shard reads them where they lie (``Shard.row_parts``), else one part; a sparse X one
+    part, its CSR arrays (``Shard.host_csr``); ``s`` as (n, 1) or (n, K) or None.  None where the numba kernels
+    do not take this shard (a GPU's X, another backend, a dense X on several threads: ``_use_fused``'s rule),
+    and the tensor path decides."""
     if spec.backend == "torch" or spec.kernel() is None or not _fused.AVAILABLE:
         return None
     parts = _shard.row_parts(shard, "X")
-    if parts is None or any(X.ndim != 2 or X.dtype not in (np.float64, np.float32) or not X.flags.c_contiguous
-                            for _, X in parts):
+    if parts is None:
+        X = _shard.csr(shard, "X")
+        if X is None or X.dtype not in (np.float64, np.float32):
+            return None
+        parts = [(0, X)]  # the CSR kernels whatever the threads (_use_fused_csr)
+    elif any(X.ndim != 2 or X.dtype not in (np.float64, np.float32) or not X.flags.c_contiguous for _, X in parts):
         return None
-    if spec.backend != "fused" and _kernel_threads(shard) != 1:
+    elif spec.backend != "fused" and _kernel_threads(shard) != 1:
         return None
     y, s = _shard.host(shard, "y"), _shard.host(shard, "sample_weight")
     if y is None or (s is None and "sample_weight" in getattr(shard, "data", {})):
@@ -311,10 +316,16 @@ def _sum_dtype(X):
 
 
 def _fused_args(X):
-    """The shard's X for the numba kernels: the dense array, or the CSR's arrays and its width."""
-    if is_sparse(X):
+    """The shard's X for the numba kernels: the dense array, or the CSR's arrays and its width (a sparse tensor in
+    host memory, or the shard's NumPy CSR)."""
+    if is_sparse(X) or is_host_csr(X):
         return (*csr_parts(X), X.shape[1])
-    return (X.numpy(),)
+    return (X,) if isinstance(X, np.ndarray) else (X.numpy(),)
+
+
+def _fused_kernel(X, name: str):
+    """The numba kernel ``name`` (``"value_grad"``, ``"hessp"``) for X's layout: ``csr_<name>`` for a sparse X."""
+    return getattr(_fused, f"csr_{name}" if is_sparse(X) or is_host_csr(X) else name)
 
 
 def _pack_host(spec: LinearSpec, gW, gb):
@@ -349,8 +360,8 @@ def value_grad(shard, w, spec: LinearSpec):
             curv = np.empty((y.shape[0], spec.n_outputs))
         W, b = spec.unpack(np.asarray(w, dtype=np.float64))
         code, param = spec.kernel()
-        total, gW, gb = _part_sums(parts, lambda X, yp, sp, cp: _fused.value_grad(X, yp, sp, W, b, code, param, cp),
-                                   y, s, curv)
+        total, gW, gb = _part_sums(parts, lambda X, yp, sp, cp: _fused_kernel(X, "value_grad")(
+            *_fused_args(X), yp, sp, W, b, code, param, cp), y, s, curv)
         shard.cache["linear_curv"] = curv
         return float(total), _pack_numpy(spec, gW, gb)
     X, y, s = shard.get("X"), shard.get("y"), _weights(shard)
@@ -360,7 +371,7 @@ def value_grad(shard, w, spec: LinearSpec):
         if curv is None or curv.shape != (X.shape[0], spec.n_outputs) or curv.dtype != torch.float64:
             curv = torch.empty((X.shape[0], spec.n_outputs), dtype=torch.float64)
         W, b = spec.unpack(w.numpy())
-        kernel = _fused.csr_value_grad if is_sparse(X) else _fused.value_grad
+        kernel = _fused_kernel(X, "value_grad")
         code, param = spec.kernel()
         total, gW, gb = kernel(*_fused_args(X), y.numpy(), _host(s), W, b, code, param, curv.numpy())
         shard.cache["linear_curv"] = curv
@@ -397,12 +408,13 @@ def hessp(shard, p, spec: LinearSpec):
         parts, _, s = rows
         P, pb = spec.unpack(np.asarray(p, dtype=np.float64))
         code = spec.kernel()[0]
-        return _pack_numpy(spec, *_part_sums(parts, lambda X, sp, cp: _fused.hessp(X, sp, cp, P, pb, code), s, curv))
+        return _pack_numpy(spec, *_part_sums(
+            parts, lambda X, sp, cp: _fused_kernel(X, "hessp")(*_fused_args(X), sp, cp, P, pb, code), s, curv))
     X, s = shard.get("X"), _weights(shard)
     curv = _tensor(curv, X)
     P, pb = spec.unpack(_tensor(p, X))
     if _use_fused(X, spec):
-        kernel = _fused.csr_hessp if is_sparse(X) else _fused.hessp
+        kernel = _fused_kernel(X, "hessp")
         hW, hb = kernel(*_fused_args(X), _host(s), curv.numpy(), P.numpy(), _host(pb), spec.kernel()[0])
         return _pack_host(spec, hW, hb)
     loss_fn = spec.get_loss()
@@ -514,8 +526,11 @@ HOST_GRAM_BLOCK_ROWS = 1 << 14
 
 def _host_gram(X, D, intercept: bool):
     """``sum_i D_i x~_i x~_i^T`` (float64, d + intercept square) of a dense NumPy ``X``, over row blocks of
-    :data:`HOST_GRAM_BLOCK_ROWS` (BLAS products; a float32 block widened first)."""
+    :data:`HOST_GRAM_BLOCK_ROWS` (BLAS products; a float32 block widened first); of the shard's NumPy CSR, the
+    numba CSR kernel's."""
     d = X.shape[1]
+    if is_host_csr(X):
+        return _fused.csr_gram(*csr_parts(X), d, np.ascontiguousarray(D, dtype=np.float64), intercept)
     G = np.zeros((d + int(intercept), d + int(intercept)))
     for a in range(0, X.shape[0], HOST_GRAM_BLOCK_ROWS):
         Xb = X[a : a + HOST_GRAM_BLOCK_ROWS].astype(np.float64, copy=False)
@@ -569,6 +584,8 @@ def x_nbytes(X) -> int:
     """The bytes a pass over X reads: a dense X's values, or a sparse CSR X's three arrays."""
     if isinstance(X, np.ndarray):
         return int(X.nbytes)
+    if is_host_csr(X):
+        return sum(int(a.nbytes) for a in csr_parts(X))
     if is_sparse(X):
         return sum(int(a.element_size() * a.nelement()) for a in (X.values(), X.col_indices(), X.crow_indices()))
     return int(X.element_size() * X.nelement())

@@ -115,7 +115,9 @@ def prepare_and_weigh(shard, loss: str, n_outputs: int, class_weight=None, y_sum
     if not x_bytes:
         return sums + (ys,)
     parts = _shard.row_parts(shard, "X")  # X's bytes without joining rows read where they lie
-    return sums + (ys, float(sum(x_nbytes(p) for _, p in parts) if parts is not None else x_nbytes(shard.get("X"))))
+    if parts is None:
+        parts = [(0, _shard.array(shard, "X"))]  # a sparse X's arrays (a tensor only on a GPU)
+    return sums + (ys, float(sum(x_nbytes(p) for _, p in parts)))
 
 
 def trailing_shape(shard):

@@ -159,8 +159,10 @@ class CSRRows:
     CSR matrix as views of its ``data`` and ``indices`` (only ``indptr``, one
     entry per row, is new), so splitting ``X`` into parts copies nothing of
     size nnz.  The arrays may also be shared-memory handles (:mod:`._shm`)
-    while a part travels; :meth:`Shard.put` turns one into the shard's torch
-    sparse CSR tensor.
+    while a part travels.  A shard in host memory keeps its sparse X as one
+    (:func:`host_csr`), which the numba kernels read without torch;
+    :meth:`Shard.get` gives a torch view of it, and on a GPU the shard holds
+    the tensor.
 
     Examples
     --------
@@ -213,6 +215,11 @@ class CSRRows:
     @property
     def nnz(self) -> int:
         return int(self.indptr[-1])
+
+    @property
+    def dtype(self):
+        """The values' dtype."""
+        return self.data.dtype
 
     @property
     def nbytes(self) -> int:
@@ -273,30 +280,49 @@ def index_dtype(nnz: int, n_cols: int):
     return np.dtype(np.int32) if nnz <= limit and n_cols <= limit else np.dtype(np.int64)
 
 
+def host_csr(data, indices, indptr, shape) -> "CSRRows":
+    """The shard contract's CSR in host memory from the three arrays of a canonical CSR: values float32 or float64
+    (other dtypes become float64), indices of :func:`index_dtype`, each array writeable and C-contiguous.  Arrays
+    that already are so are used in place (a shared-memory mapping stays one); torch is not imported.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dask_estimators.engine.data._worker import host_csr
+    >>> X = host_csr(np.array([1, 2]), np.array([0, 2], dtype=np.int64), np.array([0, 1, 2]), (2, 3))
+    >>> X.data.dtype.name, X.indices.dtype.name, X.indptr.dtype.name, X.shape
+    ('float64', 'int32', 'int32', (2, 3))
+    """
+
+    def own(a, dtype):
+        a = np.asarray(a)
+        if a.dtype != dtype or not a.flags.writeable or not a.flags.c_contiguous:
+            a = np.array(a, dtype=dtype, order="C")
+        return a
+
+    data = np.asarray(data)
+    vdtype = data.dtype if data.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    itype = index_dtype(data.shape[0], int(shape[1]))
+    return CSRRows(own(data, vdtype), own(indices, itype), own(indptr, itype), shape)
+
+
 def csr_tensor(data, indices, indptr, shape, device="cpu"):
     """A torch sparse CSR tensor on ``device`` from the three arrays of a canonical CSR (see the shard contract).
 
     The values stay float32 or float64 (other dtypes become float64) and the
     indices take :func:`index_dtype`; on the CPU arrays that already are so,
-    and are writeable, are used in place (a shared-memory mapping stays one).
+    and are writeable, are used in place (a shared-memory mapping stays one):
+    a CPU shard's :class:`CSRRows` (:func:`host_csr`) and its tensor share
+    their memory.
     """
     import warnings
 
-    import torch
-
-    def host(a, dtype):
-        a = np.asarray(a)
-        if a.dtype != dtype or not a.flags.writeable or not a.flags.c_contiguous:
-            a = np.array(a, dtype=dtype, order="C")
-        return torch.from_numpy(a)
-
-    data = np.asarray(data)
-    vdtype = data.dtype if data.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    itype = index_dtype(data.shape[0], int(shape[1]))
+    torch = torch_threads()
+    a = host_csr(data, indices, indptr, shape)
     with warnings.catch_warnings():  # torch says once per process that its sparse CSR support is in beta
         warnings.simplefilter("ignore", UserWarning)
         t = torch.sparse_csr_tensor(
-            host(indptr, itype), host(indices, itype), host(data, vdtype), size=tuple(int(s) for s in shape),
+            torch.from_numpy(a.indptr), torch.from_numpy(a.indices), torch.from_numpy(a.data), size=a.shape,
             check_invariants=False,
         )
     return t if device == "cpu" else t.to(device)
@@ -394,8 +420,10 @@ class Shard:
     stored arrays: NumPy for dense numeric arrays on the CPU (aligned; read
     as such by the numba kernels through :meth:`host`, as torch tensors
     through :meth:`get`, made on first use without a copy) and for labels
-    such as strings, torch tensors on a GPU and for sparse X.  A linear fit
-    on dense rows therefore never imports torch on its worker.  ``cache``
+    such as strings; a sparse X on the CPU as :class:`CSRRows` (read by the
+    numba kernels through :meth:`host_csr`, as a torch sparse CSR tensor
+    through :meth:`get`, again without a copy); torch tensors on a GPU.  A
+    linear fit therefore never imports torch on its worker.  ``cache``
     holds per-worker state between evaluations, such as the curvature of the
     last gradient, so a Hessian-vector product only needs the direction.
 
@@ -434,8 +462,9 @@ class Shard:
         """Store array ``a`` under ``name``: aligned NumPy on the CPU, a tensor on a GPU.
 
         Sparse ``a`` (a scipy.sparse matrix or array of any format, a torch
-        sparse tensor, or :class:`CSRRows`) is stored as a torch sparse CSR
-        tensor with indices of :func:`index_dtype`, canonical, never densified.
+        sparse tensor, or :class:`CSRRows`) is stored canonical, with indices
+        of :func:`index_dtype`, never densified: as :class:`CSRRows` on the
+        CPU (:func:`host_csr`), as a torch sparse CSR tensor on a GPU.
         """
         if a is None:
             self.data.pop(name, None)
@@ -449,12 +478,21 @@ class Shard:
             a = a.joined()
         if _is_tensor(a):
             torch = torch_threads()
-            t = (_torch_csr(a) if a.layout != torch.strided else a).to(self.device)
+            if a.layout == torch.strided:
+                t = a.to(self.device)
+            elif self.device == "cpu":  # kept as NumPy, as a scipy matrix is: over the tensor's memory, not a copy
+                a = _torch_csr(a).cpu()
+                t = host_csr(a.values().numpy(), a.col_indices().numpy(), a.crow_indices().numpy(), a.shape)
+                self.dtypes[name] = t.dtype
+            else:
+                t = _torch_csr(a).to(self.device)
         elif isinstance(a, CSRRows) or is_scipy_sparse(a):
             if not isinstance(a, CSRRows):
                 a = canonical_csr(a)
             self.dtypes[name] = np.dtype(a.dtype if hasattr(a, "dtype") else a.data.dtype)
-            t = csr_tensor(a.data, a.indices, a.indptr, a.shape, self.device)
+            # in host memory the three NumPy arrays, read by the numba kernels without torch; a tensor on a GPU
+            t = (host_csr(a.data, a.indices, a.indptr, a.shape) if self.device == "cpu"
+                 else csr_tensor(a.data, a.indices, a.indptr, a.shape, self.device))
         else:
             a = np.asarray(a)
             self.dtypes[name] = a.dtype
@@ -483,17 +521,20 @@ class Shard:
         """The array stored under ``name`` as a tensor on the device (NumPy for labels), else ``default``.
 
         A dense array stored on the CPU comes as a torch view of its NumPy
-        memory, made once (torch is imported then).
+        memory, a sparse one as a torch sparse CSR tensor over its three
+        arrays, made once (torch is imported then).
         """
         a = self.data.get(name)
         if a is None:
             return default
         if isinstance(a, RowSegments):
             a = a.joined()
-        if isinstance(a, np.ndarray) and a.dtype.kind in "iuf":
+        if isinstance(a, CSRRows) or (isinstance(a, np.ndarray) and a.dtype.kind in "iuf"):
             made = self._tensors.get(name)
             if made is None or made[0] is not a:
-                made = self._tensors[name] = (a, torch_threads().from_numpy(a))
+                t = (csr_tensor(a.data, a.indices, a.indptr, a.shape) if isinstance(a, CSRRows)
+                     else torch_threads().from_numpy(a))
+                made = self._tensors[name] = (a, t)
             return made[1]
         return a
 
@@ -515,6 +556,12 @@ class Shard:
         if _is_tensor(a) and a.layout == sys.modules["torch"].strided and a.device.type == "cpu":
             return a.numpy()
         return None
+
+    def host_csr(self, name: str):
+        """The sparse array stored under ``name`` as :class:`CSRRows` (NumPy, without torch) where it is kept so in
+        host memory (a CPU shard's sparse X); None otherwise (dense, on a GPU, or absent)."""
+        a = self.data.get(name)
+        return a if isinstance(a, CSRRows) else None
 
     def row_parts(self, name: str):
         """The dense host array ``name`` as ``[(first row, rows), ...]``: the parts of :class:`RowSegments` as
@@ -557,7 +604,8 @@ class Shard:
 
     def __repr__(self) -> str:
         shapes = {
-            k: (tuple(v.shape) + (f"csr nnz={v.values().shape[0]}",) if _is_sparse_tensor(v) else tuple(v.shape))
+            k: (tuple(v.shape) + (f"csr nnz={v.nnz}",) if isinstance(v, CSRRows)
+                else tuple(v.shape) + (f"csr nnz={v.values().shape[0]}",) if _is_sparse_tensor(v) else tuple(v.shape))
             for k, v in self.data.items()
         }
         return f"Shard(n_rows={self.n_rows}, device={self.device!r}, arrays={shapes})"
@@ -627,6 +675,8 @@ def _array_bytes(a) -> int:
     own copy, not the blocks it reads, which Dask counts where it keeps them)."""
     if isinstance(a, RowSegments):
         return a.owned_bytes
+    if isinstance(a, CSRRows):
+        return a.nbytes
     if _is_sparse_tensor(a):
         return sum(p.element_size() * p.nelement() for p in (a.values(), a.crow_indices(), a.col_indices()))
     return a.element_size() * a.nelement() if hasattr(a, "element_size") else a.nbytes
