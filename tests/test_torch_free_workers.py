@@ -2,9 +2,9 @@
 
 On a fresh process cluster whose workers have imported neither, every linear
 estimator fits on NumPy and on dask input, with sample and class weights, the
-newton-cholesky solver, the dual SVMs and the cross-validated estimators, the
-lone estimators also on sparse input (scipy CSR, and a dask array of CSR
-blocks), and predicts on dask input: torch and
+newton-cholesky solver, the dual SVMs and the cross-validated estimators,
+also on sparse input (scipy CSR, and a dask array of CSR blocks), and
+predicts on dask input: torch and
 scikit-learn stay out of every worker's ``sys.modules`` (importing them was about
 2.4 s of one core, most of a first fit's set-up on a cluster the user started).
 The models are those the session cluster's workers fit with torch imported.
@@ -66,7 +66,8 @@ def _fits(client):
 
 
 def _sparse_cases(client):
-    """The lone estimators on sparse X: its CSR arrays stay NumPy on the worker, read by the numba kernels."""
+    """The estimators on sparse X: its CSR arrays stay NumPy on the worker, read by the numba kernels (the
+    searches' kernels through scipy.sparse)."""
     X, y, y3, sw, counts = _data()
     Xs = sp.csr_matrix(np.where(np.abs(X) > 0.8, X, 0.0))  # about 42% of the values stored
     blocks = da.from_array(Xs.toarray(), chunks=(1500, 8)).map_blocks(sp.csr_matrix, dtype=float,
@@ -78,6 +79,9 @@ def _sparse_cases(client):
         ("sparse ols", de.LinearRegression(client=client), (Xs, Xs @ np.arange(8.0)), {}),
         ("sparse svc", de.LinearSVC(random_state=0, client=client), (Xs, y3), {}),
         ("sparse poisson, float32", de.PoissonRegressor(client=client), (Xs.astype(np.float32), counts), {}),
+        ("sparse logistic cv", de.LogisticRegressionCV(Cs=3, client=client), (Xs, y3), {"sample_weight": sw}),
+        ("sparse elastic-net cv, dask blocks", de.LinearRegressionCV(l1_ratio=0.5, client=client),
+         (blocks, _dask(X[:, 1])), {}),
     ]
 
 
@@ -103,12 +107,16 @@ def _searches(client):
                             {"logisticregression__C": [0.1, 1.0]}, cv=3)
     regress = GridSearchCV(make_pipeline(MinMaxScaler(), de.LinearRegression(client=client)),
                            {"linearregression__fit_intercept": [True, False]}, cv=3)
-    return [classify.fit(X, y), regress.fit(_dask(X), _dask(X @ np.ones(8)))]
+    # a scaler on sparse X would go round the shards (partial_fit), importing scikit-learn there
+    sparse = GridSearchCV(de.LogisticRegression(client=client), {"C": [0.1, 1.0]}, cv=3)
+    Xs = sp.csr_matrix(np.where(np.abs(X) > 0.8, X, 0.0))
+    return [classify.fit(X, y), regress.fit(_dask(X), _dask(X @ np.ones(8))), sparse.fit(Xs, y)]
 
 
 def test_searches_with_scalers_leave_torch_off_the_workers(fresh, client):
-    """The placed search's scalers (affine maps of the stored X) and a regression's shared Newton Hessians run
-    without torch too; the session cluster's workers, with torch imported, give the same results."""
+    """The placed search's scalers (affine maps of the stored X) and a regression's shared Newton Hessians, and a
+    search on sparse X, run without torch too; the session cluster's workers, with torch imported, give the same
+    results."""
     ours = _searches(fresh)
     assert {tuple(v) for v in fresh.run(_loaded).values()} == {()}
     client.run(__import__, "torch")

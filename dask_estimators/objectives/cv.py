@@ -35,7 +35,7 @@ import numpy as np
 from .._lazy import lazy_module
 from . import _host as _shard
 from . import linear as _linear
-from ._sparse import csr_parts, is_sparse, take_rows
+from ._sparse import csr_parts, is_host_csr, is_sparse, take_rows
 
 torch = lazy_module("torch")
 
@@ -51,9 +51,27 @@ TRAIN, TEST = 1, 2
 
 
 def _host_x(shard):
-    """The shard's X as NumPy where it keeps a dense X in host memory (``Shard.host``), else None: then the shard
-    is read as tensors (sparse or GPU X), and so are its weights and targets."""
-    return _shard.host(shard, "X")
+    """The shard's X where it keeps it in host memory: a dense X as NumPy (``Shard.host``), a sparse X as a
+    ``scipy.sparse.csr_array`` over its three arrays (``Shard.host_csr``, no copy; made once per X); else None:
+    then the shard is read as tensors (a GPU's X), and so are its weights and targets."""
+    X = _shard.host(shard, "X")
+    if X is not None:
+        return X
+    csr = _shard.csr(shard, "X")
+    if csr is None:
+        return None
+    made = shard.cache.get("cv_scipy_x")
+    if made is None or made[0] is not csr:
+        import scipy.sparse as sp
+
+        made = shard.cache["cv_scipy_x"] = (csr, sp.csr_array((csr.data, csr.indices, csr.indptr), shape=csr.shape,
+                                                              copy=False))
+    return made[1]
+
+
+def _is_scipy(X) -> bool:
+    """Whether ``X`` is :func:`_host_x`'s sparse X (a scipy.sparse array)."""
+    return not isinstance(X, np.ndarray) and is_host_csr(X)
 
 
 def _array(shard, name):
@@ -281,6 +299,10 @@ class FoldView:
         host = getattr(self._shard, "host", None)
         return None if host is None else host(name, default)
 
+    def host_csr(self, name):
+        """As ``Shard.host_csr``: the shard's sparse X kept as NumPy, else None."""
+        return _shard.csr(self._shard, name)
+
     def row_parts(self, name):
         """As ``Shard.row_parts`` (the training weights are :meth:`host`'s, in one part)."""
         if name == "sample_weight":
@@ -415,8 +437,8 @@ def role_group_stats(shard, kind: str) -> list:
     X = _host_x(shard)
     if X is None:
         X = shard.get("X")
-        if is_sparse(X):
-            return None
+    if is_sparse(X) or _is_scipy(X):
+        return None
     groups, inverse = _role_groups(shard)
     out = []
     for g, trains in enumerate(groups):
@@ -480,6 +502,10 @@ def _moments(G, X):
     """``G.T @ X`` and ``G.T @ (X * X)`` as float64 NumPy, for a NumPy, dense tensor or sparse CSR X (weights
     ``G`` (n, m) of X's kind): a float64 copy of :data:`_GRAM_BLOCK` rows at a time, or the CSR's squared
     values."""
+    if _is_scipy(X):  # in host memory: scipy's products, no torch
+        squares = X.copy()
+        squares.data = np.square(X.data, dtype=np.float64)
+        return (X.T @ G).T.astype(np.float64, copy=False), (squares.T @ G).T
     if is_sparse(X):
         squares = torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), X.values() * X.values(), size=X.shape,
                                           check_invariants=False)
@@ -519,7 +545,10 @@ def quadratic_hessians(shard, spec):
     roles = shard.cache["cv_roles"]
     n_splits, d = roles.shape[0], X.shape[1]
     G = np.zeros((n_splits, d + 1, d + 1))
-    if is_sparse(X):
+    if _is_scipy(X):  # each split's sum in turn, by the numba CSR kernel
+        for k in range(n_splits):
+            G[k] = lin._host_gram(X, base[:, 0] * (roles[k] == TRAIN), True)
+    elif is_sparse(X):
         for k in range(n_splits):
             mask = torch.from_numpy(roles[k] == TRAIN).to(base.device)
             G[k] = lin._sparse_gram(X, base[:, 0] * mask, True).cpu().numpy()
@@ -593,6 +622,10 @@ def _training_blocks(X, train):
     runs = list(zip(edges[::2], edges[1::2]))
     if isinstance(X, np.ndarray):
         return [X[a:b] for a, b in runs] if len(runs) <= _MAX_VIEW_RUNS else [X[train]]
+    if _is_scipy(X):
+        import scipy.sparse as sp
+
+        return [sp.csr_matrix(X[np.flatnonzero(train)])]
     if not is_sparse(X) and len(runs) <= _MAX_VIEW_RUNS:
         host = X.cpu().numpy()
         return [host[a:b] for a, b in runs]
@@ -643,9 +676,12 @@ def _value_grad_many(shard, folds, ws, spec):
     loss_fn = spec.get_loss()
     weights = [_base_weight(shard) if k is None else _train_weight(shard, k) for k in folds]
     one_output = K == 1 and not loss_fn.coupled and all(s.ndim == 1 for s in weights)
-    if one_output and _host_x(shard) is not None and _linear._host_rows(shard, spec) is not None:
-        # a dense host X: NumPy and numba, no tensor
-        return _fused_many(shard, folds, weights, ws, spec)
+    host = _host_x(shard)
+    if host is not None and _linear._host_rows(shard, spec) is not None:  # NumPy and numba, no tensor
+        if _is_scipy(host):
+            return _csr_many(shard, host, weights, ws, spec)
+        if one_output:
+            return _fused_many(shard, folds, weights, ws, spec)
     X, y = shard.get("X"), shard.get("y")
     sparse = is_sparse(X)
     ws = _linear._tensor(ws, X)
@@ -700,6 +736,26 @@ def _stacked_weights(shard, folds, weights, layout="rows"):
             St = torch.stack(weights)
             out = shard.cache[key] = St if layout == "rows" else St.T.contiguous()
     return out
+
+
+def _csr_many(shard, X, weights, ws, spec):
+    """:func:`fold_value_grad_many` on a sparse X in host memory: the numba CSR kernel once per model, each with
+    its split's training weights (a CSR row is cheap to read again; no Hessian state is kept)."""
+    from . import _fused
+
+    K, d = spec.n_outputs, spec.n_features
+    y = _shard.host(shard, "y")
+    code, param = spec.kernel()
+    curv = np.empty((X.shape[0], K))
+    ws = _shard.numpy64(ws)
+    losses, grads = np.empty(len(weights)), np.empty((len(weights), spec.n_params))
+    for j, s in enumerate(weights):
+        W = np.ascontiguousarray(ws[j, : K * d].reshape(K, d))
+        b = ws[j, K * d :] if spec.fit_intercept else None
+        total, gW, gb = _fused.csr_value_grad(*csr_parts(X), d, y, s, W, b, code, param, curv)
+        losses[j] = total
+        grads[j] = _linear._pack_numpy(spec, gW, gb)
+    return losses, grads
 
 
 def _fused_many(shard, folds, weights, ws, spec):
@@ -924,8 +980,11 @@ def _heldout_host(shard, k, roles, ws, spec, metric, weighted, shift):
 
 
 def _rows_product_host(X, idx, Wt):
-    """:func:`_rows_product` for a NumPy X: ``X[idx] @ Wt`` in float64, scattered rows gathered a block at a time."""
+    """:func:`_rows_product` for a NumPy X: ``X[idx] @ Wt`` in float64, scattered rows gathered a block at a time
+    (a scipy sparse X's rows taken at once: they are few values)."""
     rows = _as_slice(idx)
+    if _is_scipy(X):
+        return np.asarray(X[rows if rows is not None else idx] @ Wt, dtype=np.float64)
     if rows is not None:
         return X[rows] @ Wt
     out = np.empty((len(idx), Wt.shape[1]))
