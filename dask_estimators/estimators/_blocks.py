@@ -110,9 +110,7 @@ def _checked_x(X, dtype, accept_sparse, estimator_name=None):
         return X
     if (accept_sparse and getattr(X, "format", None) == "csr" and X.dtype.kind in "iuf" and len(X.shape) == 2
             and X.shape[1] >= 1):  # a numeric CSR block: its stored values checked and cast here, without scikit-learn
-        from ..session import canonical_csr
-
-        X = canonical_csr(X)
+        X = _checked_X(X)
         if X.dtype != dtype:
             X = X.astype(dtype)
         assert_all_finite(X.data, input_name="X", estimator_name=estimator_name)

@@ -22,6 +22,8 @@ import sys
 
 import numpy as np
 
+from . import _host
+
 __all__ = ["is_sparse", "is_host_csr", "csr_parts", "take_rows", "index_array", "stored_columns", "keep_columns"]
 
 
@@ -176,14 +178,9 @@ def take_rows(X, idx):
                                    check_invariants=False)
 
 
-def _host_x(shard):
-    read = getattr(shard, "host_csr", None)
-    return None if read is None else read("X")
-
-
 def stored_columns(shard):
     """Kernel: the columns in which a shard's sparse X stores values (sorted int64 NumPy), or None for dense X."""
-    X = _host_x(shard)
+    X = _host.csr(shard, "X")
     if X is not None:
         return np.unique(X.indices).astype(np.int64)
     X = shard.get("X")
@@ -196,7 +193,7 @@ def keep_columns(shard, columns) -> None:
     """Kernel: a shard's sparse X narrowed to ``columns`` (sorted; every column it stores values in), numbered
     ``0 .. len(columns) - 1`` in that order; its values are not copied.  A fit on data kept between fits
     narrows X with ``put``: the kept shard's :meth:`restore` gives the full X back."""
-    X = _host_x(shard)
+    X = _host.csr(shard, "X")
     if X is not None:  # the NumPy arrays kept in host memory: torch is not imported
         narrowed = np.searchsorted(np.asarray(columns, dtype=np.int64), X.indices).astype(X.indices.dtype)
         shard.put("X", type(X)(X.data, narrowed, X.indptr, (X.shape[0], len(columns))))

@@ -69,11 +69,6 @@ def _host_x(shard):
     return made[1]
 
 
-def _is_scipy(X) -> bool:
-    """Whether ``X`` is :func:`_host_x`'s sparse X (a scipy.sparse array)."""
-    return not isinstance(X, np.ndarray) and is_host_csr(X)
-
-
 def _array(shard, name):
     """The shard's ``name`` in the shard's kind: NumPy for a shard with a host X (no tensor made, no torch), else
     the tensor ``shard.get`` gives; None where it has none."""
@@ -437,7 +432,7 @@ def role_group_stats(shard, kind: str) -> list:
     X = _host_x(shard)
     if X is None:
         X = shard.get("X")
-    if is_sparse(X) or _is_scipy(X):
+    if is_sparse(X) or is_host_csr(X):
         return None
     groups, inverse = _role_groups(shard)
     out = []
@@ -502,7 +497,7 @@ def _moments(G, X):
     """``G.T @ X`` and ``G.T @ (X * X)`` as float64 NumPy, for a NumPy, dense tensor or sparse CSR X (weights
     ``G`` (n, m) of X's kind): a float64 copy of :data:`_GRAM_BLOCK` rows at a time, or the CSR's squared
     values."""
-    if _is_scipy(X):  # in host memory: scipy's products, no torch
+    if is_host_csr(X):  # in host memory: scipy's products, no torch
         squares = X.copy()
         squares.data = np.square(X.data, dtype=np.float64)
         return (X.T @ G).T.astype(np.float64, copy=False), (squares.T @ G).T
@@ -545,7 +540,7 @@ def quadratic_hessians(shard, spec):
     roles = shard.cache["cv_roles"]
     n_splits, d = roles.shape[0], X.shape[1]
     G = np.zeros((n_splits, d + 1, d + 1))
-    if _is_scipy(X):  # each split's sum in turn, by the numba CSR kernel
+    if is_host_csr(X):  # each split's sum in turn, by the numba CSR kernel
         for k in range(n_splits):
             G[k] = lin._host_gram(X, base[:, 0] * (roles[k] == TRAIN), True)
     elif is_sparse(X):
@@ -622,7 +617,7 @@ def _training_blocks(X, train):
     runs = list(zip(edges[::2], edges[1::2]))
     if isinstance(X, np.ndarray):
         return [X[a:b] for a, b in runs] if len(runs) <= _MAX_VIEW_RUNS else [X[train]]
-    if _is_scipy(X):
+    if is_host_csr(X):
         import scipy.sparse as sp
 
         return [sp.csr_matrix(X[np.flatnonzero(train)])]
@@ -678,7 +673,7 @@ def _value_grad_many(shard, folds, ws, spec):
     one_output = K == 1 and not loss_fn.coupled and all(s.ndim == 1 for s in weights)
     host = _host_x(shard)
     if host is not None and _linear._host_rows(shard, spec) is not None:  # NumPy and numba, no tensor
-        if _is_scipy(host):
+        if is_host_csr(host):
             return _csr_many(shard, host, weights, ws, spec)
         if one_output:
             return _fused_many(shard, folds, weights, ws, spec)
@@ -983,7 +978,7 @@ def _rows_product_host(X, idx, Wt):
     """:func:`_rows_product` for a NumPy X: ``X[idx] @ Wt`` in float64, scattered rows gathered a block at a time
     (a scipy sparse X's rows taken at once: they are few values)."""
     rows = _as_slice(idx)
-    if _is_scipy(X):
+    if is_host_csr(X):
         return np.asarray(X[rows if rows is not None else idx] @ Wt, dtype=np.float64)
     if rows is not None:
         return X[rows] @ Wt

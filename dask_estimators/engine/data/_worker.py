@@ -478,14 +478,14 @@ class Shard:
             a = a.joined()
         if _is_tensor(a):
             torch = torch_threads()
-            if a.layout == torch.strided:
+            if a.layout != torch.strided:
+                a = _torch_csr(a)
+            if a.layout == torch.strided or self.device != "cpu":
                 t = a.to(self.device)
-            elif self.device == "cpu":  # kept as NumPy, as a scipy matrix is: over the tensor's memory, not a copy
-                a = _torch_csr(a).cpu()
+            else:  # kept as NumPy, as a scipy matrix is: over the tensor's memory, not a copy
+                a = a.cpu()
                 t = host_csr(a.values().numpy(), a.col_indices().numpy(), a.crow_indices().numpy(), a.shape)
                 self.dtypes[name] = t.dtype
-            else:
-                t = _torch_csr(a).to(self.device)
         elif isinstance(a, CSRRows) or is_scipy_sparse(a):
             if not isinstance(a, CSRRows):
                 a = canonical_csr(a)
